@@ -1,0 +1,67 @@
+"""The one table of supported storage dtypes: NumPy dtype <-> CUDA C type <-> size.
+
+bfloat16 is ``ml_dtypes.bfloat16``, which CuPy 14 accepts as an array dtype; in the
+kernels it is ``__nv_bfloat16`` from ``<cuda_bf16.h>`` (same 2-byte layout).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+float16 = np.dtype(np.float16)
+float32 = np.dtype(np.float32)
+
+#: Supported storage dtypes, in the order tests and sweeps list them.
+DTYPES = (float32, float16, bfloat16)
+
+_C_TYPES = {float32: "float", float16: "__half", bfloat16: "__nv_bfloat16"}
+
+#: Short names used by the CLI and result files.
+_SHORT_NAMES = {float32: "fp32", float16: "fp16", bfloat16: "bf16"}
+_BY_NAME = {
+    "fp32": float32, "float32": float32,
+    "fp16": float16, "float16": float16, "half": float16,
+    "bf16": bfloat16, "bfloat16": bfloat16,
+}
+
+
+def c_type(dtype) -> str:
+    """CUDA C spelling of a supported dtype (``'__nv_bfloat16'`` for bfloat16)."""
+    return _C_TYPES[np.dtype(dtype)]
+
+
+def short_name(dtype) -> str:
+    """``'fp32'``, ``'fp16'`` or ``'bf16'``."""
+    return _SHORT_NAMES[np.dtype(dtype)]
+
+
+def parse(name_or_dtype) -> np.dtype:
+    """A supported dtype from a name (``'bf16'``, ``'float16'``, ...) or dtype-like.
+
+    Raises:
+        ValueError: the name or dtype is not one of float32, float16, bfloat16.
+    """
+    if isinstance(name_or_dtype, str) and name_or_dtype.lower() in _BY_NAME:
+        return _BY_NAME[name_or_dtype.lower()]
+    try:
+        dtype = np.dtype(name_or_dtype)
+    except TypeError:
+        dtype = None
+    if dtype not in _C_TYPES:
+        raise ValueError(f"unsupported dtype {name_or_dtype!r}: expected one of float32, float16, bfloat16")
+    return dtype
+
+
+def check_supported(dtype, name: str) -> np.dtype:
+    """Returns ``dtype`` if supported, else raises TypeError naming the argument."""
+    dtype = np.dtype(dtype)
+    if dtype not in _C_TYPES:
+        raise TypeError(f"{name}: unsupported dtype {dtype}; expected float32, float16 or bfloat16")
+    return dtype
+
+
+def vec_width(dtype) -> int:
+    """Elements in one 16-byte access."""
+    return 16 // np.dtype(dtype).itemsize

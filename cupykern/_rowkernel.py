@@ -1,0 +1,32 @@
+"""Plans and launches one of the row kernels (norm.cu, softmax.cu, row_reduce.cu).
+
+The family modules validate their arguments, then call :func:`launch` with the
+template, its leading type arguments and the kernel's argument tuple.
+"""
+
+from __future__ import annotations
+
+from cupykern import jit, launch
+
+
+def plan(num_rows: int, hidden_size: int, dtype, aligned: bool) -> launch.LaunchPlan:
+    """The plan for the current device, with any active :class:`launch.overrides`."""
+    import cupy
+
+    limits = launch.DeviceLimits.of_device(cupy.cuda.Device().id)
+    return launch.plan_rows(num_rows, hidden_size, dtype, aligned=aligned, limits=limits,
+                            **launch.current_overrides())
+
+
+def run(template: jit.KernelTemplate, lead_args: tuple, plan_: launch.LaunchPlan, args: tuple,
+        *, cache_vectors: bool = True) -> None:
+    """Launches ``template<*lead_args, layout...>`` on CuPy's current stream.
+
+    ``cache_vectors=False`` is for one-pass kernels, whose template has no
+    kVecsPerThread parameter.
+    """
+    layout = plan_.layout
+    layout_args = layout.template_args() if cache_vectors else (layout.threads_per_row, layout.vec_width,
+                                                                 layout.warp_size)
+    kernel = jit.get_kernel(template, *lead_args, *layout_args)
+    kernel(plan_.grid, plan_.block, args)

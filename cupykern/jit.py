@@ -1,0 +1,150 @@
+"""JIT compilation of the CUDA sources in ``kernels_cu/`` through ``cupy.RawModule``.
+
+* :func:`source` reads a kernel file and inlines the ``#include <cupykern/...>``
+  headers, so the source string CuPy hashes for its disk cache covers every line of
+  device code (CuPy does not hash headers found through ``-I``).
+* :class:`KernelTemplate` names a ``__global__`` template; :meth:`KernelTemplate.expr`
+  is the one place a template instantiation is spelled, for both
+  ``name_expressions=`` and ``get_function``.
+* :func:`get_kernel` compiles one instantiation per module, lazily, once per process
+  and device (under a lock); CuPy's on-disk cache (``CUPY_CACHE_DIR``) keeps later
+  processes fast. One module per instantiation rather than per family: a family has
+  hundreds of instantiations (dtype x layout), and compiling them all on first use
+  would take minutes, while one takes a fraction of a second.
+* :func:`instantiations` lists every instantiation the package can launch, and
+  :func:`nvrtc_compile` compiles a batch with NVRTC directly (no GPU or driver
+  needed), with the options CuPy uses at run time; the CPU test suite uses both.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+#: Options given to RawModule; CuPy adds -arch, -ftz=true,
+#: --device-as-default-execution-space and its include paths (see nvrtc_options).
+COMPILE_OPTIONS = ("--std=c++17",)
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](cupykern/[\w./]+)[>"]\s*$', re.MULTILINE)
+
+
+def kernels_dir() -> Path:
+    """The ``kernels_cu`` folder: inside the installed package, or beside it in a checkout."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "kernels_cu", here.parent / "kernels_cu"):
+        if (candidate / "cupykern").is_dir():
+            return candidate
+    raise FileNotFoundError(f"cupykern: kernels_cu not found next to {here}")
+
+
+@lru_cache(maxsize=None)
+def source(filename: str) -> str:
+    """Text of ``kernels_cu/<filename>`` with cupykern headers inlined (each once)."""
+    root = kernels_dir()
+    seen: set[str] = set()
+
+    def expand(text: str) -> str:
+        def include(match: re.Match) -> str:
+            header = match.group(1)
+            if header in seen:
+                return ""
+            seen.add(header)
+            return f"// ---- begin {header}\n{expand((root / header).read_text())}\n// ---- end {header}"
+
+        return _INCLUDE.sub(include, text)
+
+    return expand((root / filename).read_text())
+
+
+@dataclass(frozen=True)
+class KernelTemplate:
+    """A ``__global__`` function template in one source file of ``kernels_cu``."""
+
+    source: str
+    name: str
+
+    def expr(self, *args) -> str:
+        """The instantiation's name expression, e.g. ``rms_norm_kernel<float, 256, 4, 4, 32>``.
+
+        Arguments are C type names (str), ints or bools, in template order.
+        """
+        spelled = [str(a).lower() if isinstance(a, bool) else str(a) for a in args]
+        return f"{self.name}<{', '.join(spelled)}>"
+
+
+_lock = threading.Lock()
+_kernels: dict = {}
+
+
+def get_kernel(template: KernelTemplate, *args):
+    """The compiled ``cupy.RawKernel`` for one instantiation on the current device."""
+    import cupy
+
+    expr = template.expr(*args)
+    key = (cupy.cuda.Device().id, template.source, expr)
+    kernel = _kernels.get(key)
+    if kernel is None:
+        with _lock:
+            kernel = _kernels.get(key)
+            if kernel is None:
+                module = cupy.RawModule(code=source(template.source), options=COMPILE_OPTIONS,
+                                        name_expressions=[expr])
+                kernel = module.get_function(expr)
+                _kernels[key] = kernel
+    return kernel
+
+
+# ----------------------------------------------------------------- without a GPU
+def instantiations() -> dict[str, list[str]]:
+    """Every instantiation the package can launch, as {source file: [name expressions]}."""
+    from cupykern.ops import FAMILIES
+
+    spaces: dict[str, list[str]] = {}
+    for module in FAMILIES:
+        for template, exprs in module.instantiations().items():
+            spaces.setdefault(template.source, []).extend(exprs)
+    return spaces
+
+
+def cuda_include_dir() -> str:
+    """CUDA headers (cuda_fp16.h, cuda_bf16.h) as CuPy finds them: the nvidia-cuda-runtime wheel first."""
+    import cuda.pathfinder
+
+    found = cuda.pathfinder.find_nvidia_header_directory("cudart")
+    if found is None:
+        raise RuntimeError("CUDA headers not found; pip install 'nvidia-cuda-runtime==13.*'")
+    return str(found)
+
+
+def nvrtc_options(arch: str) -> list[str]:
+    """The NVRTC options CuPy 14.2 uses for our modules on a GPU of compute capability ``arch``."""
+    import cupy
+
+    cupy_include = str(Path(cupy.__file__).resolve().parent / "_core" / "include")
+    return [*COMPILE_OPTIONS, f"-I{cupy_include}", f"-I{cuda_include_dir()}", "-ftz=true",
+            "--device-as-default-execution-space", f"-arch=sm_{arch}"]
+
+
+def nvrtc_compile(filename: str, exprs: list[str], arch: str, extra_options=()) -> tuple[dict[str, str], str]:
+    """Compiles ``exprs`` from one source file with NVRTC, no GPU needed.
+
+    Returns ({name expression: lowered name}, compile log). Raises RuntimeError with
+    the NVRTC log on a compile error.
+    """
+    from cupy_backends.cuda.libs import nvrtc
+
+    prog = nvrtc.createProgram(source(filename), filename, (), ())
+    try:
+        for expr in exprs:
+            nvrtc.addNameExpression(prog, expr)
+        try:
+            nvrtc.compileProgram(prog, [*nvrtc_options(arch), *extra_options])
+        except nvrtc.NVRTCError as exc:
+            raise RuntimeError(f"{filename} (sm_{arch}) failed to compile:\n{nvrtc.getProgramLog(prog)}") from exc
+        lowered = {expr: nvrtc.getLoweredName(prog, expr) for expr in exprs}
+        return lowered, nvrtc.getProgramLog(prog)
+    finally:
+        nvrtc.destroyProgram(prog)

@@ -1,0 +1,205 @@
+"""Launch configuration: every choice of threads, vector width and grid lives here.
+
+Split so that batch invariance holds by construction:
+
+* :class:`RowLayout` fixes how one row is reduced (threads per row, vector width; how
+  many vectors a thread keeps in registers does not change the order). It is chosen
+  by :func:`row_layout` from the row size, dtype and alignment only; no argument
+  mentions the number of rows, so a row's bits cannot depend on the batch.
+* :class:`LaunchPlan` adds what may vary with the batch: rows per block and the grid.
+
+Heuristics are the module-level tables below; overrides (CLI sweeps) go through
+:func:`plan_rows` keyword arguments and are validated against :class:`DeviceLimits`.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from cupykern import _dtypes
+
+WARP_SIZE = 32
+MAX_THREADS_PER_ROW = 1024
+#: Register-cache sizes a kernel is compiled for (vectors per thread).
+VECS_PER_THREAD_CHOICES = (1, 2, 4, 8)
+THREADS_PER_ROW_CHOICES = tuple(2**i for i in range(11))  # 1 .. 1024
+
+#: Aim for this many 16-byte vectors per thread: enough loads in flight to cover
+#: memory latency without starving occupancy (FlashInfer and Quack use 4-8 x 16 B).
+TARGET_VECS_PER_THREAD = 4
+#: Smallest block: rows narrower than this many threads share a block.
+MIN_BLOCK_SIZE = 128
+#: Register-cache cap by threads per row: at 1024 (512) threads a thread may use only
+#: 64 (128) registers, and ptxas spills above 2 (4) cached 16-byte vectors there.
+MAX_CACHED_VECS = {1024: 2, 512: 4}
+
+
+def max_block_size(threads_per_row: int) -> int:
+    """The block size a row kernel is compiled for (its __launch_bounds__), as
+    kernels_cu/cupykern/rows.cuh::max_block_size."""
+    return max(threads_per_row, 256)
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """What a plan must respect on a device; built from the device or by hand in tests."""
+
+    name: str
+    sm_count: int
+    max_threads_per_block: int = 1024
+    max_grid_x: int = 2**31 - 1
+    warp_size: int = WARP_SIZE
+
+    @staticmethod
+    @lru_cache(maxsize=None)
+    def of_device(device_id: int | None = None) -> "DeviceLimits":
+        import cupy
+
+        device = cupy.cuda.Device(device_id)
+        attrs = device.attributes
+        props = cupy.cuda.runtime.getDeviceProperties(device.id)
+        return DeviceLimits(
+            name=props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"]),
+            sm_count=attrs["MultiProcessorCount"],
+            max_threads_per_block=attrs["MaxThreadsPerBlock"],
+            max_grid_x=attrs["MaxGridDimX"],
+            warp_size=attrs["WarpSize"],
+        )
+
+
+#: An H200 SXM as CuPy reports it, for CPU tests of the planner.
+H200_LIMITS = DeviceLimits(name="NVIDIA H200", sm_count=132)
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """How the threads of one row group read and reduce their row."""
+
+    threads_per_row: int
+    vec_width: int
+    vecs_per_thread: int
+    warp_size: int = WARP_SIZE
+
+    def template_args(self) -> tuple[int, int, int, int]:
+        """(kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize) for the row kernels."""
+        return (self.threads_per_row, self.vec_width, self.vecs_per_thread, self.warp_size)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    layout: RowLayout
+    rows_per_block: int
+    grid: tuple[int, int, int]
+    origin: str  # "heuristic" or "override"
+
+    @property
+    def block_size(self) -> int:
+        return self.layout.threads_per_row * self.rows_per_block
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        return (self.block_size, 1, 1)
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def row_layouts(dtype) -> list[RowLayout]:
+    """Every layout the row kernels are compiled for, for one storage dtype."""
+    return [RowLayout(t, v, n) for t in THREADS_PER_ROW_CHOICES for v in sorted({1, _dtypes.vec_width(dtype)})
+            for n in VECS_PER_THREAD_CHOICES]
+
+
+def row_layout(hidden_size: int, dtype, aligned: bool) -> RowLayout:
+    """Heuristic layout for rows of ``hidden_size`` elements of ``dtype``.
+
+    16-byte vectors when ``aligned``; threads per row so that each thread holds about
+    TARGET_VECS_PER_THREAD vectors (up to 1024 threads); a register cache just large
+    enough for the row (up to 8 vectors; larger rows re-read the rest from L2).
+    """
+    vec_width = _dtypes.vec_width(dtype) if aligned else 1
+    num_vecs = max(1, -(-hidden_size // vec_width))
+    threads = min(MAX_THREADS_PER_ROW, _next_pow2(-(-num_vecs // TARGET_VECS_PER_THREAD)))
+    vecs = min(MAX_CACHED_VECS.get(threads, max(VECS_PER_THREAD_CHOICES)), _next_pow2(-(-num_vecs // threads)))
+    return RowLayout(threads, vec_width, vecs)
+
+
+def validate(plan: LaunchPlan, dtype, aligned: bool, limits: DeviceLimits) -> LaunchPlan:
+    """Returns ``plan`` if it can run, else raises ValueError saying what is wrong."""
+    layout = plan.layout
+    if layout.threads_per_row not in THREADS_PER_ROW_CHOICES:
+        raise ValueError(f"threads_per_row must be one of {THREADS_PER_ROW_CHOICES}, got {layout.threads_per_row}")
+    if layout.vecs_per_thread not in VECS_PER_THREAD_CHOICES:
+        raise ValueError(f"vecs_per_thread must be one of {VECS_PER_THREAD_CHOICES}, got {layout.vecs_per_thread}")
+    allowed = (1, _dtypes.vec_width(dtype)) if aligned else (1,)
+    if layout.vec_width not in allowed:
+        why = "" if aligned else " (the arrays are not 16-byte aligned)"
+        raise ValueError(f"vec_width must be one of {allowed} for {_dtypes.short_name(dtype)}{why}, got {layout.vec_width}")
+    if layout.warp_size != limits.warp_size:
+        raise ValueError(f"layout warp size {layout.warp_size} != device warp size {limits.warp_size}")
+    if plan.rows_per_block < 1 or plan.rows_per_block & (plan.rows_per_block - 1):
+        raise ValueError(f"rows_per_block must be a power of two, got {plan.rows_per_block}")
+    block = plan.block_size
+    most = min(limits.max_threads_per_block, max_block_size(layout.threads_per_row))
+    if block > most or block % limits.warp_size:
+        raise ValueError(
+            f"block size threads_per_row * rows_per_block = {block} must be a multiple of "
+            f"{limits.warp_size} and at most {most}")
+    if not 1 <= plan.grid[0] <= limits.max_grid_x:
+        raise ValueError(f"grid {plan.grid} exceeds the device limit {limits.max_grid_x}")
+    return plan
+
+
+def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: DeviceLimits,
+              threads_per_row: int | None = None, vec_width: int | None = None,
+              vecs_per_thread: int | None = None, rows_per_block: int | None = None) -> LaunchPlan:
+    """Plan for a row kernel (rms_norm, fused_add_rms_norm, layer_norm, softmax, row_reduce).
+
+    The keyword overrides replace the heuristic's choices (CLI sweeps); the result is
+    validated. ``num_rows`` only sizes the grid.
+    """
+    layout = row_layout(hidden_size, dtype, aligned)
+    overrides = {k: v for k, v in dict(threads_per_row=threads_per_row, vec_width=vec_width,
+                                       vecs_per_thread=vecs_per_thread).items() if v is not None}
+    layout = replace(layout, **overrides)
+    if rows_per_block is None:
+        rows_per_block = max(1, MIN_BLOCK_SIZE // layout.threads_per_row)
+    blocks = max(1, -(-num_rows // rows_per_block))
+    origin = "override" if overrides or rows_per_block != max(1, MIN_BLOCK_SIZE // layout.threads_per_row) else "heuristic"
+    plan = LaunchPlan(layout, rows_per_block, (min(blocks, limits.max_grid_x), 1, 1), origin)
+    return validate(plan, dtype, aligned, limits)
+
+
+# ----------------------------------------------------------------- sweep overrides
+_override_state = threading.local()
+
+
+class overrides:
+    """Context manager that forces launch choices for row kernels in this thread.
+
+    ``with launch.overrides(threads_per_row=256, rows_per_block=1): rms_norm(x, w)``
+    is how ``cupykern sweep`` tries configurations; an illegal combination raises
+    ValueError from :func:`validate` at the call. Layout choices change only how a row
+    is reduced (results differ by rounding at most), never what is computed.
+    """
+
+    def __init__(self, **choices):
+        unknown = set(choices) - {"threads_per_row", "vec_width", "vecs_per_thread", "rows_per_block"}
+        if unknown:
+            raise TypeError(f"unknown launch overrides: {sorted(unknown)}")
+        self.choices = {k: v for k, v in choices.items() if v is not None}
+
+    def __enter__(self):
+        self._saved = getattr(_override_state, "choices", {})
+        _override_state.choices = {**self._saved, **self.choices}
+        return self
+
+    def __exit__(self, *exc):
+        _override_state.choices = self._saved
+
+
+def current_overrides() -> dict:
+    return dict(getattr(_override_state, "choices", {}))

@@ -1,0 +1,12 @@
+"""float64 NumPy twins of every cupykern kernel: same names, same argument order.
+
+They take NumPy or CuPy arrays and return float64 NumPy arrays; in-place ops return
+the tuple of what they would have written. Tests, ``cupykern check``, the sweep and
+the benchmarks validate the kernels against these.
+"""
+
+from cupykern.reference.norm import fused_add_rms_norm, layer_norm, rms_norm
+from cupykern.reference.row_reduce import row_reduce
+from cupykern.reference.softmax import softmax
+
+__all__ = ["fused_add_rms_norm", "layer_norm", "rms_norm", "row_reduce", "softmax"]

@@ -1,0 +1,36 @@
+"""float64 references of kernels_cu/norm.cu: rms_norm, fused_add_rms_norm, layer_norm."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cupykern.reference._common import f64, host, round_to
+
+
+def rms_norm(x, weight, eps: float = 1e-6, *, weight_offset: float = 0.0) -> np.ndarray:
+    """``x / sqrt(mean(x**2) + eps) * (weight + weight_offset)`` in float64 (arXiv:1910.07467)."""
+    x = f64(x)
+    inv_rms = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    return x * inv_rms * (f64(weight) + weight_offset)
+
+
+def fused_add_rms_norm(x, residual, weight, eps: float = 1e-6, *, weight_offset: float = 0.0):
+    """``(rms_norm(s), s)`` with ``s = x + residual`` rounded to x's dtype (vLLM's semantics).
+
+    Returns float64 arrays: what the kernel writes to ``x`` and to ``residual``.
+    """
+    dtype = host(x).dtype
+    summed = round_to(f64(x) + f64(residual), dtype)
+    return rms_norm(summed, weight, eps, weight_offset=weight_offset), summed
+
+
+def layer_norm(x, weight, bias, eps: float = 1e-5) -> np.ndarray:
+    """``(x - mean) / sqrt(var + eps) * weight + bias``, biased variance, float64 (arXiv:1607.06450)."""
+    x = f64(x)
+    centered = x - np.mean(x, axis=-1, keepdims=True)
+    y = centered / np.sqrt(np.mean(centered * centered, axis=-1, keepdims=True) + eps)
+    if weight is not None:
+        y = y * f64(weight)
+    if bias is not None:
+        y = y + f64(bias)
+    return y

@@ -1,0 +1,18 @@
+"""float64 reference of kernels_cu/softmax.cu."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cupykern.reference._common import f64
+
+
+def softmax(x, *, temperature: float = 1.0) -> np.ndarray:
+    """Max-subtracted softmax of ``x / temperature`` over the last axis, float64.
+
+    All -inf rows give NaN (-inf - -inf); NaN anywhere in a row makes the row NaN.
+    """
+    z = f64(x) / temperature
+    with np.errstate(invalid="ignore"):
+        e = np.exp(z - np.max(z, axis=-1, keepdims=True))
+        return e / np.sum(e, axis=-1, keepdims=True)

@@ -1,0 +1,61 @@
+"""Test configuration: the `gpu` marker, the seeded `rng` fixture.
+
+GPU tests are marked ``@pytest.mark.gpu`` and skipped when CuPy sees no GPU. Every
+test draws its inputs from ``rng``, seeded from the base seed (``--seed``, default
+20261129) and the test's id, so each test gets its own reproducible inputs; the seed
+is in every failure message (``rng.seed``).
+"""
+
+from __future__ import annotations
+
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `import tests.helpers`
+
+
+def _gpu_available() -> bool:
+    try:
+        import cupy
+
+        return cupy.cuda.is_available()
+    except Exception:  # noqa: BLE001 - any import or driver failure means no GPU
+        return False
+
+
+HAS_GPU = _gpu_available()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--seed", type=int, default=20261129, help="base seed of every test's rng")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_GPU:
+        return
+    skip = pytest.mark.skip(reason="no CUDA GPU: run on a GPU machine (see README)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+class SeededRng(np.random.Generator):
+    """A numpy Generator that remembers its seed (for failure messages)."""
+
+    def __init__(self, seed: int):
+        super().__init__(np.random.PCG64(seed))
+        self.seed = seed
+
+
+@pytest.fixture
+def rng(request) -> SeededRng:
+    base = request.config.getoption("--seed")
+    return SeededRng(base ^ zlib.crc32(request.node.nodeid.encode()))
