@@ -7,6 +7,7 @@ Each family declares its specs in ``cupykern/registry/<family>.py`` as ``SPECS``
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -41,6 +42,10 @@ class OpSpec:
     min_bytes: Callable
     output_dtypes: Callable
     check_sizes: tuple = (4096,)
+
+    def with_run(self, run) -> "OpSpec":
+        """The same spec driving another implementation (benchmarks of peers)."""
+        return dataclasses.replace(self, run=run)
 
 
 def nbytes(*arrays) -> int:

@@ -1,0 +1,40 @@
+"""Benchmark of the norm family and softmax (issue 2's table).
+
+rms_norm, fused_add_rms_norm, layer_norm and softmax at num_tokens 1, 16, 64, 1024,
+16384 and hidden 2048, 4096, 8192, in bf16 and fp16, beside plain-CuPy compositions.
+
+    python bench/bench_norm.py [--out DIR] [--seed S] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import DEFAULT_SEED, exit_code, run_cases  # noqa: E402
+
+OPS = ("rms_norm", "fused_add_rms_norm", "layer_norm", "softmax")
+NUM_TOKENS = (1, 16, 64, 1024, 16384)
+HIDDEN_SIZES = (2048, 4096, 8192)
+DTYPES = ("bf16", "fp16")
+
+
+def cases(quick: bool = False):
+    num_tokens = (1, 16384) if quick else NUM_TOKENS
+    for op in OPS:
+        for dtype in DTYPES[:1] if quick else DTYPES:
+            for hidden in HIDDEN_SIZES:
+                for n in num_tokens:
+                    yield op, n, hidden, dtype
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--quick", action="store_true", help="bf16, 1 and 16384 tokens only")
+    args = parser.parse_args()
+    sys.exit(exit_code(run_cases("norm", list(cases(args.quick)), seed=args.seed, out_dir=args.out)))

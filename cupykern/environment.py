@@ -1,0 +1,52 @@
+"""What a result file records about where it ran: GPU, driver, CuPy, NVRTC, commit, date."""
+
+from __future__ import annotations
+
+import datetime
+import subprocess
+from pathlib import Path
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parent, timeout=5)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def describe(with_gpu: bool = True) -> dict:
+    """A JSON-ready dict of the software and (if present) GPU."""
+    import cupy
+    import numpy
+
+    info = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": git_commit(),
+        "cupy": cupy.__version__,
+        "numpy": numpy.__version__,
+    }
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+
+        info["nvrtc"] = ".".join(map(str, nvrtc.getVersion()))
+    except Exception as exc:  # noqa: BLE001 - report, don't fail
+        info["nvrtc"] = f"unavailable ({exc.__class__.__name__})"
+    info["gpu_available"] = bool(with_gpu and cupy.cuda.is_available())
+    if info["gpu_available"]:
+        device = cupy.cuda.Device()
+        props = cupy.cuda.runtime.getDeviceProperties(device.id)
+        attrs = device.attributes
+        name = props["name"]
+        info.update({
+            "gpu": name.decode() if isinstance(name, bytes) else str(name),
+            "compute_capability": device.compute_capability,
+            "sm_count": attrs["MultiProcessorCount"],
+            "memory_gib": round(device.mem_info[1] / 2**30, 1),
+            "l2_mib": round(attrs["L2CacheSize"] / 2**20, 1),
+            "theoretical_bandwidth_gbps": round(2 * attrs["MemoryClockRate"] * 1e3 * attrs["GlobalMemoryBusWidth"] / 8 / 1e9, 1),
+            "driver": cupy.cuda.runtime.driverGetVersion(),
+            "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(),
+        })
+    return info

@@ -1,0 +1,112 @@
+"""GPU timing: CUDA events with a cold L2, CUDA-graph replay, copy bandwidth baseline.
+
+* :func:`time_cold` records an event pair around every call, after overwriting a
+  buffer twice the L2 size (so inputs come from DRAM), with no host sync inside the
+  loop; the median of many calls is reported (Triton's ``do_bench`` pattern).
+* :func:`time_graph` captures ``ops_per_graph`` calls in one CUDA graph and times its
+  replays: GPU time per op for decode-sized shapes, without launch gaps.
+* :func:`copy_bandwidth` times a device-to-device ``cudaMemcpyAsync`` the same way:
+  the practical roofline for memory-bound kernels, measured in the same run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Microseconds per call: median and the 10th/90th percentiles of ``samples`` runs."""
+
+    median_us: float
+    p10_us: float
+    p90_us: float
+    samples: int
+    method: str  # "events, cold L2" or "graph replay"
+
+    @staticmethod
+    def of(samples_us, method: str) -> "Timing":
+        s = np.asarray(samples_us, dtype=np.float64)
+        return Timing(float(np.median(s)), float(np.percentile(s, 10)), float(np.percentile(s, 90)), int(s.size), method)
+
+
+class _L2Flusher:
+    def __init__(self):
+        import cupy
+
+        l2 = cupy.cuda.Device().attributes["L2CacheSize"]
+        self.buffer = cupy.empty(max(2 * l2, 1 << 20), dtype=np.uint8)
+
+    def flush(self, stream):
+        import cupy
+
+        cupy.cuda.runtime.memsetAsync(self.buffer.data.ptr, 0, self.buffer.nbytes, stream.ptr)
+
+
+def time_cold(fn, *, warmup: int = 5, repeat: int = 50) -> Timing:
+    """Median GPU time of ``fn()`` with L2 flushed before each call (current stream)."""
+    import cupy
+
+    stream = cupy.cuda.get_current_stream()
+    flusher = _L2Flusher()
+    for _ in range(warmup):
+        fn()
+    pairs = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(repeat)]
+    for start, end in pairs:
+        flusher.flush(stream)
+        start.record(stream)
+        fn()
+        end.record(stream)
+    pairs[-1][1].synchronize()
+    return Timing.of([cupy.cuda.get_elapsed_time(s, e) * 1e3 for s, e in pairs], "events, cold L2")
+
+
+def time_graph(fn, *, ops_per_graph: int = 100, replays: int = 20) -> Timing:
+    """GPU time per call of ``fn()`` from replays of a graph holding ``ops_per_graph`` calls.
+
+    ``fn`` must only launch kernels on the current stream on buffers allocated before
+    (no host syncs, no allocation that outlives the capture).
+    """
+    import cupy
+
+    fn()  # compile and allocate outside the capture
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        for _ in range(ops_per_graph):
+            fn()
+        graph = stream.end_capture()
+        graph.upload(stream)
+        for _ in range(3):
+            graph.launch(stream)
+        samples = []
+        for _ in range(replays):
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record(stream)
+            graph.launch(stream)
+            end.record(stream)
+            end.synchronize()
+            samples.append(cupy.cuda.get_elapsed_time(start, end) * 1e3 / ops_per_graph)
+    return Timing.of(samples, "graph replay")
+
+
+def copy_bandwidth(nbytes: int = 1 << 30, *, repeat: int = 20) -> float:
+    """Device-to-device copy bandwidth in GB/s (bytes read + bytes written), cold L2."""
+    import cupy
+
+    src = cupy.ones(nbytes, dtype=np.uint8)
+    dst = cupy.empty_like(src)
+    runtime = cupy.cuda.runtime
+    kind = runtime.memcpyDeviceToDevice
+
+    def copy():
+        runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes, kind, cupy.cuda.get_current_stream().ptr)
+
+    timing = time_cold(copy, warmup=3, repeat=repeat)
+    return 2 * nbytes / (timing.median_us * 1e-6) / 1e9
+
+
+def gbps(nbytes: int, timing: Timing) -> float:
+    return nbytes / (timing.median_us * 1e-6) / 1e9

@@ -1,0 +1,76 @@
+"""CPU: every kernel instantiation the package can launch compiles with NVRTC.
+
+No GPU or driver is needed: NVRTC is called directly with the options CuPy 14.2 uses
+at run time (jit.nvrtc_options), for sm_80 and sm_90. Instantiations are compiled in
+chunks on all CPU cores once per session; each (source, arch) is one test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+
+from cupykern import _dtypes, jit, launch
+
+ARCHS = ("80", "90")
+CHUNK = 64
+
+
+def _compile_chunk(job):
+    filename, exprs, arch = job
+    try:
+        lowered, _ = jit.nvrtc_compile(filename, exprs, arch)
+        return filename, arch, len(lowered), None
+    except RuntimeError as exc:
+        return filename, arch, 0, str(exc)[:4000]
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    jobs = [(f, exprs[i:i + CHUNK], arch) for f, exprs in jit.instantiations().items() for arch in ARCHS
+            for i in range(0, len(exprs), CHUNK)]
+    with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        results = list(pool.map(_compile_chunk, jobs))
+    summary: dict = {}
+    for filename, arch, count, error in results:
+        entry = summary.setdefault((filename, arch), {"count": 0, "errors": []})
+        entry["count"] += count
+        if error:
+            entry["errors"].append(error)
+    return summary
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("filename", sorted(jit.instantiations()))
+def test_every_instantiation_compiles(compiled, filename, arch):
+    entry = compiled[(filename, arch)]
+    assert not entry["errors"], "\n".join(entry["errors"])
+    assert entry["count"] == len(jit.instantiations()[filename])
+
+
+def test_instantiation_names_are_unique():
+    for filename, exprs in jit.instantiations().items():
+        assert len(exprs) == len(set(exprs)), filename
+
+
+def test_source_inlines_headers_once():
+    text = jit.source("norm.cu")
+    assert "#include <cupykern/" not in text
+    assert text.count("// ---- begin cupykern/reduce.cuh") == 1
+
+
+@pytest.mark.parametrize("hidden_size", [4096, 8192, 16384, 65536])
+@pytest.mark.parametrize("dtype", _dtypes.DTYPES, ids=_dtypes.short_name)
+def test_heuristic_layouts_do_not_spill(hidden_size, dtype):
+    """The layouts the planner picks for common sizes keep their register cache in registers."""
+    from cupykern.ops import norm
+
+    layout = launch.row_layout(hidden_size, dtype, aligned=True)
+    exprs = [t.expr(_dtypes.c_type(dtype), *layout.template_args())
+             for t in (norm.RMS_NORM, norm.FUSED_ADD_RMS_NORM, norm.LAYER_NORM)]
+    _, log = jit.nvrtc_compile("norm.cu", exprs, "90", ["--ptxas-options=-v"])
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
+    assert len(spills) == len(exprs) and not any(spills), log
