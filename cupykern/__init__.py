@@ -8,6 +8,7 @@ family                  kernels_cu/            cupykern/                   refer
 norm                    norm.cu                ops/norm.py                 reference/norm.py
 softmax                 softmax.cu             ops/softmax.py              reference/softmax.py
 row_reduce              row_reduce.cu          ops/row_reduce.py           reference/row_reduce.py
+activation              activation.cu          ops/activation.py           reference/activation.py
 ======================  =====================  ==========================  ==================
 
 Shared pieces: ``jit`` (compile), ``launch`` (launch plans), ``_arrays`` (argument
@@ -16,10 +17,12 @@ sweeps and benches), ``cli``.
 """
 
 from cupykern._dtypes import bfloat16
+from cupykern.ops.activation import gelu_and_mul, silu_and_mul, swiglu
 from cupykern.ops.norm import fused_add_rms_norm, layer_norm, rms_norm
 from cupykern.ops.row_reduce import row_reduce
 from cupykern.ops.softmax import softmax
 
 __version__ = "0.1.0"
 
-__all__ = ["bfloat16", "fused_add_rms_norm", "layer_norm", "rms_norm", "row_reduce", "softmax"]
+__all__ = ["bfloat16", "fused_add_rms_norm", "gelu_and_mul", "layer_norm", "rms_norm", "row_reduce", "silu_and_mul",
+           "softmax", "swiglu"]

@@ -42,6 +42,8 @@ def rows_view(shape, strides, itemsize: int, name: str) -> Rows:
     shape, strides = tuple(shape), tuple(strides)
     if not shape:
         raise ValueError(f"{name}: expected at least one axis (..., hidden_size), got a 0-d array")
+    if 0 in shape:  # nothing to address: CuPy reports zero strides for empty arrays
+        return Rows(math.prod(shape[:-1]), shape[-1], shape[-1])
     if any(s % itemsize for s in strides):
         raise ValueError(f"{name}: strides {strides} are not multiples of the item size {itemsize}")
     hidden_size = shape[-1]

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import datetime
+import os
 import subprocess
 from pathlib import Path
 
 
 def git_commit() -> str:
+    """The checkout's short commit; CUPYKERN_COMMIT overrides it (a copy without .git)."""
+    if os.environ.get("CUPYKERN_COMMIT"):
+        return os.environ["CUPYKERN_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                              cwd=Path(__file__).resolve().parent, timeout=5)

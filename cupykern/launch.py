@@ -203,3 +203,70 @@ class overrides:
 
 def current_overrides() -> dict:
     return dict(getattr(_override_state, "choices", {}))
+
+
+# ----------------------------------------------------------------- activation family
+# act_and_mul_kernel (kernels_cu/activation.cu) is elementwise: no reduction order to
+# protect, so its plan is just a block size, a vector width and a grid over (row,
+# chunk) work items, a chunk being block_size consecutive vectors of one row.
+
+#: act_and_mul_kernel's __launch_bounds__ (activation.cu::kActMaxBlockSize).
+ACTIVATION_MAX_BLOCK_SIZE = 1024
+#: Default block: 256 threads, one 16-byte vector of gate and of up each. Eight such
+#: blocks fill an SM's 2048 threads with 64 KiB of loads in flight, above the ~25 KiB
+#: per SM that covers HBM latency at an H200's 4.8 TB/s (bandwidth x ~700 ns / 132 SMs).
+#: Not yet tuned by a measurement in bench/results.
+ACTIVATION_BLOCK_SIZE = 256
+#: Decode-sized work (fewer chunks than SMs) halves the block down to this, spreading
+#: the few vectors over more SMs.
+ACTIVATION_MIN_BLOCK_SIZE = 64
+
+
+@dataclass(frozen=True)
+class ActivationPlan:
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    vec_width: int
+    origin: str  # "heuristic" or "override"
+
+    @property
+    def block_size(self) -> int:
+        return self.block[0]
+
+
+def activation_chunks(num_rows: int, d: int, block_size: int, vec_width: int) -> int:
+    """Work items of act_and_mul_kernel: rows x ceil(ceil(d / vec_width) / block_size)."""
+    slots_per_row = -(-d // vec_width)
+    return num_rows * -(-slots_per_row // block_size)
+
+
+def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: DeviceLimits,
+                    block_size: int | None = None, vec_width: int | None = None) -> ActivationPlan:
+    """Plan for act_and_mul_kernel (silu_and_mul, gelu_and_mul, swiglu) on rows of ``d`` outputs.
+
+    16-byte vectors when ``aligned``; ACTIVATION_BLOCK_SIZE threads, fewer for narrow
+    rows (no more threads than vectors, a power of two from one warp) and halved down
+    to ACTIVATION_MIN_BLOCK_SIZE while there are fewer work items than SMs. The grid
+    covers every work item, capped at ``limits.max_grid_x`` (the kernel walks the rest
+    grid-stride). ``block_size``/``vec_width`` override the heuristic; the result is
+    validated (ValueError).
+    """
+    origin = "heuristic" if block_size is None and vec_width is None else "override"
+    allowed = (1, _dtypes.vec_width(dtype)) if aligned else (1,)
+    if vec_width is None:
+        vec_width = allowed[-1]
+    if vec_width not in allowed:
+        why = "" if aligned else " (the arrays are not 16-byte aligned)"
+        raise ValueError(f"vec_width must be one of {allowed} for {_dtypes.short_name(dtype)}{why}, got {vec_width}")
+    if block_size is None:
+        slots_per_row = -(-d // vec_width)
+        block_size = min(ACTIVATION_BLOCK_SIZE, max(limits.warp_size, _next_pow2(slots_per_row)))
+        while (block_size > ACTIVATION_MIN_BLOCK_SIZE
+               and activation_chunks(num_rows, d, block_size, vec_width) < limits.sm_count):
+            block_size //= 2
+    most = min(limits.max_threads_per_block, ACTIVATION_MAX_BLOCK_SIZE)
+    if not 0 < block_size <= most or block_size % limits.warp_size:
+        raise ValueError(f"block_size must be a multiple of {limits.warp_size} and at most {most}, got {block_size}")
+    chunks = activation_chunks(num_rows, d, block_size, vec_width)
+    grid = (max(1, min(chunks, limits.max_grid_x)), 1, 1)
+    return ActivationPlan(grid, (block_size, 1, 1), vec_width, origin)

@@ -40,7 +40,7 @@ class Guarded:
         shape = tuple(shape)
         rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
         width = shape[-1] + row_pad
-        self.sentinel = np.float32(-12345.0)
+        self.sentinel = np.float32(-4096.0)  # exact in every supported dtype
         self.buffer = cupy.full(margin + rows * width + margin, self.sentinel, dtype=np.float32).astype(dtype)
         body = self.buffer[margin + misalign: margin + misalign + rows * width].reshape(rows, width)
         self.view = body[:, : shape[-1]].reshape(shape)

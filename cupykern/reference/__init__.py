@@ -5,8 +5,10 @@ the tuple of what they would have written. Tests, ``cupykern check``, the sweep 
 the benchmarks validate the kernels against these.
 """
 
+from cupykern.reference.activation import gelu_and_mul, silu_and_mul, swiglu
 from cupykern.reference.norm import fused_add_rms_norm, layer_norm, rms_norm
 from cupykern.reference.row_reduce import row_reduce
 from cupykern.reference.softmax import softmax
 
-__all__ = ["fused_add_rms_norm", "layer_norm", "rms_norm", "row_reduce", "softmax"]
+__all__ = ["fused_add_rms_norm", "gelu_and_mul", "layer_norm", "rms_norm", "row_reduce", "silu_and_mul", "softmax",
+           "swiglu"]

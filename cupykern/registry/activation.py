@@ -1,0 +1,43 @@
+"""Op specs of the activation family (silu_and_mul, gelu_and_mul).
+
+Inputs are the fused gate_up layout: x of shape (num_tokens, 2 * d); the size is d.
+"""
+
+from __future__ import annotations
+
+from cupykern import reference
+from cupykern.ops import activation
+from cupykern.registry import OpSpec, nbytes, random_device
+
+
+def _gate_up_inputs(rng, num_tokens, d, dtype):
+    return {"x": random_device(rng, (num_tokens, 2 * d), dtype), "out": None}
+
+
+def _gate_up_bytes(inputs) -> int:
+    """x read once, out (half of x's width) written once."""
+    x = inputs["x"]
+    return nbytes(x) + nbytes(x) // 2
+
+
+SILU_AND_MUL = OpSpec(
+    name="silu_and_mul", family="activation", size_name="d",
+    make_inputs=_gate_up_inputs,
+    run=lambda i: (activation.silu_and_mul(i["x"], out=i.get("out")),),
+    reference=lambda i: (reference.silu_and_mul(i["x"]),),
+    min_bytes=_gate_up_bytes,
+    output_dtypes=lambda i: (i["x"].dtype,),
+    check_sizes=(11008,),
+)
+
+GELU_AND_MUL = OpSpec(
+    name="gelu_and_mul", family="activation", size_name="d",
+    make_inputs=_gate_up_inputs,
+    run=lambda i: (activation.gelu_and_mul(i["x"], out=i.get("out")),),
+    reference=lambda i: (reference.gelu_and_mul(i["x"]),),
+    min_bytes=_gate_up_bytes,
+    output_dtypes=lambda i: (i["x"].dtype,),
+    check_sizes=(11008,),
+)
+
+SPECS = (SILU_AND_MUL, GELU_AND_MUL)
