@@ -27,6 +27,8 @@ __device__ __forceinline__ void for_each_vec(int64_t num_vecs, int lane, F&& f) 
     const int64_t v = lane + static_cast<int64_t>(slot) * kThreadsPerRow;
     if (v < num_vecs) f(slot, v);
   }
+  // Unrolled so that several loads of the re-read part are in flight at once.
+#pragma unroll 4
   for (int64_t v = lane + static_cast<int64_t>(kVecsPerThread) * kThreadsPerRow; v < num_vecs;
        v += kThreadsPerRow) {
     f(-1, v);
