@@ -270,3 +270,96 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     chunks = activation_chunks(num_rows, d, block_size, vec_width)
     grid = (max(1, min(chunks, limits.max_grid_x)), 1, 1)
     return ActivationPlan(grid, (block_size, 1, 1), vec_width, origin)
+
+
+# ----------------------------------------------------------------- rope family
+# apply_rope_kernel and qk_rms_norm_rope_kernel (kernels_cu/rope.cu) give each head a
+# group of threads_per_head threads (one "unit" of vec_width pairs each), head_slots
+# groups per token walking its heads, tokens_per_block tokens per block. A thread
+# loads its cos/sin once per token and reuses them for the heads it walks, so more
+# heads per thread means fewer cache reads, fewer threads means fewer blocks.
+
+#: __launch_bounds__ of both kernels (rope.cu::kRopeMaxBlockSize).
+ROPE_MAX_BLOCK_SIZE = 256
+#: Heads a thread rotates per token once there are enough tokens to fill the GPU: 4
+#: reuses each cos/sin load 4 times (the Llama-3 shape, 32 + 8 heads, splits evenly
+#: into 10 slots) and keeps ~1000 threads x 32 bytes of q/k loads in flight per SM at
+#: the 64 registers apply_rope_kernel is held to, above the ~25 KiB per SM that covers
+#: HBM latency on an H200 (bandwidth x ~700 ns / 132 SMs). Not yet tuned by a
+#: measurement in bench/results.
+ROPE_HEADS_PER_THREAD = 4
+#: Decode-sized batches (fewer tokens than this many per SM) give each head its own
+#: slot instead, spreading the few tokens' work over more threads.
+ROPE_MIN_TOKENS_PER_SM = 4
+
+
+def rope_vec_widths(dtype, *, fused_norm: bool) -> tuple[int, ...]:
+    """Vector widths (elements) the rope kernels are compiled for: 1, 8 and 16 bytes for
+    apply_rope; 1 and 16 bytes for qk_rms_norm_rope."""
+    full = _dtypes.vec_width(dtype)
+    return (1, full) if fused_norm else (1, full // 2, full)
+
+
+#: kThreadsPerHead of qk_rms_norm_rope_kernel: the row group that reduces one head.
+ROPE_NORM_THREADS_PER_HEAD = (8, 16, 32)
+
+
+def rope_norm_threads_per_head(vec_width: int, head_dim: int, rotary_dim: int) -> int:
+    """qk_rms_norm_rope's row group: enough lanes for one unit (and one pass-through
+    vector) each, 8 to 32; the scalar path always takes a full warp."""
+    if vec_width == 1:
+        return 32
+    work = max(rotary_dim // 2 // vec_width, (head_dim - rotary_dim) // vec_width, 1)
+    return min(32, max(8, _next_pow2(work)))
+
+
+@dataclass(frozen=True)
+class RopePlan:
+    vec_width: int
+    threads_per_head: int
+    head_slots: int
+    tokens_per_block: int
+    grid: tuple[int, int, int]
+    origin: str = "heuristic"
+
+    @property
+    def block_size(self) -> int:
+        """Active threads rounded up to whole warps."""
+        active = self.threads_per_head * self.head_slots * self.tokens_per_block
+        return -(-active // WARP_SIZE) * WARP_SIZE
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        return (self.block_size, 1, 1)
+
+
+def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, dtype, *, max_vec_width: int,
+              fused_norm: bool, limits: DeviceLimits) -> RopePlan:
+    """Plan for apply_rope_kernel (``fused_norm=False``) or qk_rms_norm_rope_kernel.
+
+    ``num_heads`` counts q and k heads; ``max_vec_width`` is the widest access every
+    pointer and stride allows (the caller checks alignment). The vector width is the
+    widest compiled one that also divides rotary_dim / 2 and head_dim. For
+    qk_rms_norm_rope the row group (threads_per_head) depends on head_dim, rotary_dim
+    and the vector width only, so a head's reduction order never depends on the batch.
+    """
+    half = rotary_dim // 2
+    vec_width = max(w for w in rope_vec_widths(dtype, fused_norm=fused_norm)
+                    if w <= max_vec_width and half % w == 0 and head_dim % w == 0)
+    units = half // vec_width
+    if fused_norm:
+        threads_per_head = rope_norm_threads_per_head(vec_width, head_dim, rotary_dim)
+    else:
+        threads_per_head = min(units, ROPE_MAX_BLOCK_SIZE)
+    few_tokens = num_tokens < ROPE_MIN_TOKENS_PER_SM * limits.sm_count
+    heads_per_thread = 1 if few_tokens else ROPE_HEADS_PER_THREAD
+    head_slots = max(1, min(-(-num_heads // heads_per_thread), ROPE_MAX_BLOCK_SIZE // threads_per_head))
+    threads_per_token = threads_per_head * head_slots
+    # Fill the block with tokens, but keep at least one block per SM while tokens last.
+    tokens_per_block = max(1, min(ROPE_MAX_BLOCK_SIZE // threads_per_token, -(-num_tokens // limits.sm_count)))
+    blocks = max(1, -(-num_tokens // tokens_per_block))
+    plan = RopePlan(vec_width, threads_per_head, head_slots, tokens_per_block, (min(blocks, limits.max_grid_x), 1, 1))
+    most = min(limits.max_threads_per_block, ROPE_MAX_BLOCK_SIZE)
+    if plan.block_size > most:
+        raise ValueError(f"rope block of {plan.block_size} threads exceeds {most}")
+    return plan

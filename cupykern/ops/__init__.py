@@ -5,7 +5,7 @@ on CuPy's current stream, and declares every template instantiation it can launc
 in ``instantiations()``.
 """
 
-from cupykern.ops import activation, norm, row_reduce, softmax
+from cupykern.ops import activation, norm, rope, row_reduce, softmax
 
 #: The family modules, for jit.instantiations() and the CPU compile test.
-FAMILIES = (norm, softmax, row_reduce, activation)
+FAMILIES = (norm, softmax, row_reduce, activation, rope)

@@ -63,10 +63,10 @@ def random_device(rng: np.random.Generator, shape, dtype, scale: float = 1.0, lo
 
 def all_specs() -> dict[str, OpSpec]:
     """Every registered op by name, in family order."""
-    from cupykern.registry import activation, norm, row_reduce, softmax
+    from cupykern.registry import activation, norm, rope, row_reduce, softmax
 
     specs: dict[str, OpSpec] = {}
-    for module in (norm, softmax, row_reduce, activation):
+    for module in (norm, softmax, row_reduce, activation, rope):
         for spec in module.SPECS:
             specs[spec.name] = spec
     return specs

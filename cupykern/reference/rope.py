@@ -1,0 +1,78 @@
+"""float64 references of kernels_cu/rope.cu: rope_cos_sin_cache, apply_rope, qk_rms_norm_rope.
+
+The rotation is written as complex multiplication, ``(x1 + i x2) * (cos + i sin)``, on
+pairs gathered by NumPy slicing: independent of the kernel's per-unit indexing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cupykern import rope_scaling as _scaling
+from cupykern.reference._common import f64, host
+from cupykern.reference.norm import rms_norm
+
+
+def rope_cos_sin_cache(max_position: int, rotary_dim: int, base: float = 10000.0, *, rope_scaling=None) -> np.ndarray:
+    """The ``(max_position, rotary_dim)`` cos/sin table in float64, unrounded
+    (cupykern/rope_scaling.py; RoFormer arXiv:2104.09864 and the HF scalings)."""
+    return _scaling.cos_sin_table(max_position, rotary_dim, base, rope_scaling, dtype=np.float64)
+
+
+def _rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, is_neox: bool) -> np.ndarray:
+    """x ``(tokens, heads, head_dim)`` float64 with its first ``2 * cos.shape[1]`` dims
+    rotated by the per-token angles (cos, sin ``(tokens, rotary_dim / 2)``)."""
+    half = cos.shape[-1]
+    rotary = 2 * half
+    if is_neox:
+        z = x[..., :half] + 1j * x[..., half:rotary]
+    else:
+        z = x[..., 0:rotary:2] + 1j * x[..., 1:rotary:2]
+    z = z * (cos + 1j * sin)[:, None, :]
+    out = x.copy()
+    if is_neox:
+        out[..., :half], out[..., half:rotary] = z.real, z.imag
+    else:
+        out[..., 0:rotary:2], out[..., 1:rotary:2] = z.real, z.imag
+    return out
+
+
+def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True):
+    """Rotary embedding in float64: ``(q_out, k_out)`` (``k_out`` None when ``k`` is None).
+
+    q ``(num_tokens, num_q_heads, head_dim)`` or ``(batch, seq_len, heads, head_dim)``
+    with positions of the leading shape; the cache's own values (as stored, e.g.
+    rounded to float32) give cos and sin. Pairs are (i, i + rotary_dim/2) for NeoX,
+    (2i, 2i+1) otherwise (RoFormer, arXiv:2104.09864). Dims past rotary_dim and tokens
+    whose position is outside ``[0, max_position)`` are returned unchanged.
+    """
+    cache = f64(cos_sin_cache)
+    half = cache.shape[1] // 2
+    pos = host(positions).astype(np.int64).reshape(-1)
+    valid = (pos >= 0) & (pos < cache.shape[0])
+    rows = cache[np.where(valid, pos, 0)]
+    cos = np.where(valid[:, None], rows[:, :half], 1.0)
+    sin = np.where(valid[:, None], rows[:, half:], 0.0)
+
+    def one(x):
+        if x is None:
+            return None
+        x = f64(x)
+        flat = x.reshape(-1, *x.shape[-2:])
+        out = _rotate(flat, cos, sin, is_neox)
+        out[~valid] = flat[~valid]  # exact pass-through, even for inf/NaN inputs
+        return out.reshape(x.shape)
+
+    return one(q), one(k)
+
+
+def qk_rms_norm_rope(q, k, q_weight, k_weight, positions, cos_sin_cache, eps: float = 1e-6, *,
+                     is_neox: bool = True):
+    """Per-head RMSNorm (over head_dim, with q_weight / k_weight) then :func:`apply_rope`,
+    float64: ``(q_out, k_out)``. Tokens with an out-of-range position are unchanged
+    (not normalised either), as the kernel leaves them."""
+    pos = host(positions).astype(np.int64)
+    valid = ((pos >= 0) & (pos < host(cos_sin_cache).shape[0]))[..., None, None]
+    q_norm = np.where(valid, rms_norm(q, q_weight, eps), f64(q))
+    k_norm = np.where(valid, rms_norm(k, k_weight, eps), f64(k))
+    return apply_rope(q_norm, k_norm, positions, cos_sin_cache, is_neox=is_neox)

@@ -1,0 +1,228 @@
+"""Host-side float64 RoPE tables: inverse frequencies per Hugging Face ``rope_type``,
+the attention factor, and the ``cos_sin_cache`` built from them.
+
+Pure NumPy (no GPU): :func:`rope_parameters` reads a Hugging Face config's
+``rope_scaling`` dict as is and returns ``(inv_freq, attention_factor)``;
+:func:`cos_sin_table` evaluates ``cos``/``sin`` of ``position * inv_freq`` in float64
+(so position 1,000,000 is as accurate as position 1) and folds the attention factor
+in. ``cupykern.rope_cos_sin_cache`` uploads the table; ``cupykern.reference`` uses it
+unrounded.
+
+Each builder cites the function whose semantics it follows: Hugging Face transformers
+``src/transformers/modeling_rope_utils.py`` (``_compute_*_parameters``) and vLLM
+``vllm/model_executor/layers/rotary_embedding/`` (one file per scaling).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: The rope_type values understood, with the keys each one requires.
+REQUIRED_KEYS = {
+    "default": (),
+    "linear": ("factor",),
+    "dynamic": ("factor", "original_max_position_embeddings"),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "yarn": ("factor", "original_max_position_embeddings"),
+}
+
+#: Rows of the table evaluated at once (bounds the float64 scratch to 64 MiB at rotary_dim 128).
+_CHUNK_ROWS = 1 << 16
+
+
+def default_inv_freq(rotary_dim: int, base: float) -> np.ndarray:
+    """``inv_freq[i] = base ** (-2 i / rotary_dim)``, i in [0, rotary_dim / 2), float64.
+
+    Source: RoFormer (Su et al. 2021, arXiv:2104.09864, eq. 15); HF
+    ``_compute_default_rope_parameters``.
+    """
+    return 1.0 / (float(base) ** (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim))
+
+
+def linear_inv_freq(rotary_dim: int, base: float, factor: float) -> np.ndarray:
+    """Position interpolation: ``inv_freq / factor`` (HF ``_compute_linear_scaling_rope_parameters``;
+    Chen et al. 2023, arXiv:2306.15595)."""
+    return default_inv_freq(rotary_dim, base) / factor
+
+
+def dynamic_ntk_inv_freq(rotary_dim: int, base: float, factor: float, original_max_position: float,
+                         max_position: int) -> np.ndarray:
+    """Dynamic NTK: the base stretched for a sequence of ``max_position`` tokens.
+
+    ``base' = base * (factor * L / L0 - (factor - 1)) ** (rotary_dim / (rotary_dim - 2))``
+    with ``L = max(max_position, L0)``, ``L0 = original_max_position``; then
+    :func:`default_inv_freq` with ``base'``. HF ``_compute_dynamic_ntk_parameters`` with
+    ``seq_len = max_position``; vLLM's ``DynamicNTKScalingRotaryEmbedding`` builds its
+    cache the same way for its ``max_len`` positions. ``L <= L0`` gives the unscaled base.
+    """
+    seq_len = max(float(max_position), float(original_max_position))
+    stretched = base * (factor * seq_len / original_max_position - (factor - 1)) ** (rotary_dim / (rotary_dim - 2))
+    return default_inv_freq(rotary_dim, stretched)
+
+
+def llama3_inv_freq(rotary_dim: int, base: float, factor: float, low_freq_factor: float, high_freq_factor: float,
+                    original_max_position: float) -> np.ndarray:
+    """Llama 3.1 scaling (HF ``_compute_llama3_parameters``, from Meta's reference code).
+
+    With ``wavelen = 2 pi / inv_freq``, ``low_wl = L0 / low_freq_factor`` and
+    ``high_wl = L0 / high_freq_factor``: wavelengths below ``high_wl`` keep their
+    frequency, those above ``low_wl`` are divided by ``factor``, and those in between
+    (both edges included) are interpolated with
+    ``smooth = (L0 / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)``,
+    ``inv_freq' = (1 - smooth) * inv_freq / factor + smooth * inv_freq``.
+    """
+    inv_freq = default_inv_freq(rotary_dim, base)
+    wavelen = 2.0 * math.pi / inv_freq
+    low_wl = original_max_position / low_freq_factor
+    high_wl = original_max_position / high_freq_factor
+    smooth = (original_max_position / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed = (1.0 - smooth) * inv_freq / factor + smooth * inv_freq
+    out = np.where(wavelen > low_wl, inv_freq / factor, inv_freq)
+    medium = ~(wavelen < high_wl) & ~(wavelen > low_wl)
+    return np.where(medium, smoothed, out)
+
+
+def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YaRN's magnitude correction ``0.1 * mscale * ln(scale) + 1`` (1 for scale <= 1)."""
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def yarn_parameters(rotary_dim: int, base: float, factor: float, original_max_position: float, *,
+                    beta_fast: float | None = None, beta_slow: float | None = None, mscale: float | None = None,
+                    mscale_all_dim: float | None = None, attention_factor: float | None = None,
+                    truncate: bool = True) -> tuple[np.ndarray, float]:
+    """YaRN (Peng et al. 2023, arXiv:2309.00071): ``(inv_freq, attention_factor)``.
+
+    Frequencies blend interpolation (``inv_freq / factor``) and extrapolation
+    (``inv_freq``) with a linear ramp over pair index i between
+    ``low = floor(d(beta_fast))`` and ``high = ceil(d(beta_slow))`` (no floor/ceil when
+    ``truncate`` is False), ``d(r) = rotary_dim * ln(L0 / (2 pi r)) / (2 ln base)``,
+    clamped to [0, rotary_dim - 1]: ``ramp = clip((i - low) / (high - low), 0, 1)``,
+    ``inv_freq' = inv_freq / factor * ramp + inv_freq * (1 - ramp)``.
+    The attention factor is ``attention_factor`` if given, else
+    ``mscale(factor, mscale) / mscale(factor, mscale_all_dim)`` when both are set and
+    nonzero (DeepSeek), else ``0.1 ln(factor) + 1``. beta_fast/beta_slow default to 32/1.
+    Source: HF ``_compute_yarn_parameters``; vLLM ``YaRNScalingRotaryEmbedding`` and
+    ``DeepseekScalingRotaryEmbedding``. ``factor`` is the config's ``factor`` (vLLM; HF
+    releases that rederive it as ``max_position_embeddings / L0`` agree whenever the
+    config's sizes are consistent).
+    """
+    beta_fast = beta_fast or 32
+    beta_slow = beta_slow or 1
+    if attention_factor is None:
+        if mscale and mscale_all_dim:
+            attention_factor = yarn_get_mscale(factor, mscale) / yarn_get_mscale(factor, mscale_all_dim)
+        else:
+            attention_factor = yarn_get_mscale(factor)
+
+    def correction_dim(num_rotations: float) -> float:
+        return rotary_dim * math.log(original_max_position / (num_rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, rotary_dim - 1)
+    if low == high:
+        high += 0.001  # as HF and vLLM: avoid dividing by zero
+    ramp = np.clip((np.arange(rotary_dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    inv_freq = default_inv_freq(rotary_dim, base)
+    return inv_freq / factor * ramp + inv_freq * (1.0 - ramp), float(attention_factor)
+
+
+def rope_type_of(rope_scaling) -> str:
+    """The ``rope_type`` of a HF ``rope_scaling`` dict (older configs say ``type``); None -> default.
+
+    Raises:
+        ValueError: not a dict, or an unknown type (the message names it and lists the known ones).
+    """
+    if rope_scaling is None:
+        return "default"
+    if not isinstance(rope_scaling, dict):
+        raise ValueError(f"rope_scaling: expected a dict (a HF config's rope_scaling) or None, got "
+                         f"{type(rope_scaling).__name__}")
+    kind = rope_scaling.get("rope_type", rope_scaling.get("type", "default"))
+    if kind not in REQUIRED_KEYS:
+        raise ValueError(f"rope_scaling: unknown rope_type {kind!r}; supported: {', '.join(REQUIRED_KEYS)}")
+    return kind
+
+
+def _positive(rope_scaling: dict, key: str) -> float:
+    value = rope_scaling[key]
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"rope_scaling[{key!r}]: expected a finite number > 0, got {rope_scaling[key]!r}")
+    return value
+
+
+def rope_parameters(rotary_dim: int, base: float, rope_scaling=None, *, max_position: int) -> tuple[np.ndarray, float]:
+    """``(inv_freq, attention_factor)`` for a HF ``rope_scaling`` dict, float64.
+
+    ``inv_freq`` has ``rotary_dim / 2`` entries; ``max_position`` (the cache length) is
+    used by ``"dynamic"`` only.
+
+    Raises:
+        ValueError: unknown rope_type, missing keys (all named), non-positive or
+            non-finite factors, llama3's ``high_freq_factor == low_freq_factor``.
+    """
+    kind = rope_type_of(rope_scaling)
+    missing = [key for key in REQUIRED_KEYS[kind] if key not in rope_scaling]
+    if missing:
+        raise ValueError(f"rope_scaling: rope_type {kind!r} needs {', '.join(map(repr, missing))} "
+                         f"(missing from {sorted(rope_scaling)})")
+    get = {key: _positive(rope_scaling, key) for key in REQUIRED_KEYS[kind]}
+    if kind == "default":
+        return default_inv_freq(rotary_dim, base), 1.0
+    if kind == "linear":
+        return linear_inv_freq(rotary_dim, base, get["factor"]), 1.0
+    if kind == "dynamic":
+        return dynamic_ntk_inv_freq(rotary_dim, base, get["factor"], get["original_max_position_embeddings"],
+                                    max_position), 1.0
+    if kind == "llama3":
+        if get["high_freq_factor"] == get["low_freq_factor"]:
+            raise ValueError("rope_scaling: llama3 needs high_freq_factor != low_freq_factor, got both "
+                             f"{get['low_freq_factor']}")
+        return llama3_inv_freq(rotary_dim, base, get["factor"], get["low_freq_factor"], get["high_freq_factor"],
+                               get["original_max_position_embeddings"]), 1.0
+    optional = {key: rope_scaling.get(key) for key in ("beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+                                                        "attention_factor")}
+    return yarn_parameters(rotary_dim, base, get["factor"], get["original_max_position_embeddings"], **optional,
+                           truncate=bool(rope_scaling.get("truncate", True)))
+
+
+def check_table_args(max_position, rotary_dim, base) -> None:
+    """ValueError unless ``max_position >= 0``, ``rotary_dim`` even and >= 2, ``base > 0`` and != 1."""
+    if not isinstance(max_position, (int, np.integer)) or max_position < 0:
+        raise ValueError(f"max_position: expected an int >= 0, got {max_position!r}")
+    if not isinstance(rotary_dim, (int, np.integer)) or rotary_dim < 2 or rotary_dim % 2:
+        raise ValueError(f"rotary_dim: expected an even int >= 2, got {rotary_dim!r}")
+    if not (math.isfinite(float(base)) and base > 0 and base != 1):
+        raise ValueError(f"base: expected a finite number > 0 and != 1, got {base!r}")
+
+
+def cos_sin_table(max_position: int, rotary_dim: int, base: float = 10000.0, rope_scaling=None,
+                  dtype=np.float64) -> np.ndarray:
+    """The ``(max_position, rotary_dim)`` cos/sin cache on the host.
+
+    Row p: ``[cos(p * inv_freq) * a, sin(p * inv_freq) * a]`` (cos in the first
+    ``rotary_dim / 2`` columns), ``a`` the attention factor (1 except YaRN), angles and
+    products in float64, rounded once to ``dtype``. vLLM's and FlashInfer's
+    ``cos_sin_cache`` layout.
+
+    Raises:
+        ValueError: as :func:`check_table_args` and :func:`rope_parameters`.
+    """
+    check_table_args(max_position, rotary_dim, base)
+    inv_freq, attention_factor = rope_parameters(rotary_dim, float(base), rope_scaling, max_position=max_position)
+    half = rotary_dim // 2
+    table = np.empty((max_position, rotary_dim), dtype=dtype)
+    for start in range(0, max_position, _CHUNK_ROWS):
+        stop = min(start + _CHUNK_ROWS, max_position)
+        angles = np.arange(start, stop, dtype=np.float64)[:, None] * inv_freq[None, :]
+        table[start:stop, :half] = np.cos(angles) * attention_factor
+        table[start:stop, half:] = np.sin(angles) * attention_factor
+    return table

@@ -1,0 +1,345 @@
+// rope.cu: apply_rope, qk_rms_norm_rope.
+//
+// Math (fp32 from the cache, one rounding to T at the store). For each token with
+// position p, cos/sin row c = cache[p, 0:rotary_dim/2], s = cache[p, rotary_dim/2:],
+// and each pair (x1, x2) of a head:
+//   x1' = x1 * c[i] - x2 * s[i]
+//   x2' = x2 * c[i] + x1 * s[i]
+// kIsNeox = true pairs (i, i + rotary_dim/2) (GPT-NeoX, Llama in HF layout);
+// false pairs (2i, 2i + 1) (GPT-J, llama.cpp GGUF). Dims [rotary_dim, head_dim) are
+// not rotated. The cache holds angle p * inv_freq[i], computed in float64 on the host
+// (cupykern/rope_scaling.py), so its scaling (linear, NTK, llama3, YaRN with its
+// attention factor) is already in c and s.
+//   qk_rms_norm_rope: per head, y = x / sqrt(mean(x^2) + eps) * weight over all
+//   head_dim dims (fp32 sum of squares), then the rotation above on y; y is kept in
+//   fp32 between the two and rounded once.
+// Sources: RoFormer, Su et al. 2021 (arXiv:2104.09864); the cos_sin_cache layout and
+// the NeoX/GPT-J pairing of vLLM's rotary_embedding kernels and FlashInfer's
+// apply_rope_pos_ids_cos_sin_cache; QK-norm as in HF Qwen3/OLMo2/Gemma 3 attention
+// (RMSNorm of each head, arXiv:1910.07467, before the rotation).
+//
+// Layout: q [num_tokens, num_q_heads, head_dim], k [num_tokens, num_kv_heads,
+// head_dim] (k may be null: num_kv_heads = 0); unit stride along head_dim, token and
+// head strides in elements, passed separately for q, k and the outputs (views of one
+// fused QKV buffer work); 64-bit offsets. positions [num_tokens] (int or long long,
+// positions_stride apart); cache [max_position, rotary_dim], cache_stride apart.
+// A token whose position is outside [0, max_position) reads no cache row and is left
+// unchanged (apply_rope out of place copies it to the output unrotated).
+// Mutates: apply_rope writes q_out/k_out (they are q/k in place, where only dims
+// [0, rotary_dim) are written; out of place, copy_unrotated = 1 and every dim is
+// written). qk_rms_norm_rope writes every dim of q and k in place. Each element is
+// read and written by the same thread, so in-place use is race-free.
+//
+// Work split: a "unit" is kVecWidth pairs of one head: two vectors of kVecWidth
+// elements (NeoX: at i and i + rotary_dim/2; GPT-J: 2 * kVecWidth adjacent elements)
+// and kVecWidth cos and sin values. A head has units = rotary_dim / 2 / kVecWidth.
+// threads_per_head threads share a head (lane = unit index modulo threads_per_head);
+// head_slots such groups share a token and walk its num_q_heads + num_kv_heads heads
+// (q heads first), so a thread loads its cos/sin once per token and reuses them for
+// every head it rotates; tokens_per_block tokens share a block; blocks walk the
+// tokens grid-stride.
+//
+// Template parameters:
+//   T                 float, __half, __nv_bfloat16 (q, k, weights)
+//   TCache            float, or T
+//   TPos              int, long long
+//   kIsNeox           true (pairs i, i + rotary_dim/2), false (pairs 2i, 2i+1)
+//   kVecWidth         1, 8 / sizeof(T) or 16 / sizeof(T) elements per access (apply_rope);
+//                     1 or 16 / sizeof(T) (qk_rms_norm_rope). Every pointer and stride
+//                     is aligned to it and rotary_dim/2 and head_dim are multiples of it.
+//   kThreadsPerHead   8, 16, 32 (qk_rms_norm_rope: the row group that reduces a head)
+// Launch contract (planned by cupykern/launch.py::plan_rope): 1-D block of at most
+// kRopeMaxBlockSize threads, tokens_per_block * threads_per_head * head_slots of them
+// active, rounded up to a multiple of 32; 1-D grid of any size; no dynamic shared
+// memory. qk_rms_norm_rope needs threads_per_head = kThreadsPerHead.
+#include <cupykern/vec.cuh>
+#include <cupykern/reduce.cuh>
+#include <cupykern/rows.cuh>
+
+using namespace cupykern;
+
+// Largest block; cupykern/launch.py::ROPE_MAX_BLOCK_SIZE mirrors it.
+constexpr int kRopeMaxBlockSize = 256;
+// Heads whose loads apply_rope issues before their stores: 32 bytes of q/k per thread
+// in flight (two heads of 8-byte vectors, one of 16-byte vectors; two heads of
+// 16-byte vectors need more than the 64 registers below and spill).
+template <typename T, int kVecWidth>
+constexpr int heads_per_step() { return kVecWidth * sizeof(T) >= 16 ? 1 : 2; }
+// Blocks of kRopeMaxBlockSize per SM the register budget must allow: 4 x 256 threads
+// (64 registers each), meant to keep enough loads in flight to saturate HBM (the
+// estimate is in cupykern/launch.py::ROPE_HEADS_PER_THREAD; not yet measured).
+constexpr int kRopeMinBlocksPerSm = 4;
+
+// ---------------------------------------------------------------- shared pieces
+// Element offsets, inside a head, of the two vectors of unit u.
+template <bool kIsNeox, int kVecWidth>
+__device__ __forceinline__ void unit_offsets(int64_t u, int64_t half, int64_t& lo, int64_t& hi) {
+  if constexpr (kIsNeox) {
+    lo = u * kVecWidth;
+    hi = half + lo;
+  } else {
+    lo = 2 * u * kVecWidth;
+    hi = lo + kVecWidth;
+  }
+}
+
+// cos and sin of unit u's kVecWidth angles, widened to fp32, in accesses of at most
+// 16 bytes (8 fp32 values take two).
+template <typename TCache, int kVecWidth>
+__device__ __forceinline__ void load_cos_sin(const TCache* __restrict__ row, int64_t half, int64_t u,
+                                             float (&c)[kVecWidth], float (&s)[kVecWidth]) {
+  constexpr int kCacheVec = kVecWidth * sizeof(TCache) > 16 ? 16 / sizeof(TCache) : kVecWidth;
+#pragma unroll
+  for (int part = 0; part < kVecWidth / kCacheVec; ++part) {
+    const int64_t i = u * kVecWidth + part * kCacheVec;
+    const Vec<TCache, kCacheVec> cv = load_vec<TCache, kCacheVec>(row + i);
+    const Vec<TCache, kCacheVec> sv = load_vec<TCache, kCacheVec>(row + half + i);
+#pragma unroll
+    for (int e = 0; e < kCacheVec; ++e) {
+      c[part * kCacheVec + e] = to_float(cv.elt[e]);
+      s[part * kCacheVec + e] = to_float(sv.elt[e]);
+    }
+  }
+}
+
+// Rotates the kVecWidth pairs held in a (first vector) and b (second vector). Pair e
+// is (a[e], b[e]) for NeoX; for GPT-J it is elements (2e, 2e + 1) of a followed by b.
+template <bool kIsNeox, int kVecWidth>
+__device__ __forceinline__ void rotate_pairs(float (&a)[kVecWidth], float (&b)[kVecWidth],
+                                             const float (&c)[kVecWidth], const float (&s)[kVecWidth]) {
+  float z[2 * kVecWidth];
+#pragma unroll
+  for (int e = 0; e < kVecWidth; ++e) {
+    z[e] = a[e];
+    z[kVecWidth + e] = b[e];
+  }
+#pragma unroll
+  for (int e = 0; e < kVecWidth; ++e) {
+    const int i1 = kIsNeox ? e : 2 * e;
+    const int i2 = kIsNeox ? kVecWidth + e : 2 * e + 1;
+    const float x1 = z[i1], x2 = z[i2];
+    z[i1] = x1 * c[e] - x2 * s[e];
+    z[i2] = x2 * c[e] + x1 * s[e];
+  }
+#pragma unroll
+  for (int e = 0; e < kVecWidth; ++e) {
+    a[e] = z[e];
+    b[e] = z[kVecWidth + e];
+  }
+}
+
+// Where the calling thread sits: token tok_sub of the block, head slot, lane in the head.
+struct RopeThread {
+  int tok_sub, slot, lane;
+  __device__ __forceinline__ RopeThread(int threads_per_head, int head_slots) {
+    const int threads_per_token = threads_per_head * head_slots;
+    tok_sub = threadIdx.x / threads_per_token;
+    const int r = threadIdx.x % threads_per_token;
+    slot = r / threads_per_head;
+    lane = r % threads_per_head;
+  }
+};
+
+// ---------------------------------------------------------------- apply_rope
+template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidth>
+__global__ void __launch_bounds__(kRopeMaxBlockSize, kRopeMinBlocksPerSm) apply_rope_kernel(
+    T* q_out,                               // [num_tokens, num_q_heads, head_dim] (q itself in place)
+    T* k_out,                               // [num_tokens, num_kv_heads, head_dim] or null
+    const T* q,                             // [num_tokens, num_q_heads, head_dim]
+    const T* k,                             // [num_tokens, num_kv_heads, head_dim] or null
+    const TPos* __restrict__ positions,     // [num_tokens]
+    const TCache* __restrict__ cos_sin_cache,  // [max_position, rotary_dim]
+    int64_t num_tokens, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim,
+    int64_t rotary_dim, int64_t max_position, int64_t positions_stride,
+    int64_t q_token_stride, int64_t q_head_stride, int64_t k_token_stride, int64_t k_head_stride,
+    int64_t q_out_token_stride, int64_t q_out_head_stride, int64_t k_out_token_stride,
+    int64_t k_out_head_stride, int64_t cache_stride,
+    int threads_per_head, int head_slots, int tokens_per_block, int copy_unrotated) {
+  using V = Vec<T, kVecWidth>;
+  constexpr int kHeadsPerStep = heads_per_step<T, kVecWidth>();
+  const RopeThread th(threads_per_head, head_slots);
+  if (th.tok_sub >= tokens_per_block) return;  // padding up to a whole warp
+  const int64_t half = rotary_dim / 2;
+  const int64_t units = half / kVecWidth;
+  const int64_t pass_vecs = (head_dim - rotary_dim) / kVecWidth;
+  const int64_t num_heads = num_q_heads + num_kv_heads;
+
+  for (int64_t token = static_cast<int64_t>(blockIdx.x) * tokens_per_block + th.tok_sub; token < num_tokens;
+       token += static_cast<int64_t>(gridDim.x) * tokens_per_block) {
+    const int64_t pos = static_cast<int64_t>(positions[token * positions_stride]);
+    const bool valid = pos >= 0 && pos < max_position;
+    if (!valid && !copy_unrotated) continue;  // in place: leave the token as it is
+    const TCache* cs_row = cos_sin_cache + (valid ? pos : 0) * cache_stride;
+    const T* q_tok = q + token * q_token_stride;
+    const T* k_tok = k + token * k_token_stride;
+    T* q_out_tok = q_out + token * q_out_token_stride;
+    T* k_out_tok = k_out + token * k_out_token_stride;
+    // The head's input and output, q heads first, then k heads.
+    auto head_ptrs = [&](int64_t h, const T*& in, T*& out) {
+      if (h < num_q_heads) {
+        in = q_tok + h * q_head_stride;
+        out = q_out_tok + h * q_out_head_stride;
+      } else {
+        in = k_tok + (h - num_q_heads) * k_head_stride;
+        out = k_out_tok + (h - num_q_heads) * k_out_head_stride;
+      }
+    };
+
+    // Rotate: cos/sin of a unit loaded once, used for every head of this slot. Heads
+    // go kHeadsPerStep at a time, all loads before any store, so that more bytes are
+    // in flight (the compiler cannot hoist a load above a store that may alias it).
+    for (int64_t u = th.lane; u < units; u += threads_per_head) {
+      float c[kVecWidth], s[kVecWidth];
+      if (valid) load_cos_sin<TCache, kVecWidth>(cs_row, half, u, c, s);
+      int64_t lo, hi;
+      unit_offsets<kIsNeox, kVecWidth>(u, half, lo, hi);
+      for (int64_t h0 = th.slot; h0 < num_heads; h0 += kHeadsPerStep * head_slots) {
+        const T* in[kHeadsPerStep];
+        T* out[kHeadsPerStep];
+        V va[kHeadsPerStep], vb[kHeadsPerStep];
+#pragma unroll
+        for (int j = 0; j < kHeadsPerStep; ++j) {
+          const int64_t h = h0 + j * head_slots;
+          if (h < num_heads) {
+            head_ptrs(h, in[j], out[j]);
+            va[j] = load_vec<T, kVecWidth>(in[j] + lo);
+            vb[j] = load_vec<T, kVecWidth>(in[j] + hi);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < kHeadsPerStep; ++j) {
+          if (h0 + j * head_slots >= num_heads) break;
+          if (!valid) {  // out of place, bad position: copy unchanged
+            store_vec<T, kVecWidth>(out[j] + lo, va[j]);
+            store_vec<T, kVecWidth>(out[j] + hi, vb[j]);
+            continue;
+          }
+          float a[kVecWidth], b[kVecWidth];
+#pragma unroll
+          for (int e = 0; e < kVecWidth; ++e) {
+            a[e] = to_float(va[j].elt[e]);
+            b[e] = to_float(vb[j].elt[e]);
+          }
+          rotate_pairs<kIsNeox, kVecWidth>(a, b, c, s);
+          store_rounded<T, kVecWidth>(out[j] + lo, a);
+          store_rounded<T, kVecWidth>(out[j] + hi, b);
+        }
+      }
+    }
+    // Out of place: copy the dims past rotary_dim (in place they are not touched).
+    if (copy_unrotated && pass_vecs > 0) {
+      for (int64_t h = th.slot; h < num_heads; h += head_slots) {
+        const T* in;
+        T* out;
+        head_ptrs(h, in, out);
+        for (int64_t v = th.lane; v < pass_vecs; v += threads_per_head) {
+          store_vec<T, kVecWidth>(out + rotary_dim + v * kVecWidth,
+                                  load_vec<T, kVecWidth>(in + rotary_dim + v * kVecWidth));
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- qk_rms_norm_rope
+// A row group of kThreadsPerHead lanes owns one head at a time: it loads the head
+// (keeping the lane's first unit and first pass-through vector in registers), reduces
+// the sum of squares with warp_reduce, then scales, rotates, rounds and stores. Every
+// thread of the block runs the same number of token and head iterations (inactive ones
+// with nothing to load), so the shuffles see all 32 lanes. No minimum-blocks bound:
+// ptxas needs 48 to 126 registers here and spills when held to 85 (3 blocks per SM).
+template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidth, int kThreadsPerHead>
+__global__ void __launch_bounds__(kRopeMaxBlockSize) qk_rms_norm_rope_kernel(
+    T* q,                                   // [num_tokens, num_q_heads, head_dim] in place
+    T* k,                                   // [num_tokens, num_kv_heads, head_dim] in place
+    const T* __restrict__ q_weight,         // [head_dim]
+    const T* __restrict__ k_weight,         // [head_dim]
+    const TPos* __restrict__ positions,     // [num_tokens]
+    const TCache* __restrict__ cos_sin_cache,  // [max_position, rotary_dim]
+    int64_t num_tokens, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim,
+    int64_t rotary_dim, int64_t max_position, int64_t positions_stride,
+    int64_t q_token_stride, int64_t q_head_stride, int64_t k_token_stride, int64_t k_head_stride,
+    int64_t cache_stride, float eps, int head_slots, int tokens_per_block) {
+  using V = Vec<T, kVecWidth>;
+  const RopeThread th(kThreadsPerHead, head_slots);
+  const int64_t half = rotary_dim / 2;
+  const int64_t units = half / kVecWidth;
+  const int64_t pass_vecs = (head_dim - rotary_dim) / kVecWidth;
+  const int64_t num_heads = num_q_heads + num_kv_heads;
+  const int64_t head_iters = (num_heads + head_slots - 1) / head_slots;
+  const float inv_head_dim = 1.0f / static_cast<float>(head_dim);
+
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * tokens_per_block; base < num_tokens;
+       base += static_cast<int64_t>(gridDim.x) * tokens_per_block) {
+    const int64_t token = base + th.tok_sub;
+    const bool in_range = th.tok_sub < tokens_per_block && token < num_tokens;
+    const int64_t pos = in_range ? static_cast<int64_t>(positions[token * positions_stride]) : -1;
+    const bool token_ok = pos >= 0 && pos < max_position;
+    const TCache* cs_row = cos_sin_cache + (token_ok ? pos : 0) * cache_stride;
+
+    for (int64_t it = 0; it < head_iters; ++it) {
+      const int64_t h = th.slot + it * head_slots;
+      const bool active = token_ok && h < num_heads;
+      const bool is_q = h < num_q_heads;
+      T* x = is_q ? q + token * q_token_stride + h * q_head_stride
+                  : k + token * k_token_stride + (h - num_q_heads) * k_head_stride;
+      const T* w = is_q ? q_weight : k_weight;
+      V cache_a[1], cache_b[1], cache_p[1];
+
+      // Pass 1: load (keep the first unit / vector in registers), sum of squares.
+      float sumsq = 0.0f;
+      for_each_vec<kThreadsPerHead, 1>(active ? units : 0, th.lane, [&](int slot, int64_t u) {
+        int64_t lo, hi;
+        unit_offsets<kIsNeox, kVecWidth>(u, half, lo, hi);
+        const V va = load_vec<T, kVecWidth>(x + lo);
+        const V vb = load_vec<T, kVecWidth>(x + hi);
+        if (slot >= 0) {
+          cache_a[0] = va;
+          cache_b[0] = vb;
+        }
+#pragma unroll
+        for (int e = 0; e < kVecWidth; ++e) {
+          sumsq += to_float(va.elt[e]) * to_float(va.elt[e]);
+          sumsq += to_float(vb.elt[e]) * to_float(vb.elt[e]);
+        }
+      });
+      for_each_vec<kThreadsPerHead, 1>(active ? pass_vecs : 0, th.lane, [&](int slot, int64_t v) {
+        const V vp = load_vec<T, kVecWidth>(x + rotary_dim + v * kVecWidth);
+        if (slot >= 0) cache_p[0] = vp;
+#pragma unroll
+        for (int e = 0; e < kVecWidth; ++e) sumsq += to_float(vp.elt[e]) * to_float(vp.elt[e]);
+      });
+      sumsq = warp_reduce<SumOp, kThreadsPerHead>(sumsq);
+      const float inv_rms = rsqrtf(sumsq * inv_head_dim + eps);
+
+      // Pass 2: normalise and weight in fp32, rotate, round once, store.
+      for_each_vec<kThreadsPerHead, 1>(active ? units : 0, th.lane, [&](int slot, int64_t u) {
+        int64_t lo, hi;
+        unit_offsets<kIsNeox, kVecWidth>(u, half, lo, hi);
+        const V va = slot >= 0 ? cache_a[0] : load_vec<T, kVecWidth>(x + lo);
+        const V vb = slot >= 0 ? cache_b[0] : load_vec<T, kVecWidth>(x + hi);
+        const V wa = load_vec<T, kVecWidth>(w + lo);
+        const V wb = load_vec<T, kVecWidth>(w + hi);
+        float a[kVecWidth], b[kVecWidth], c[kVecWidth], s[kVecWidth];
+#pragma unroll
+        for (int e = 0; e < kVecWidth; ++e) {
+          a[e] = to_float(va.elt[e]) * inv_rms * to_float(wa.elt[e]);
+          b[e] = to_float(vb.elt[e]) * inv_rms * to_float(wb.elt[e]);
+        }
+        load_cos_sin<TCache, kVecWidth>(cs_row, half, u, c, s);
+        rotate_pairs<kIsNeox, kVecWidth>(a, b, c, s);
+        store_rounded<T, kVecWidth>(x + lo, a);
+        store_rounded<T, kVecWidth>(x + hi, b);
+      });
+      for_each_vec<kThreadsPerHead, 1>(active ? pass_vecs : 0, th.lane, [&](int slot, int64_t v) {
+        const int64_t i = rotary_dim + v * kVecWidth;
+        const V vp = slot >= 0 ? cache_p[0] : load_vec<T, kVecWidth>(x + i);
+        const V wp = load_vec<T, kVecWidth>(w + i);
+        float y[kVecWidth];
+#pragma unroll
+        for (int e = 0; e < kVecWidth; ++e) y[e] = to_float(vp.elt[e]) * inv_rms * to_float(wp.elt[e]);
+        store_rounded<T, kVecWidth>(x + i, y);
+      });
+    }
+  }
+}

@@ -1,0 +1,733 @@
+"""Rope family: rope_cos_sin_cache, apply_rope, qk_rms_norm_rope (kernels_cu/rope.cu).
+
+CPU: NVRTC compile of every rope instantiation, cos/sin tables against independent
+float64 formulas for every scaling, argument errors, planner rules, reference
+properties. GPU (marked): kernels against the float64 reference over dtypes, pairings,
+head sizes, partial rotary, GQA/MQA head counts, token counts and layouts (fused QKV
+views, misaligned views, k=None, 4-D input), in-place / out-of-place byte checks,
+out-of-range positions and CUDA-graph capture.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from concurrent.futures import ProcessPoolExecutor
+from functools import lru_cache
+
+import numpy as np
+import pytest
+
+import cupykern
+from cupykern import _dtypes, jit, launch, reference, rope_scaling
+from cupykern.ops import rope as rope_ops
+from tests.helpers import assert_close, random_device
+
+try:
+    import cupy
+except ImportError:  # pragma: no cover
+    cupy = None
+
+DTYPES = _dtypes.DTYPES
+DTYPE_IDS = [_dtypes.short_name(d) for d in DTYPES]
+HEAD_DIMS = [64, 80, 96, 128, 256]
+#: (num_q_heads, num_kv_heads): Llama-3 GQA, 8:1 GQA, MHA with one head.
+HEADS = [(32, 8), (8, 1), (1, 1)]
+NUM_TOKENS = [0, 1, 7, 4096]
+POSITION_DTYPES = [np.int32, np.int64]
+MAX_POSITION = 131072
+BASE = 500000.0
+ARCHS = ("80", "90")
+
+
+# ----------------------------------------------------------------- CPU: compile
+def _compile_arch(arch):
+    exprs = jit.instantiations()["rope.cu"]
+    lowered, _ = jit.nvrtc_compile("rope.cu", exprs, arch)
+    return arch, len(lowered)
+
+
+@pytest.fixture(scope="module")
+def compiled_rope():
+    with ProcessPoolExecutor(max_workers=len(ARCHS)) as pool:
+        return dict(pool.map(_compile_arch, ARCHS))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_rope_every_instantiation_compiles(compiled_rope, arch):
+    assert compiled_rope[arch] == len(jit.instantiations()["rope.cu"])
+
+
+def test_rope_instantiation_count_is_bounded():
+    exprs = jit.instantiations()["rope.cu"]
+    assert len(exprs) == len(set(exprs)) and len(exprs) <= 150
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_apply_rope_planned_kernel_does_not_spill(dtype):
+    """The Llama-3 shape's instantiations (both pairings) fit the 64-register budget."""
+    plan = launch.plan_rope(16384, 40, 128, 128, dtype, max_vec_width=_dtypes.vec_width(dtype), fused_norm=False,
+                            limits=launch.H200_LIMITS)
+    exprs = [rope_ops.APPLY_ROPE.expr(_dtypes.c_type(dtype), "float", "long long", neox, plan.vec_width)
+             for neox in (True, False)]
+    _, log = jit.nvrtc_compile("rope.cu", exprs, "90", ["--ptxas-options=-v"])
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
+    assert len(spills) == len(exprs) and not any(spills), log
+
+
+# ----------------------------------------------------------------- CPU: planner
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("head_dim, rotary_dim", [(64, 64), (80, 40), (80, 32), (96, 48), (112, 56), (128, 64),
+                                                  (256, 256), (130, 2)])
+@pytest.mark.parametrize("fused_norm", [False, True])
+def test_plan_rope_is_legal(dtype, head_dim, rotary_dim, fused_norm):
+    groups = set()
+    for num_tokens in (1, 7, 4096, 100000):
+        for max_vec in sorted(set(launch.rope_vec_widths(dtype, fused_norm=fused_norm))):
+            plan = launch.plan_rope(num_tokens, 40, head_dim, rotary_dim, dtype, max_vec_width=max_vec,
+                                    fused_norm=fused_norm, limits=launch.H200_LIMITS)
+            assert plan.vec_width <= max_vec and (rotary_dim // 2) % plan.vec_width == 0
+            assert head_dim % plan.vec_width == 0
+            assert plan.block_size % 32 == 0 and plan.block_size <= launch.ROPE_MAX_BLOCK_SIZE
+            assert plan.threads_per_head * plan.head_slots * plan.tokens_per_block <= plan.block_size
+            assert 1 <= plan.grid[0] and plan.grid[0] * plan.tokens_per_block >= num_tokens
+            if fused_norm:
+                assert plan.threads_per_head in launch.ROPE_NORM_THREADS_PER_HEAD
+                groups.add((max_vec, plan.vec_width, plan.threads_per_head))
+    # qk_rms_norm_rope's reduction group (vector width, lanes) does not depend on the batch.
+    assert len(groups) == len({g[0] for g in groups})
+
+
+# ----------------------------------------------------------------- CPU: cos/sin tables
+def _inv_freq_default(d, base):
+    return [base ** (-2.0 * i / d) for i in range(d // 2)]
+
+
+def _table_from(inv_freq, positions, attention_factor=1.0):
+    return np.array([[math.cos(p * f) * attention_factor for f in inv_freq]
+                     + [math.sin(p * f) * attention_factor for f in inv_freq] for p in positions])
+
+
+POSITIONS_CHECKED = [0, 1, 2, 17, 4095, 8191, 8192, 65535, 131071]
+
+
+def _check_table(rope_scaling_dict, inv_freq, attention_factor=1.0, *, d=128, base=BASE, max_position=131072):
+    table = reference.rope_cos_sin_cache(max_position, d, base, rope_scaling=rope_scaling_dict)
+    assert table.shape == (max_position, d) and table.dtype == np.float64
+    expected = _table_from(inv_freq, POSITIONS_CHECKED, attention_factor)
+    np.testing.assert_allclose(table[POSITIONS_CHECKED], expected, rtol=0, atol=1e-10)
+
+
+def test_cache_default_matches_formula():
+    _check_table(None, _inv_freq_default(128, BASE))
+    _check_table({"rope_type": "default"}, _inv_freq_default(128, BASE))
+
+
+def test_cache_is_accurate_at_position_one_million():
+    d = 64
+    table = rope_scaling.cos_sin_table(1_000_001, d, 10000.0, dtype=np.float32)
+    want = _table_from(_inv_freq_default(d, 10000.0), [1_000_000])[0]
+    # float32 rounding only: half an ulp of values <= 1 is <= 2**-25.
+    np.testing.assert_allclose(table[1_000_000].astype(np.float64), want, rtol=0, atol=2.0**-24)
+
+
+def test_cache_linear_divides_frequencies():
+    _check_table({"rope_type": "linear", "factor": 4.0}, [f / 4.0 for f in _inv_freq_default(128, BASE)])
+    # older configs spell the key "type"
+    _check_table({"type": "linear", "factor": 2}, [f / 2.0 for f in _inv_freq_default(128, BASE)])
+
+
+def test_cache_dynamic_ntk_stretches_base_for_max_position():
+    d, factor, orig = 128, 4.0, 8192
+    scaling = {"rope_type": "dynamic", "factor": factor, "original_max_position_embeddings": orig}
+    stretched = BASE * (factor * 131072 / orig - (factor - 1)) ** (d / (d - 2))
+    _check_table(scaling, _inv_freq_default(d, stretched))
+    # a cache no longer than the original context keeps the base
+    short = reference.rope_cos_sin_cache(4096, d, BASE, rope_scaling=scaling)
+    np.testing.assert_allclose(short, reference.rope_cos_sin_cache(4096, d, BASE), rtol=0, atol=1e-12)
+
+
+def _llama3_inv_freq(d, base, factor, low, high, orig):
+    out = []
+    for f in _inv_freq_default(d, base):
+        wavelen = 2 * math.pi / f
+        if wavelen < orig / high:
+            out.append(f)
+        elif wavelen > orig / low:
+            out.append(f / factor)
+        else:
+            smooth = (orig / wavelen - low) / (high - low)
+            out.append((1 - smooth) * f / factor + smooth * f)
+    return out
+
+
+LLAMA31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+           "original_max_position_embeddings": 8192}
+
+
+def test_cache_llama3_matches_formula_in_every_band():
+    inv = _llama3_inv_freq(128, BASE, 8.0, 1.0, 4.0, 8192)
+    default = _inv_freq_default(128, BASE)
+    kept = sum(a == b for a, b in zip(inv, default))
+    divided = sum(math.isclose(a, b / 8.0, rel_tol=1e-15) for a, b in zip(inv, default))
+    assert kept > 0 and divided > 0 and kept + divided < 64, "Llama 3.1 has all three bands"
+    _check_table(LLAMA31, inv)
+
+
+@pytest.mark.parametrize("edge", ["high", "low"])
+def test_cache_llama3_band_edges_are_continuous(edge):
+    """rotary_dim 2: one frequency, inv_freq = 1, wavelength exactly 2 pi; place it on a band edge."""
+    low, high, factor = 1.0, 4.0, 8.0
+    orig = 2 * math.pi * (high if edge == "high" else low)  # wavelen == orig / high (or / low) exactly
+    inv, _ = rope_scaling.rope_parameters(2, BASE, {**LLAMA31, "original_max_position_embeddings": orig},
+                                          max_position=1)
+    want = 1.0 if edge == "high" else 1.0 / factor  # smooth = 1 at the high edge, 0 at the low edge
+    assert inv[0] == pytest.approx(want, rel=1e-15)
+    # just inside the neighbouring band gives (nearly) the same value: no jump
+    nudged = orig * (1 - 1e-9) if edge == "high" else orig * (1 + 1e-9)
+    inv_n, _ = rope_scaling.rope_parameters(2, BASE, {**LLAMA31, "original_max_position_embeddings": nudged},
+                                            max_position=1)
+    assert inv_n[0] == pytest.approx(want, rel=1e-8)
+
+
+def _yarn_reference(d, base, factor, orig, beta_fast=32, beta_slow=1):
+    def dim_of(rot):
+        return d * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(dim_of(beta_fast)), 0)
+    high = min(math.ceil(dim_of(beta_slow)), d - 1)
+    if low == high:
+        high += 0.001
+    out = []
+    for i, f in enumerate(_inv_freq_default(d, base)):
+        ramp = min(max((i - low) / (high - low), 0.0), 1.0)  # 0: extrapolate, 1: interpolate
+        out.append(f * (1 - ramp) + f / factor * ramp)
+    return out, low, high
+
+
+def test_cache_yarn_ramp_and_attention_factor():
+    d, base, factor, orig = 128, 1000000.0, 4.0, 32768
+    inv, low, high = _yarn_reference(d, base, factor, orig)
+    assert 0 < low < high < d // 2, "the ramp lies inside the frequencies"
+    af = 0.1 * math.log(factor) + 1.0
+    scaling = {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": orig}
+    _check_table(scaling, inv, af, d=d, base=base)
+    table = reference.rope_cos_sin_cache(1000, d, base, rope_scaling=scaling)
+    np.testing.assert_allclose(table[:, :64] ** 2 + table[:, 64:] ** 2, af * af, rtol=1e-12)
+    got, got_af = rope_scaling.rope_parameters(d, base, scaling, max_position=1)
+    default = _inv_freq_default(d, base)
+    assert got[: int(low)] == pytest.approx(default[: int(low)], rel=1e-14)  # before the ramp: unscaled
+    assert got[int(math.ceil(high)):] == pytest.approx([f / factor for f in default[int(math.ceil(high)):]],
+                                                       rel=1e-14)  # after it: interpolated
+    assert got_af == pytest.approx(af)
+
+
+def test_cache_yarn_mscale_and_explicit_attention_factor():
+    base = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096, "beta_fast": 32,
+            "beta_slow": 1}
+    _, af = rope_scaling.rope_parameters(64, 10000.0, {**base, "mscale": 1.0, "mscale_all_dim": 1.0}, max_position=1)
+    assert af == pytest.approx(1.0)  # DeepSeek-V3: the two mscales cancel
+    _, af = rope_scaling.rope_parameters(64, 10000.0, {**base, "mscale": 1.0, "mscale_all_dim": 0.5}, max_position=1)
+    assert af == pytest.approx((0.1 * math.log(40) + 1) / (0.05 * math.log(40) + 1))
+    _, af = rope_scaling.rope_parameters(64, 10000.0, {**base, "attention_factor": 0.75}, max_position=1)
+    assert af == 0.75
+    inv, _ = rope_scaling.rope_parameters(64, 10000.0, base, max_position=1)
+    assert inv == pytest.approx(_yarn_reference(64, 10000.0, 40.0, 4096)[0], rel=1e-14)
+
+
+@pytest.mark.parametrize("scaling, words", [
+    ({"rope_type": "longrope"}, ["longrope"]),
+    ({"type": "su", "factor": 2.0}, ["su"]),
+    ({"rope_type": "linear"}, ["factor"]),
+    ({"rope_type": "dynamic", "factor": 2.0}, ["original_max_position_embeddings"]),
+    ({"rope_type": "llama3", "factor": 8.0}, ["low_freq_factor", "high_freq_factor",
+                                              "original_max_position_embeddings"]),
+    ({"rope_type": "yarn", "original_max_position_embeddings": 4096}, ["factor"]),
+    ({"rope_type": "linear", "factor": -1.0}, ["factor"]),
+    ("linear", ["dict"]),
+])
+def test_cache_rejects_bad_rope_scaling(scaling, words):
+    with pytest.raises(ValueError) as info:
+        reference.rope_cos_sin_cache(16, 8, rope_scaling=scaling)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_rope_cos_sin_cache_rejects_bad_arguments_without_gpu():
+    with pytest.raises(ValueError, match="rotary_dim"):
+        cupykern.rope_cos_sin_cache(16, 7)
+    with pytest.raises(ValueError, match="max_position"):
+        cupykern.rope_cos_sin_cache(-1, 8)
+    with pytest.raises(ValueError, match="unknown rope_type 'nope'"):
+        cupykern.rope_cos_sin_cache(16, 8, rope_scaling={"rope_type": "nope"})
+    with pytest.raises(TypeError, match="dtype"):
+        cupykern.rope_cos_sin_cache(16, 8, dtype=np.int32)
+
+
+# ----------------------------------------------------------------- CPU: argument errors
+def test_apply_rope_rejects_numpy_input():
+    q = np.zeros((2, 4, 64), np.float32)
+    pos = np.zeros(2, np.int64)
+    cache = np.zeros((8, 64), np.float32)
+    with pytest.raises(TypeError, match="q: expected a device array"):
+        cupykern.apply_rope(q, q, pos, cache)
+
+
+def test_qk_rms_norm_rope_rejects_numpy_input():
+    q = np.zeros((2, 4, 64), np.float32)
+    w = np.ones(64, np.float32)
+    with pytest.raises(TypeError, match="q: expected a device array"):
+        cupykern.qk_rms_norm_rope(q, q, w, w, np.zeros(2, np.int64), np.zeros((8, 64), np.float32))
+    with pytest.raises(TypeError, match="k: expected a device array"):
+        cupykern.qk_rms_norm_rope(q, None, w, w, np.zeros(2, np.int64), np.zeros((8, 64), np.float32))
+
+
+def test_head_geometry_of_fused_qkv_view():
+    """Token and head strides of a (tokens, heads, head_dim) slice of a fused QKV row."""
+    hq, hkv, hd = 4, 2, 16
+    buf = np.zeros((5, (hq + 2 * hkv) * hd), np.float16)
+    k = buf[:, hq * hd:(hq + hkv) * hd].reshape(5, hkv, hd)
+    assert rope_ops._heads(k, "k") == (5, hkv, hd, (hq + 2 * hkv) * hd, hd)
+    with pytest.raises(ValueError, match="unit-stride"):
+        rope_ops._heads(buf.reshape(5, 8, 16)[..., ::2], "q")
+    with pytest.raises(ValueError, match="expected shape"):
+        rope_ops._heads(buf, "q")
+    assert rope_ops._heads(np.zeros((2, 6, hq, hd), np.float32)[:, ::2], "q")[3] == 2 * hq * hd
+    # (batch, seq) that does not flatten: the first half of each sequence
+    four = np.zeros((2, 6, hq, hd), np.float32)[:, :3]
+    with pytest.raises(ValueError, match="flatten"):
+        rope_ops._heads(four, "q")
+
+
+# ----------------------------------------------------------------- CPU: reference properties
+def _ref_inputs(rng, num_tokens, heads, head_dim):
+    return rng.standard_normal((num_tokens, heads, head_dim))
+
+
+@pytest.mark.parametrize("is_neox", [True, False])
+@pytest.mark.parametrize("head_dim, rotary_dim", [(64, 64), (80, 32)])
+def test_reference_rotations_compose(rng, is_neox, head_dim, rotary_dim):
+    """Rotating by p then by s equals rotating by p + s (RoPE is a group action)."""
+    cache = reference.rope_cos_sin_cache(2048, rotary_dim, 10000.0)
+    x = _ref_inputs(rng, 9, 3, head_dim)
+    p = rng.integers(0, 1024, 9)
+    s = rng.integers(0, 1024, 9)
+    twice, _ = reference.apply_rope(reference.apply_rope(x, None, p, cache, is_neox=is_neox)[0], None, s, cache,
+                                    is_neox=is_neox)
+    once, _ = reference.apply_rope(x, None, p + s, cache, is_neox=is_neox)
+    np.testing.assert_allclose(twice, once, rtol=1e-10, atol=1e-10)
+    np.testing.assert_array_equal(once[..., rotary_dim:], x[..., rotary_dim:])
+
+
+@pytest.mark.parametrize("is_neox", [True, False])
+def test_reference_dot_product_depends_on_position_difference(rng, is_neox):
+    cache = reference.rope_cos_sin_cache(4096, 128, BASE)
+    q, k = _ref_inputs(rng, 1, 1, 128), _ref_inputs(rng, 1, 1, 128)
+
+    def score(m, n):
+        qr, _ = reference.apply_rope(q, None, np.array([m]), cache, is_neox=is_neox)
+        kr, _ = reference.apply_rope(k, None, np.array([n]), cache, is_neox=is_neox)
+        return float(np.sum(qr * kr))
+
+    base_score = score(100, 37)
+    for shift in (1, 50, 3000):
+        assert score(100 + shift, 37 + shift) == pytest.approx(base_score, rel=1e-9, abs=1e-9)
+    assert score(100, 38) != pytest.approx(base_score, rel=1e-6)
+
+
+def test_reference_neox_and_gptj_agree_after_permutation(rng):
+    """GPT-J on dims reordered (i, i + half) -> (2i, 2i + 1) equals NeoX, reordered the same way."""
+    head_dim, rotary_dim = 96, 64
+    half = rotary_dim // 2
+    perm = np.arange(head_dim)
+    perm[0:rotary_dim:2], perm[1:rotary_dim:2] = np.arange(half), np.arange(half) + half
+    cache = reference.rope_cos_sin_cache(512, rotary_dim, 10000.0)
+    x = _ref_inputs(rng, 5, 4, head_dim)
+    pos = rng.integers(0, 512, 5)
+    neox, _ = reference.apply_rope(x, None, pos, cache, is_neox=True)
+    gptj, _ = reference.apply_rope(x[..., perm], None, pos, cache, is_neox=False)
+    np.testing.assert_allclose(gptj, neox[..., perm], rtol=1e-13, atol=1e-13)
+
+
+def test_reference_leaves_out_of_range_tokens_unchanged(rng):
+    cache = reference.rope_cos_sin_cache(16, 8, 10000.0)
+    x = _ref_inputs(rng, 4, 2, 8)
+    out, _ = reference.apply_rope(x, None, np.array([-1, 3, 16, 1 << 40]), cache)
+    np.testing.assert_array_equal(out[[0, 2, 3]], x[[0, 2, 3]])
+    assert not np.allclose(out[1], x[1])
+
+
+def test_reference_qk_norm_is_rms_norm_then_rope(rng):
+    q, k = _ref_inputs(rng, 3, 4, 64), _ref_inputs(rng, 3, 2, 64)
+    wq, wk = rng.standard_normal(64), rng.standard_normal(64)
+    cache = reference.rope_cos_sin_cache(32, 32, 10000.0)
+    pos = np.array([0, 5, 31])
+    got_q, got_k = reference.qk_rms_norm_rope(q, k, wq, wk, pos, cache, 1e-6, is_neox=False)
+    want_q, want_k = reference.apply_rope(reference.rms_norm(q, wq, 1e-6), reference.rms_norm(k, wk, 1e-6), pos,
+                                          cache, is_neox=False)
+    np.testing.assert_allclose(got_q, want_q, rtol=1e-14)
+    np.testing.assert_allclose(got_k, want_k, rtol=1e-14)
+    # a head scaled by a constant normalises to the same values (eps = 0)
+    scaled_q, _ = reference.qk_rms_norm_rope(q * 7.0, k, wq, wk, pos, cache, 0.0)
+    plain_q, _ = reference.qk_rms_norm_rope(q, k, wq, wk, pos, cache, 0.0)
+    np.testing.assert_allclose(scaled_q, plain_q, rtol=1e-12)
+
+
+# ----------------------------------------------------------------- GPU helpers
+@lru_cache(maxsize=None)
+def _tables(rotary_dim: int, cache_dtype=np.float32):
+    """(device cache, host copy) for MAX_POSITION positions, base 500000."""
+    host = rope_scaling.cos_sin_table(MAX_POSITION, rotary_dim, BASE, dtype=np.dtype(cache_dtype))
+    return cupy.asarray(host), host
+
+
+def _positions(rng, num_tokens, pos_dtype):
+    pos = rng.integers(0, MAX_POSITION, num_tokens).astype(pos_dtype)
+    if num_tokens:
+        pos[-1] = MAX_POSITION - 1
+    return cupy.asarray(pos)
+
+
+def _bytes(a):
+    return cupy.asnumpy(a).tobytes()
+
+
+def _cases():
+    """Full grid at 0, 1 and 7 tokens; a subset at 4096 (float64 references cost ~1 s each there)."""
+    for num_tokens in NUM_TOKENS[:3]:
+        for dtype in DTYPES:
+            for head_dim in HEAD_DIMS:
+                for rotary_dim in (head_dim, head_dim // 2):
+                    for heads in HEADS:
+                        if num_tokens == 0 and (heads != HEADS[0] or rotary_dim != head_dim):
+                            continue
+                        yield num_tokens, dtype, head_dim, rotary_dim, heads
+    yield 4096, _dtypes.bfloat16, 128, 128, (32, 8)
+    yield 4096, _dtypes.float16, 128, 64, (8, 1)
+    yield 4096, _dtypes.float32, 80, 40, (8, 1)
+    yield 4096, _dtypes.bfloat16, 256, 128, (1, 1)
+
+
+CASES = list(_cases())
+
+
+def _case_id(case):
+    n, dtype, hd, rot, (hq, hkv) = case
+    return f"t{n}-{_dtypes.short_name(dtype)}-hd{hd}-rot{rot}-h{hq}x{hkv}"
+
+
+# ----------------------------------------------------------------- GPU: apply_rope values
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+def test_apply_rope_matches_reference(rng, case, is_neox):
+    num_tokens, dtype, head_dim, rotary_dim, (hq, hkv) = case
+    # alternate position dtypes over the grid; test_apply_rope_position_dtypes covers both everywhere it matters
+    pos_dtype = POSITION_DTYPES[(head_dim // 16 + hq + int(is_neox)) % 2]
+    cache, host_cache = _tables(rotary_dim)
+    q = random_device(rng, (num_tokens, hq, head_dim), dtype)
+    k = random_device(rng, (num_tokens, hkv, head_dim), dtype)
+    pos = _positions(rng, num_tokens, pos_dtype)
+    want_q, want_k = reference.apply_rope(q, k, pos, host_cache, is_neox=is_neox)
+    q_out, k_out = cupykern.apply_rope(q, k, pos, cache, is_neox=is_neox)
+    assert q_out is q and k_out is k
+    assert_close(q, want_q, dtype, seed=rng.seed, what="q")
+    assert_close(k, want_k, dtype, seed=rng.seed, what="k")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pos_dtype", POSITION_DTYPES, ids=["int32", "int64"])
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+def test_apply_rope_position_dtypes(rng, pos_dtype, is_neox):
+    """Positions above 65535 and repeats, both position types (int64 read as int32 would pick wrong rows)."""
+    dtype = _dtypes.float32
+    cache, host_cache = _tables(128)
+    q = random_device(rng, (300, 4, 128), dtype)
+    k = random_device(rng, (300, 2, 128), dtype)
+    pos = rng.integers(65536, MAX_POSITION, 300).astype(pos_dtype)
+    pos[::7] = pos[0]
+    pos = cupy.asarray(pos)
+    want_q, want_k = reference.apply_rope(q, k, pos, host_cache, is_neox=is_neox)
+    cupykern.apply_rope(q, k, pos, cache, is_neox=is_neox)
+    assert_close(q, want_q, dtype, seed=rng.seed, what="q")
+    assert_close(k, want_k, dtype, seed=rng.seed, what="k")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES[1:], ids=DTYPE_IDS[1:])
+def test_apply_rope_cache_in_q_dtype(rng, dtype):
+    cache, host_cache = _tables(64, dtype)
+    q = random_device(rng, (33, 8, 128), dtype)
+    k = random_device(rng, (33, 1, 128), dtype)
+    pos = _positions(rng, 33, np.int64)
+    want_q, want_k = reference.apply_rope(q, k, pos, host_cache)
+    cupykern.apply_rope(q, k, pos, cache)
+    assert_close(q, want_q, dtype, seed=rng.seed, what="q")
+    assert_close(k, want_k, dtype, seed=rng.seed, what="k")
+
+
+@pytest.mark.gpu
+def test_rope_cos_sin_cache_on_device_matches_reference():
+    scaling = dict(LLAMA31)
+    cache = cupykern.rope_cos_sin_cache(MAX_POSITION, 128, BASE, rope_scaling=scaling)
+    assert cache.dtype == np.float32 and cache.shape == (MAX_POSITION, 128) and cache.flags.c_contiguous
+    want = reference.rope_cos_sin_cache(MAX_POSITION, 128, BASE, rope_scaling=scaling)
+    np.testing.assert_array_equal(cupy.asnumpy(cache), want.astype(np.float32))
+    bf16 = cupykern.rope_cos_sin_cache(1024, 64, dtype=_dtypes.bfloat16)
+    np.testing.assert_array_equal(cupy.asnumpy(bf16).astype(np.float64),
+                                  reference.rope_cos_sin_cache(1024, 64).astype(_dtypes.bfloat16).astype(np.float64))
+
+
+# ----------------------------------------------------------------- GPU: layouts
+def _fused_qkv(rng, num_tokens, hq, hkv, head_dim, dtype, misalign=0):
+    width = (hq + 2 * hkv) * head_dim
+    flat = random_device(rng, (num_tokens * width + misalign,), dtype)
+    buf = flat[misalign:].reshape(num_tokens, width)
+    q = buf[:, : hq * head_dim].reshape(num_tokens, hq, head_dim)
+    k = buf[:, hq * head_dim:(hq + hkv) * head_dim].reshape(num_tokens, hkv, head_dim)
+    v = buf[:, (hq + hkv) * head_dim:]
+    assert q.data.ptr == buf.data.ptr and q.strides[0] == width * buf.itemsize, "q must be a view"
+    assert k.strides[0] == width * buf.itemsize, "k must be a view"
+    return buf, q, k, v
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("misalign", [0, 1], ids=["aligned", "misaligned_by_one"])
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+def test_apply_rope_on_fused_qkv_views(rng, dtype, misalign, is_neox):
+    num_tokens, hq, hkv, head_dim, rotary_dim = 257, 8, 2, 128, 64
+    buf, q, k, v = _fused_qkv(rng, num_tokens, hq, hkv, head_dim, dtype, misalign)
+    cache, host_cache = _tables(rotary_dim)
+    pos = _positions(rng, num_tokens, np.int32)
+    want_q, want_k = reference.apply_rope(q, k, pos, host_cache, is_neox=is_neox)
+    v_before, q_tail_before, k_tail_before = _bytes(v), _bytes(q[..., rotary_dim:]), _bytes(k[..., rotary_dim:])
+    cupykern.apply_rope(q, k, pos, cache, is_neox=is_neox)
+    assert_close(q, want_q, dtype, seed=rng.seed, what="q")
+    assert_close(k, want_k, dtype, seed=rng.seed, what="k")
+    assert _bytes(v) == v_before, "v was written"
+    assert _bytes(q[..., rotary_dim:]) == q_tail_before and _bytes(k[..., rotary_dim:]) == k_tail_before
+
+
+@pytest.mark.gpu
+def test_apply_rope_k_none_and_4d_input(rng):
+    dtype = _dtypes.bfloat16
+    cache, host_cache = _tables(128)
+    q = random_device(rng, (3, 11, 8, 128), dtype)
+    pos = cupy.asarray(rng.integers(0, MAX_POSITION, (3, 11)))
+    want_q, _ = reference.apply_rope(q, None, pos, host_cache)
+    q_out, k_out = cupykern.apply_rope(q, None, pos, cache)
+    assert k_out is None
+    assert_close(q_out, want_q, dtype, seed=rng.seed, what="q")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("rotary_dim", [128, 32])
+def test_apply_rope_out_of_place_leaves_inputs_untouched(rng, dtype, rotary_dim):
+    num_tokens = 65
+    buf, q, k, v = _fused_qkv(rng, num_tokens, 4, 2, 128, dtype)
+    cache, host_cache = _tables(rotary_dim)
+    pos = _positions(rng, num_tokens, np.int64)
+    before = _bytes(buf)
+    want_q, want_k = reference.apply_rope(q, k, pos, host_cache, is_neox=False)
+    q_out, k_out = cupykern.apply_rope(q, k, pos, cache, is_neox=False, inplace=False)
+    assert _bytes(buf) == before, "out-of-place call modified its inputs"
+    assert q_out.flags.c_contiguous and k_out.flags.c_contiguous
+    assert q_out.shape == q.shape and k_out.shape == k.shape
+    assert_close(q_out, want_q, dtype, seed=rng.seed, what="q_out")
+    assert_close(k_out, want_k, dtype, seed=rng.seed, what="k_out")
+    assert _bytes(q_out[..., rotary_dim:]) == _bytes(q[..., rotary_dim:])  # copied exactly
+
+
+@pytest.mark.gpu
+def test_apply_rope_more_than_65535_tokens(rng):
+    dtype = _dtypes.float16
+    cache, host_cache = _tables(64)
+    q = random_device(rng, (70001, 1, 64), dtype)
+    k = random_device(rng, (70001, 1, 64), dtype)
+    pos = _positions(rng, 70001, np.int64)
+    want_q, want_k = reference.apply_rope(q, k, pos, host_cache)
+    cupykern.apply_rope(q, k, pos, cache)
+    assert_close(q, want_q, dtype, seed=rng.seed, what="q")
+    assert_close(k, want_k, dtype, seed=rng.seed, what="k")
+
+
+# ----------------------------------------------------------------- GPU: positions out of range
+BAD_POSITIONS = [-1, MAX_POSITION, MAX_POSITION + 5, -(1 << 31)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pos_dtype", POSITION_DTYPES, ids=["int32", "int64"])
+@pytest.mark.parametrize("inplace", [True, False], ids=["inplace", "out_of_place"])
+def test_apply_rope_out_of_range_positions(rng, pos_dtype, inplace):
+    dtype = _dtypes.bfloat16
+    cache, host_cache = _tables(128)
+    q = random_device(rng, (40, 8, 128), dtype)
+    k = random_device(rng, (40, 2, 128), dtype)
+    host_pos = rng.integers(0, MAX_POSITION, 40).astype(pos_dtype)
+    bad = np.arange(0, 40, 5)
+    host_pos[bad] = np.resize(np.array(BAD_POSITIONS + ([1 << 40] if pos_dtype == np.int64 else [])), bad.size)
+    pos = cupy.asarray(host_pos)
+    q_before, k_before = cupy.asnumpy(q), cupy.asnumpy(k)
+    with pytest.raises(ValueError, match="positions"):
+        cupykern.apply_rope(q, k, pos, cache, inplace=inplace)
+    assert _bytes(q) == q_before.tobytes(), "a rejected call wrote q"
+    want_q, want_k = reference.apply_rope(q, k, pos, host_cache)
+    q_out, k_out = cupykern.apply_rope(q, k, pos, cache, inplace=inplace, check_positions=False)
+    got_q, got_k = cupy.asnumpy(q_out), cupy.asnumpy(k_out)
+    assert got_q[bad].tobytes() == q_before[bad].tobytes() and got_k[bad].tobytes() == k_before[bad].tobytes()
+    assert_close(got_q, want_q, dtype, seed=rng.seed, what="q")
+    assert_close(got_k, want_k, dtype, seed=rng.seed, what="k")
+
+
+# ----------------------------------------------------------------- GPU: argument errors
+@pytest.mark.gpu
+def test_apply_rope_rejects_bad_arguments(rng):
+    f32, bf16 = _dtypes.float32, _dtypes.bfloat16
+    q = random_device(rng, (4, 2, 64), bf16)
+    k = random_device(rng, (4, 1, 64), bf16)
+    pos = cupy.zeros(4, np.int64)
+    cache, _ = _tables(64)
+    with pytest.raises(TypeError, match="k: expected dtype"):
+        cupykern.apply_rope(q, k.astype(f32), pos, cache)
+    with pytest.raises(TypeError, match="q: unsupported dtype"):
+        cupykern.apply_rope(q.astype(np.float64), None, pos, cache)
+    with pytest.raises(TypeError, match="positions: expected dtype int32 or int64"):
+        cupykern.apply_rope(q, k, pos.astype(np.float32), cache)
+    with pytest.raises(TypeError, match="positions"):
+        cupykern.apply_rope(q, k, pos.astype(np.uint32), cache)
+    with pytest.raises(ValueError, match="positions: expected shape"):
+        cupykern.apply_rope(q, k, cupy.zeros(5, np.int64), cache)
+    with pytest.raises(ValueError, match="rotary_dim"):
+        cupykern.apply_rope(q, k, pos, cupy.zeros((8, 7), f32))
+    with pytest.raises(ValueError, match=r"rotary_dim \(128\) must be <= head_dim \(64\)"):
+        cupykern.apply_rope(q, k, pos, _tables(128)[0])
+    with pytest.raises(TypeError, match="cos_sin_cache: expected dtype"):
+        cupykern.apply_rope(q, k, pos, cache.astype(_dtypes.float16))
+    with pytest.raises(ValueError, match="unit-stride"):
+        cupykern.apply_rope(random_device(rng, (4, 2, 128), bf16)[..., ::2], None, pos, cache)
+    with pytest.raises(ValueError, match="k: expected the token axes"):
+        cupykern.apply_rope(q, random_device(rng, (5, 1, 64), bf16), pos, cache)
+    with pytest.raises(ValueError, match="k: expected head_dim"):
+        cupykern.apply_rope(q, random_device(rng, (4, 1, 128), bf16), pos, cache)
+    with pytest.raises(TypeError, match="positions: expected a device array"):
+        cupykern.apply_rope(q, k, np.zeros(4, np.int64), cache)
+    w = random_device(rng, (64,), bf16)
+    with pytest.raises(ValueError, match=r"q_weight: expected shape \(64,\)"):
+        cupykern.qk_rms_norm_rope(q, k, random_device(rng, (32,), bf16), w, pos, cache)
+    with pytest.raises(TypeError, match="k_weight: expected dtype"):
+        cupykern.qk_rms_norm_rope(q, k, w, w.astype(f32), pos, cache)
+
+
+@pytest.mark.gpu
+def test_apply_rope_zero_tokens_launches_nothing(rng):
+    cache, _ = _tables(64)
+    q = cupy.empty((0, 4, 64), _dtypes.bfloat16)
+    k = cupy.empty((0, 1, 64), _dtypes.bfloat16)
+    pos = cupy.empty((0,), np.int32)
+    q_out, k_out = cupykern.apply_rope(q, k, pos, cache, inplace=False)
+    assert q_out.shape == (0, 4, 64) and k_out.shape == (0, 1, 64)
+    cupykern.qk_rms_norm_rope(q, k, cupy.ones(64, _dtypes.bfloat16), cupy.ones(64, _dtypes.bfloat16), pos, cache)
+
+
+# ----------------------------------------------------------------- GPU: CUDA graphs
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["apply_rope", "qk_rms_norm_rope"])
+def test_rope_under_cuda_graph_capture(rng, op):
+    dtype = _dtypes.bfloat16
+    cache, host_cache = _tables(128)
+    q = random_device(rng, (64, 8, 128), dtype)
+    k = random_device(rng, (64, 2, 128), dtype)
+    w_q = random_device(rng, (128,), dtype, scale=0.1, loc=1.0)
+    w_k = random_device(rng, (128,), dtype, scale=0.1, loc=1.0)
+    pos = _positions(rng, 64, np.int64)
+
+    def call(a, b):
+        if op == "apply_rope":
+            return cupykern.apply_rope(a, b, pos, cache, check_positions=False)
+        return cupykern.qk_rms_norm_rope(a, b, w_q, w_k, pos, cache, check_positions=False)
+
+    call(q.copy(), k.copy())  # compile and plan outside the capture
+    if op == "apply_rope":
+        want_q, want_k = reference.apply_rope(q, k, pos, host_cache)
+    else:
+        want_q, want_k = reference.qk_rms_norm_rope(q, k, w_q, w_k, pos, host_cache)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        call(q, k)
+        graph = stream.end_capture()
+    graph.launch(stream=stream)
+    stream.synchronize()
+    assert_close(q, want_q, dtype, seed=rng.seed, what="q")
+    assert_close(k, want_k, dtype, seed=rng.seed, what="k")
+
+
+# ----------------------------------------------------------------- GPU: qk_rms_norm_rope
+def _qk_cases():
+    for num_tokens in (1, 7):
+        for dtype in DTYPES:
+            for head_dim in (64, 80, 128, 256):
+                for rotary_dim in (head_dim, head_dim // 2):
+                    for heads in HEADS[:2]:
+                        yield num_tokens, dtype, head_dim, rotary_dim, heads
+    yield 4096, _dtypes.bfloat16, 128, 128, (32, 8)
+    yield 4096, _dtypes.float32, 256, 64, (8, 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", list(_qk_cases()), ids=_case_id)
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+def test_qk_rms_norm_rope_matches_reference(rng, case, is_neox):
+    num_tokens, dtype, head_dim, rotary_dim, (hq, hkv) = case
+    cache, host_cache = _tables(rotary_dim)
+    q = random_device(rng, (num_tokens, hq, head_dim), dtype, scale=3.0)
+    k = random_device(rng, (num_tokens, hkv, head_dim), dtype, scale=0.2)
+    w_q = random_device(rng, (head_dim,), dtype, scale=0.1, loc=1.0)
+    w_k = random_device(rng, (head_dim,), dtype, scale=0.1, loc=1.0)
+    pos = _positions(rng, num_tokens, POSITION_DTYPES[num_tokens % 2])
+    want_q, want_k = reference.qk_rms_norm_rope(q, k, w_q, w_k, pos, host_cache, 1e-6, is_neox=is_neox)
+    got_q, got_k = cupykern.qk_rms_norm_rope(q, k, w_q, w_k, pos, cache, 1e-6, is_neox=is_neox)
+    assert got_q is q and got_k is k
+    assert_close(q, want_q, dtype, seed=rng.seed, what="q")
+    assert_close(k, want_k, dtype, seed=rng.seed, what="k")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("misalign", [0, 1], ids=["aligned", "misaligned_by_one"])
+def test_qk_rms_norm_rope_on_fused_qkv_views(rng, dtype, misalign):
+    num_tokens, hq, hkv, head_dim = 129, 16, 4, 128
+    buf, q, k, v = _fused_qkv(rng, num_tokens, hq, hkv, head_dim, dtype, misalign)
+    cache, host_cache = _tables(head_dim)
+    w_q = random_device(rng, (head_dim,), dtype, scale=0.1, loc=1.0)
+    w_k = random_device(rng, (head_dim,), dtype, scale=0.1, loc=1.0)
+    pos = _positions(rng, num_tokens, np.int64)
+    want_q, want_k = reference.qk_rms_norm_rope(q, k, w_q, w_k, pos, host_cache)
+    v_before = _bytes(v)
+    cupykern.qk_rms_norm_rope(q, k, w_q, w_k, pos, cache)
+    assert_close(q, want_q, dtype, seed=rng.seed, what="q")
+    assert_close(k, want_k, dtype, seed=rng.seed, what="k")
+    assert _bytes(v) == v_before, "v was written"
+
+
+@pytest.mark.gpu
+def test_qk_rms_norm_rope_out_of_range_positions(rng):
+    dtype = _dtypes.float16
+    cache, host_cache = _tables(64)
+    q = random_device(rng, (20, 4, 128), dtype)
+    k = random_device(rng, (20, 1, 128), dtype)
+    w = random_device(rng, (128,), dtype, scale=0.1, loc=1.0)
+    host_pos = rng.integers(0, MAX_POSITION, 20)
+    host_pos[[0, 9, 19]] = [-5, MAX_POSITION, 1 << 40]
+    pos = cupy.asarray(host_pos)
+    q_before = cupy.asnumpy(q)
+    with pytest.raises(ValueError, match="positions"):
+        cupykern.qk_rms_norm_rope(q, k, w, w, pos, cache)
+    want_q, want_k = reference.qk_rms_norm_rope(q, k, w, w, pos, host_cache)
+    cupykern.qk_rms_norm_rope(q, k, w, w, pos, cache, check_positions=False)
+    got_q = cupy.asnumpy(q)
+    assert got_q[[0, 9, 19]].tobytes() == q_before[[0, 9, 19]].tobytes()
+    assert_close(q, want_q, dtype, seed=rng.seed, what="q")
+    assert_close(k, want_k, dtype, seed=rng.seed, what="k")
