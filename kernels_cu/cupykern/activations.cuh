@@ -1,0 +1,62 @@
+// cupykern/activations.cuh: the gate activations, as fp32 device functions.
+//
+// One definition each (PyTorch's names and formulas):
+//   silu(g)      = g * sigmoid(g)            = g / (1 + exp(-g))
+//   gelu_erf(g)  = g * Phi(g)                = 0.5 * g * erfc(-g / sqrt(2))
+//   gelu_tanh(g) = 0.5 * g * (1 + tanh(u)),  u = sqrt(2 / pi) * (g + 0.044715 * g^3)
+//                = g / (1 + exp(-2 u))       (0.5 * (1 + tanh(u)) == sigmoid(2 u))
+// Sources: SiLU, Elfwing, Uchibe & Doya 2017 (arXiv:1702.03118); GELU and its tanh
+// approximation, Hendrycks & Gimpel 2016 (arXiv:1606.08415).
+//
+// Numerics: accurate libdevice expf/erfcf (never __expf). erfc(-x) and the sigmoid
+// form replace 1 + erf(x) and 1 + tanh(u), which cancel to 0 for g below about -4;
+// the forms used keep full relative accuracy in the negative tail. For finite g the
+// formulas cannot produce NaN: when exp(-g) overflows to inf, g / inf is -0 (the
+// limit). The one input that would give NaN (-inf / inf, -inf * 0) is g = -inf, which
+// returns its limit -0 explicitly. +inf gives +inf; NaN stays NaN.
+//
+// kAct selects an activation at compile time (activate<kAct>); the values match
+// cupykern/ops/activation.py::ACTIVATIONS.
+#pragma once
+
+namespace cupykern {
+
+constexpr int kActSilu = 0;
+constexpr int kActGeluErf = 1;
+constexpr int kActGeluTanh = 2;
+
+// NVRTC has no <math.h>; -inf spelled by its bits.
+__device__ __forceinline__ bool is_negative_infinity(float g) { return g == -__int_as_float(0x7f800000); }
+
+// g * sigmoid(t), written as a quotient so that exp(-t) overflowing gives -0 or +0.
+__device__ __forceinline__ float mul_sigmoid(float g, float t) {
+  return is_negative_infinity(g) ? -0.0f : g / (1.0f + expf(-t));
+}
+
+__device__ __forceinline__ float silu(float g) { return mul_sigmoid(g, g); }
+
+__device__ __forceinline__ float gelu_erf(float g) {
+  constexpr float kSqrtHalf = 0.70710678118654752440f;
+  return is_negative_infinity(g) ? -0.0f : 0.5f * g * erfcf(-g * kSqrtHalf);
+}
+
+__device__ __forceinline__ float gelu_tanh(float g) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+  const float u = kSqrt2OverPi * (g + 0.044715f * g * g * g);
+  return mul_sigmoid(g, 2.0f * u);
+}
+
+template <int kAct>
+__device__ __forceinline__ float activate(float g) {
+  static_assert(kAct == kActSilu || kAct == kActGeluErf || kAct == kActGeluTanh,
+                "kAct must be kActSilu (0), kActGeluErf (1) or kActGeluTanh (2)");
+  if constexpr (kAct == kActSilu) {
+    return silu(g);
+  } else if constexpr (kAct == kActGeluErf) {
+    return gelu_erf(g);
+  } else {
+    return gelu_tanh(g);
+  }
+}
+
+}  // namespace cupykern

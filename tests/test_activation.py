@@ -1,0 +1,501 @@
+"""Activation family: silu_and_mul, gelu_and_mul, swiglu (kernels_cu/activation.cu).
+
+CPU: NVRTC compile of every instantiation, argument checks that run before the GPU is
+touched, reference properties, launch plans and the kernel's work walk. GPU (marked):
+kernels against the float64 reference on seeded inputs, outputs poisoned and guarded,
+over dtypes, sizes, strided and misaligned layouts, extreme values, streams and graphs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import cupykern
+from cupykern import _arrays, _dtypes, jit, launch, reference
+from cupykern.launch import H200_LIMITS, DeviceLimits
+from cupykern.ops import activation
+from cupykern.reference._common import round_to
+from tests.helpers import Guarded, assert_close, poisoned, random_device
+
+try:
+    import cupy
+except ImportError:  # pragma: no cover
+    cupy = None
+
+DTYPES = _dtypes.DTYPES
+DTYPE_IDS = [_dtypes.short_name(d) for d in DTYPES]
+#: d (outputs per row): tiny, odd, prime-ish, and the intermediate sizes of real models
+#: (Llama-2-7B 11008, Llama-3-8B 14336, Qwen2-7B 18944, Llama-3-70B 28672, ...).
+D_SIZES = [1, 3, 127, 2816, 5632, 11008, 13824, 14336, 18944, 28672, 53248]
+#: d at 2048 tokens: keeps the float64 reference (math.erfc per element for fp32) fast.
+D_SIZES_MANY_TOKENS = [1, 127, 2816, 5632]
+OPS = ["silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul", "swiglu"]
+ARCHS = ("80", "90")
+
+
+def _shapes():
+    yield 0, 2816
+    for num_tokens in (1, 5):
+        for d in D_SIZES:
+            yield num_tokens, d
+    for d in D_SIZES_MANY_TOKENS:
+        yield 2048, d
+
+
+SHAPES = list(_shapes())
+
+
+def _run(op: str, x, out=None):
+    """``op`` on a fused (..., 2 * d) input; swiglu gets the two halves of x as views."""
+    d = x.shape[-1] // 2
+    if op == "silu_and_mul":
+        return cupykern.silu_and_mul(x, out=out)
+    if op == "gelu_and_mul":
+        return cupykern.gelu_and_mul(x, out=out)
+    if op == "gelu_tanh_and_mul":
+        return cupykern.gelu_and_mul(x, approximate="tanh", out=out)
+    return cupykern.swiglu(x[..., :d], x[..., d:], out=out)
+
+
+def _reference(op: str, x) -> np.ndarray:
+    if op == "gelu_and_mul":
+        return reference.gelu_and_mul(x)
+    if op == "gelu_tanh_and_mul":
+        return reference.gelu_and_mul(x, approximate="tanh")
+    return reference.silu_and_mul(x)  # swiglu of the halves is the same function
+
+
+# ----------------------------------------------------------------- CPU: compile
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_activation_instantiation_compiles(arch):
+    exprs = jit.instantiations()["activation.cu"]
+    lowered, _ = jit.nvrtc_compile("activation.cu", exprs, arch)
+    assert sorted(lowered) == sorted(exprs)
+
+
+def test_instantiations_cover_dtypes_activations_and_vector_widths():
+    exprs = set(activation.instantiations()[activation.ACT_AND_MUL])
+    assert len(exprs) == len(DTYPES) * len(activation.ACTIVATIONS) * 2
+    assert "act_and_mul_kernel<__nv_bfloat16, 0, 8>" in exprs
+    assert "act_and_mul_kernel<float, 2, 4>" in exprs
+    assert "act_and_mul_kernel<__half, 1, 1>" in exprs
+
+
+# ----------------------------------------------------------------- CPU: argument checks
+@pytest.mark.parametrize("call", [
+    lambda x: cupykern.silu_and_mul(x),
+    lambda x: cupykern.gelu_and_mul(x),
+    lambda x: cupykern.gelu_and_mul(x, approximate="tanh"),
+    lambda x: cupykern.swiglu(x, x),
+], ids=["silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul", "swiglu"])
+def test_activation_rejects_numpy_input(call):
+    with pytest.raises(TypeError, match=r"(x|gate): expected a device array.*NumPy"):
+        call(np.ones((2, 8), dtype=np.float16))
+
+
+def test_gelu_and_mul_rejects_unknown_approximate_before_touching_the_gpu():
+    for bad in ("erf", "Tanh", None, 1):
+        with pytest.raises(ValueError, match="approximate: expected one of"):
+            cupykern.gelu_and_mul(np.ones((2, 8), dtype=np.float16), approximate=bad)
+    assert activation.gelu_activation("none") == "gelu"
+    assert activation.gelu_activation("tanh") == "gelu_tanh"
+
+
+@pytest.mark.parametrize("shape", [(4, 7), (7,), (2, 3, 1), (4, 0), ()])
+def test_gated_output_shape_rejects_odd_or_empty_last_axis(shape):
+    with pytest.raises(ValueError, match=r"x: expected shape \(\.\.\., 2 \* d\)"):
+        activation.gated_output_shape(shape, "x")
+
+
+def test_gated_output_shape_halves_the_last_axis():
+    assert activation.gated_output_shape((4, 22016)) == (4, 11008)
+    assert activation.gated_output_shape((2, 3, 2)) == (2, 3, 1)
+    assert activation.gated_output_shape((0, 10)) == (0, 5)
+
+
+def test_swiglu_shape_checks():
+    activation.check_same_shape((4, 128), (4, 128))
+    with pytest.raises(ValueError, match=r"up: expected the shape of gate \(4, 128\), got \(4, 127\)"):
+        activation.check_same_shape((4, 128), (4, 127))
+    with pytest.raises(ValueError, match=r"up: expected the shape of gate"):
+        activation.check_same_shape((4, 128), (128,))
+    with pytest.raises(ValueError, match=r"gate: expected shape \(\.\.\., d\) with d >= 1"):
+        activation.check_same_shape((4, 0), (4, 0))
+
+
+# ----------------------------------------------------------------- CPU: reference
+def test_reference_silu_and_mul_equals_swiglu_of_the_halves():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 5, 2 * 37))
+    np.testing.assert_array_equal(reference.silu_and_mul(x), reference.swiglu(x[..., :37], x[..., 37:]))
+    assert reference.silu_and_mul(x).shape == (3, 5, 37)
+
+
+def test_reference_known_values():
+    x = np.array([[1.0, -1.0, 0.0, 2.0, 3.0, 0.5]])  # gates 1, -1, 0; ups 2, 3, 0.5
+    phi = lambda g: 0.5 * math.erfc(-g / math.sqrt(2.0))  # noqa: E731
+    tanh_gelu = lambda g: 0.5 * g * (1 + math.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g**3)))  # noqa: E731
+    np.testing.assert_allclose(reference.silu_and_mul(x), [[2 / (1 + math.exp(-1)), 3 * -1 / (1 + math.e), 0.0]],
+                               rtol=1e-15)
+    np.testing.assert_allclose(reference.gelu_and_mul(x), [[2 * phi(1.0), 3 * -phi(-1.0), 0.0]], rtol=1e-15)
+    np.testing.assert_allclose(reference.gelu_and_mul(x, approximate="tanh"),
+                               [[2 * tanh_gelu(1.0), 3 * tanh_gelu(-1.0), 0.0]], rtol=1e-15)
+    np.testing.assert_allclose(reference.gelu_and_mul(x)[0, 0], 2 * 0.8413447460685429, rtol=1e-15)
+
+
+def test_reference_gelu_tanh_is_close_to_erf():
+    """The tanh approximation is within 5e-4 of the erf form everywhere (arXiv:1606.08415)."""
+    g = np.linspace(-8, 8, 4001)
+    x = np.concatenate([g, np.ones_like(g)])[None, :]
+    diff = reference.gelu_and_mul(x, approximate="tanh") - reference.gelu_and_mul(x)
+    assert np.max(np.abs(diff)) < 5e-4
+    assert np.max(np.abs(diff)) > 1e-5  # they are different functions
+
+
+@pytest.mark.parametrize("op", ["silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_reference_extreme_gates(op, dtype):
+    gates = [-1e4, np.inf, -np.inf, np.nan, 1e4, -100.0]
+    ups = [1.0, 2.0, 1.0, 1.0, -1.0, 1.0]
+    x = np.array([gates + ups], dtype=np.float32).astype(dtype)
+    got = _reference(op, x)[0]
+    assert got[0] == 0 and not np.isnan(got[0])   # -1e4: -0 or 0, never NaN
+    assert got[1] == np.inf                       # +inf stays inf
+    assert got[2] == 0 and not np.isnan(got[2])   # -inf: the limit, 0
+    assert np.isnan(got[3])                       # NaN stays in its element only
+    assert got[4] == -float(np.float32(1e4).astype(dtype))  # act(g) = g for large g
+    assert abs(got[5]) < 1e-30
+    assert np.isnan(got).sum() == 1
+
+
+def test_reference_fp16_overflow_rounds_to_inf():
+    x = np.array([[300.0, 300.0]], dtype=np.float16)
+    want = reference.silu_and_mul(x)
+    assert np.isfinite(want).all()                     # 9e4 in float64
+    with np.errstate(over="ignore"):
+        assert round_to(want, np.float16)[0, 0] == np.inf  # beyond 65504 after rounding
+
+
+@pytest.mark.parametrize("op", ["silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"])
+@pytest.mark.parametrize("dtype", [_dtypes.float16, _dtypes.bfloat16], ids=["fp16", "bf16"])
+def test_reference_table_lookup_matches_direct_evaluation(op, dtype):
+    """2-byte inputs go through a 65536-entry table; it must equal the float64 formula."""
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((7, 2 * 33)) * 4).astype(dtype)
+    np.testing.assert_array_equal(_reference(op, x), _reference(op, x.astype(np.float64)))
+
+
+def test_reference_argument_errors():
+    with pytest.raises(ValueError, match="approximate"):
+        reference.gelu_and_mul(np.ones((1, 4)), approximate="fast")
+    with pytest.raises(ValueError, match=r"x: expected shape \(\.\.\., 2 \* d\)"):
+        reference.silu_and_mul(np.ones((1, 5)))
+
+
+# ----------------------------------------------------------------- CPU: launch plans
+def _kernel_walk(grid: int, block_size: int, num_rows: int, d: int, vec_width: int) -> list:
+    """The (row, chunk) items act_and_mul_kernel's blocks visit, as its loop computes them."""
+    slots_per_row = -(-d // vec_width)
+    chunks_per_row = -(-slots_per_row // block_size)
+    num_chunks = num_rows * chunks_per_row
+    step_rows, step_chunks = divmod(grid, chunks_per_row)
+    visited = []
+    for block in range(grid):
+        row, chunk = divmod(block, chunks_per_row)
+        work = block
+        while work < num_chunks:
+            visited.append((row, chunk))
+            row, chunk, work = row + step_rows, chunk + step_chunks, work + grid
+            if chunk >= chunks_per_row:
+                row, chunk = row + 1, chunk - chunks_per_row
+    return visited
+
+
+@pytest.mark.parametrize("num_rows", [1, 5, 2048, 70_001])
+@pytest.mark.parametrize("d", D_SIZES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("aligned", [True, False])
+def test_plan_activation_is_valid_and_compiled(num_rows, d, dtype, aligned):
+    plan = launch.plan_activation(num_rows, d, dtype, aligned=aligned, limits=H200_LIMITS)
+    assert plan.origin == "heuristic"
+    assert plan.vec_width == (_dtypes.vec_width(dtype) if aligned else 1)
+    assert plan.block_size % 32 == 0 and 32 <= plan.block_size <= launch.ACTIVATION_MAX_BLOCK_SIZE
+    assert plan.block[1:] == (1, 1) and plan.grid[1:] == (1, 1)
+    chunks = launch.activation_chunks(num_rows, d, plan.block_size, plan.vec_width)
+    assert plan.grid[0] == min(chunks, H200_LIMITS.max_grid_x)
+    # Every vector of every row has a thread: chunks x block_size x vec_width >= rows x d.
+    assert chunks * plan.block_size * plan.vec_width >= num_rows * d
+    expr = activation.ACT_AND_MUL.expr(_dtypes.c_type(dtype), 0, plan.vec_width)
+    assert expr in jit.instantiations()["activation.cu"]
+
+
+def test_plan_activation_shapes_the_block_to_the_work():
+    bf16 = _dtypes.bfloat16
+    # Throughput: 256 threads, one 16-byte vector each.
+    assert launch.plan_activation(4096, 14336, bf16, aligned=True, limits=H200_LIMITS).block_size == 256
+    # Decode: fewer work items than SMs, so smaller blocks spread over more SMs.
+    assert launch.plan_activation(1, 14336, bf16, aligned=True, limits=H200_LIMITS).block_size == 64
+    # Narrow rows: no more threads than vectors, at least one warp.
+    assert launch.plan_activation(4096, 3, bf16, aligned=False, limits=H200_LIMITS).block_size == 32
+
+
+def test_plan_activation_caps_the_grid():
+    small = DeviceLimits(name="tiny", sm_count=2, max_grid_x=1000)
+    plan = launch.plan_activation(10_000_000, 14336, _dtypes.float16, aligned=True, limits=small)
+    assert plan.grid[0] == 1000  # the kernel walks the rest grid-stride
+
+
+@pytest.mark.parametrize("grid, block_size, num_rows, d, vec_width", [
+    (7, 32, 5, 100, 1),         # grid smaller than a row's chunks
+    (3, 32, 11, 65, 8),         # scalar-tail slot in the last chunk
+    (13, 64, 9, 1000, 4),       # grid not a multiple of chunks_per_row
+    (1, 256, 4, 14336, 8),
+    (40, 32, 40, 1, 1),         # one chunk per row, grid == rows
+    (1000, 256, 70, 14336, 8),  # grid larger than the work
+])
+def test_kernel_walk_visits_every_chunk_once(grid, block_size, num_rows, d, vec_width):
+    slots_per_row = -(-d // vec_width)
+    chunks_per_row = -(-slots_per_row // block_size)
+    visited = _kernel_walk(grid, block_size, num_rows, d, vec_width)
+    assert sorted(visited) == [(r, c) for r in range(num_rows) for c in range(chunks_per_row)]
+
+
+@pytest.mark.parametrize("choices, message", [
+    (dict(vec_width=8), "vec_width"),        # bf16 arrays not aligned
+    (dict(vec_width=3), "vec_width"),
+    (dict(block_size=48), "block_size"),
+    (dict(block_size=2048), "block_size"),
+    (dict(block_size=0), "block_size"),
+])
+def test_plan_activation_rejects_illegal_overrides(choices, message):
+    with pytest.raises(ValueError, match=message):
+        launch.plan_activation(4, 4096, _dtypes.bfloat16, aligned=False, limits=H200_LIMITS, **choices)
+
+
+def test_plan_activation_overrides():
+    plan = launch.plan_activation(4, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, block_size=1024,
+                                  vec_width=1)
+    assert (plan.block_size, plan.vec_width, plan.origin) == (1024, 1, "override")
+
+
+# ----------------------------------------------------------------- GPU: values
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_tokens, d", SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("op", OPS)
+def test_activation_matches_reference(rng, op, dtype, num_tokens, d):
+    x = random_device(rng, (num_tokens, 2 * d), dtype, scale=2.0)
+    out = Guarded((num_tokens, d), dtype)  # rows of out padded: a strided output view
+    result = _run(op, x, out=out.view)
+    assert result is out.view
+    assert_close(out.view, _reference(op, x), dtype, seed=rng.seed, what=op)
+    out.check_margins()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", D_SIZES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("op", OPS)
+def test_activation_strided_and_misaligned_input(rng, op, dtype, d):
+    num_tokens = 5
+    wide = random_device(rng, (num_tokens, 2 * d + 24), dtype, scale=2.0)
+    strided = wide[:, 8:8 + 2 * d]                   # rows of a wider buffer, aligned start
+    strided_odd = wide[:, 3:3 + 2 * d]               # rows of a wider buffer, misaligned start
+    flat = random_device(rng, (num_tokens * 2 * d + 1,), dtype, scale=2.0)
+    shifted = flat[1:].reshape(num_tokens, 2 * d)    # contiguous, offset by one element
+    for x in (strided, strided_odd, shifted):
+        for misalign in (0, 1):
+            out = Guarded((num_tokens, d), dtype, misalign=misalign)
+            _run(op, x, out=out.view)
+            assert_close(out.view, _reference(op, x), dtype, seed=rng.seed, what=op)
+            out.check_margins()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [1, 3, 127, 2816, 14337])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_swiglu_vector_path_with_scalar_tail(rng, dtype, d):
+    """Aligned pointers and strides with d % vec_width != 0: 16-byte vectors plus the tail."""
+    vec = _dtypes.vec_width(dtype)
+    width = -(-d // vec) * vec + vec                 # row stride a multiple of vec_width
+    gate = random_device(rng, (33, width), dtype, scale=2.0)[:, :d]
+    up = random_device(rng, (33, width + vec), dtype)[:, :d]
+    out = Guarded((33, d), dtype, row_pad=width - d)
+    assert _arrays.vector_aligned(vec, (gate, width), (up, width + vec), (out.view, width))
+    cupykern.swiglu(gate, up, out=out.view)
+    assert_close(out.view, reference.swiglu(gate, up), dtype, seed=rng.seed)
+    out.check_margins()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_silu_and_mul_equals_swiglu_bit_for_bit(rng, dtype):
+    x = random_device(rng, (64, 2 * 5632), dtype, scale=3.0)
+    fused = cupykern.silu_and_mul(x)
+    split = cupykern.swiglu(x[:, :5632].copy(), x[:, 5632:].copy())
+    np.testing.assert_array_equal(fused.get().view(np.uint8), split.get().view(np.uint8))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("target", ["gate", "up"])
+def test_swiglu_in_place(rng, target):
+    dtype = _dtypes.bfloat16
+    gate = random_device(rng, (17, 14336), dtype, scale=2.0)
+    up = random_device(rng, (17, 14336), dtype)
+    want = reference.swiglu(gate, up)
+    out = gate if target == "gate" else up
+    assert cupykern.swiglu(gate, up, out=out) is out
+    assert_close(out, want, dtype, seed=rng.seed)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+def test_activation_three_dimensional_input(rng, op):
+    dtype = _dtypes.float16
+    x = random_device(rng, (2, 3, 2 * 129), dtype)
+    got = _run(op, x)
+    assert got.shape == (2, 3, 129) and got.dtype == dtype
+    assert_close(got, _reference(op, x), dtype, seed=rng.seed)
+
+
+# ----------------------------------------------------------------- GPU: numerics
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("op", OPS)
+def test_activation_extreme_inputs(rng, op, dtype):
+    d = 40
+    host = (rng.standard_normal((8, 2 * d)) * 2).astype(np.float32)
+    host[0, 0] = -1e4          # gate: silu/gelu -> -0, times up: +-0, never NaN
+    host[1, 3] = np.inf        # gate +inf, up > 0: +inf
+    host[1, d + 3] = 1.5
+    host[2, 5] = np.nan        # NaN gate: NaN in this element only
+    host[3, d + 7] = np.nan    # NaN up: NaN in this element only
+    host[4, 2] = -np.inf       # gate -inf: the limit 0, not -inf * 0
+    host[5, 9], host[5, d + 9] = 300.0, 300.0   # 9e4: inf in fp16, finite in bf16/fp32
+    host[6, :d] = np.linspace(-110.0, -80.0, d)  # the underflowing tail
+    host[7, :d] = np.linspace(-12.0, 12.0, d)
+    x = cupy.asarray(host.astype(dtype))
+    out = Guarded((8, d), dtype)
+    _run(op, x, out=out.view)
+    got = out.view.get().astype(np.float64)
+    want = _reference(op, x)
+    # Compared with the reference rounded to the dtype, so an fp16 overflow is inf on both sides.
+    with np.errstate(over="ignore"):
+        want = round_to(want, dtype)
+    assert_close(got, want, dtype, seed=rng.seed, what=op)
+    assert got[0, 0] == 0 and got[4, 2] == 0
+    assert got[1, 3] == np.inf
+    assert np.argwhere(np.isnan(got)).tolist() == [[2, 5], [3, 7]]
+    assert (got[5, 9] == np.inf) == (dtype == _dtypes.float16)
+    out.check_margins()
+
+
+@pytest.mark.gpu
+def test_activation_more_than_65535_rows(rng):
+    dtype = _dtypes.float16
+    x = random_device(rng, (70_001, 2 * 8), dtype)
+    for op in OPS:
+        out = Guarded((70_001, 8), dtype)
+        _run(op, x, out=out.view)
+        assert_close(out.view, _reference(op, x), dtype, seed=rng.seed, what=op)
+        out.check_margins()
+
+
+@pytest.mark.gpu
+def test_silu_and_mul_offsets_past_2_31_elements(rng):
+    """x spans 2.3e9 elements (4.6 GB of bf16): row offsets need 64-bit arithmetic."""
+    dtype, d, num_tokens = _dtypes.bfloat16, 28672, 40_000
+    x = cupy.empty((num_tokens, 2 * d), dtype=dtype)
+    assert x.size > 2**31
+    rows = [0, 1, 37_450, num_tokens - 2, num_tokens - 1]  # 37_450 * 2 * d > 2**31
+    for r in rows:
+        x[r] = random_device(rng, (2 * d,), dtype, scale=2.0)
+    out = cupykern.silu_and_mul(x)
+    for r in rows:
+        assert_close(out[r], reference.silu_and_mul(x[r]), dtype, seed=rng.seed, what=f"row {r}")
+    del x, out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("threads_per_row, vec_width", [(32, None), (64, 1), (1024, None), (256, 1)])
+def test_activation_overridden_launches_stay_correct(rng, threads_per_row, vec_width):
+    dtype = _dtypes.bfloat16
+    x = random_device(rng, (300, 2 * 3000), dtype)
+    with launch.overrides(threads_per_row=threads_per_row, vec_width=vec_width):
+        got = cupykern.silu_and_mul(x)
+    assert_close(got, reference.silu_and_mul(x), dtype, seed=rng.seed)
+
+
+# ----------------------------------------------------------------- GPU: streams and graphs
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+def test_activation_on_current_stream_and_under_graph_capture(rng, op):
+    dtype, num_tokens, d = _dtypes.bfloat16, 16, 14336
+    x = random_device(rng, (num_tokens, 2 * d), dtype)
+    want = _reference(op, x)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    out = poisoned((num_tokens, d), dtype)
+    with stream:
+        _run(op, x, out=out)
+        stream.synchronize()
+    assert_close(out, want, dtype, seed=rng.seed, what=op)
+
+    out = poisoned((num_tokens, d), dtype)  # allocated before the capture, kept alive
+    cupy.cuda.Device().synchronize()
+    with stream:
+        stream.begin_capture()
+        _run(op, x, out=out)
+        graph = stream.end_capture()
+    assert np.isnan(out.get().astype(np.float32)).all()  # captured, not run
+    graph.launch(stream=stream)
+    stream.synchronize()
+    assert_close(out, want, dtype, seed=rng.seed, what=op)
+
+
+# ----------------------------------------------------------------- GPU: argument errors
+@pytest.mark.gpu
+def test_activation_argument_errors_name_the_argument():
+    x = cupy.ones((4, 64), dtype=np.float16)
+    with pytest.raises(ValueError, match=r"x: expected shape \(\.\.\., 2 \* d\)"):
+        cupykern.silu_and_mul(cupy.ones((4, 63), dtype=np.float16))
+    with pytest.raises(ValueError, match=r"x: expected shape \(\.\.\., 2 \* d\)"):
+        cupykern.gelu_and_mul(cupy.ones((4, 0), dtype=np.float16))
+    with pytest.raises(ValueError, match="approximate"):
+        cupykern.gelu_and_mul(x, approximate="erf")
+    with pytest.raises(TypeError, match="x: unsupported dtype float64"):
+        cupykern.silu_and_mul(x.astype(np.float64))
+    with pytest.raises(ValueError, match=r"out: expected shape \(4, 32\), got \(4, 64\)"):
+        cupykern.silu_and_mul(x, out=cupy.empty((4, 64), dtype=np.float16))
+    with pytest.raises(TypeError, match="out: expected dtype float16"):
+        cupykern.gelu_and_mul(x, out=cupy.empty((4, 32), dtype=np.float32))
+    with pytest.raises(TypeError, match="out: expected a device array"):
+        cupykern.silu_and_mul(x, out=np.empty((4, 32), dtype=np.float16))
+    with pytest.raises(ValueError, match="x: the last axis must be unit-stride"):
+        cupykern.silu_and_mul(cupy.ones((64, 4), dtype=np.float16).T)
+    with pytest.raises(ValueError, match="out overlaps x"):
+        cupykern.silu_and_mul(x, out=x[:, :32])
+    with pytest.raises(ValueError, match="up: expected the shape of gate"):
+        cupykern.swiglu(x, x[:, :32])
+    with pytest.raises(TypeError, match="up: expected dtype float16"):
+        cupykern.swiglu(x, x.astype(np.float32))
+    with pytest.raises(TypeError, match="up: expected a device array"):
+        cupykern.swiglu(x, np.ones((4, 64), dtype=np.float16))
+    with pytest.raises(ValueError, match="out overlaps gate"):
+        buf = cupy.ones(4 * 64 + 1, dtype=np.float16)
+        cupykern.swiglu(buf[:-1].reshape(4, 64), x, out=buf[1:].reshape(4, 64))
+    with pytest.raises(ValueError, match="out overlaps up"):
+        buf = cupy.ones(4 * 64 + 1, dtype=np.float16)
+        cupykern.swiglu(x, buf[:-1].reshape(4, 64), out=buf[1:].reshape(4, 64))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+def test_activation_zero_rows_launch_nothing(op):
+    x = cupy.ones((0, 2 * 2816), dtype=np.float16)
+    assert _run(op, x).shape == (0, 2816)
+    out = cupy.empty((0, 2816), dtype=np.float16)
+    assert _run(op, x, out=out) is out
+    assert _run(op, cupy.ones((3, 0, 8), dtype=np.float16)).shape == (3, 0, 4)
