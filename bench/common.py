@@ -17,7 +17,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.compositions import COMPOSITIONS  # noqa: E402
+from bench.compositions import COMPOSITIONS, LABELS  # noqa: E402
 from cupykern import environment, measure, timing  # noqa: E402
 from cupykern.registry import all_specs  # noqa: E402
 
@@ -38,7 +38,7 @@ def run_cases(name: str, cases, *, seed: int = DEFAULT_SEED, out_dir: Path | Non
         spec = specs[op]
         impls = [("cupykern", None)]
         if op in compositions:
-            impls.append(("cupy composition", compositions[op]))
+            impls.append((LABELS.get(op, "cupy composition"), compositions[op]))
         for impl, run in impls:
             point = measure.measure(spec, num_tokens, size, dtype, seed=seed, copy_gbps=copy_gbps, impl=impl, run=run)
             points.append(point)

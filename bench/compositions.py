@@ -56,10 +56,55 @@ def softmax(i):
     return (y,)
 
 
+def silu_and_mul(i):
+    x = i["x"]
+    d = x.shape[-1] // 2
+    gate, up = _f32(x[..., :d]), _f32(x[..., d:])
+    y = (gate / (1 + cupy.exp(-gate)) * up).astype(x.dtype)
+    if i.get("out") is not None:
+        i["out"][...] = y
+        y = i["out"]
+    return (y,)
+
+
+def _rotate_neox(t, cos, sin):
+    """In-place NeoX rotation of t (tokens, heads, head_dim) by per-token cos/sin (tokens, half)."""
+    half = cos.shape[-1]
+    t1, t2 = _f32(t[..., :half]), _f32(t[..., half:2 * half])
+    c, s = cos[:, None, :], sin[:, None, :]
+    t[..., :half] = (t1 * c - t2 * s).astype(t.dtype)
+    t[..., half:2 * half] = (t2 * c + t1 * s).astype(t.dtype)
+
+
+def apply_rope(i):
+    cache, positions = i["cos_sin_cache"], i["positions"]
+    half = cache.shape[1] // 2
+    rows = cache[positions]
+    cos, sin = rows[:, :half], rows[:, half:]
+    _rotate_neox(i["q"], cos, sin)
+    _rotate_neox(i["k"], cos, sin)
+    return i["q"], i["k"]
+
+
+def qk_rms_norm_then_apply_rope(i):
+    """The unfused split: cupykern.rms_norm per head, then cupykern.apply_rope."""
+    from cupykern import apply_rope as rope, rms_norm as norm
+
+    norm(i["q"], i["q_weight"], i["eps"], out=i["q"])
+    norm(i["k"], i["k_weight"], i["eps"], out=i["k"])
+    return rope(i["q"], i["k"], i["positions"], i["cos_sin_cache"], check_positions=False)
+
+
 #: op name -> composition
 COMPOSITIONS = {
     "rms_norm": rms_norm,
     "fused_add_rms_norm": fused_add_rms_norm,
     "layer_norm": layer_norm,
     "softmax": softmax,
+    "silu_and_mul": silu_and_mul,
+    "apply_rope": apply_rope,
+    "qk_rms_norm_rope": qk_rms_norm_then_apply_rope,
 }
+
+#: How each composition is labelled in tables.
+LABELS = {"qk_rms_norm_rope": "rms_norm then apply_rope"}

@@ -2,7 +2,7 @@
 # One GPU session in one call: the GPU test suite, then the benchmarks, results under $OUT.
 #
 #   bash bench/gpu_session.sh                 # all GPU tests + every bench
-#   TESTS="tests/test_norm.py" BENCHES="bench/bench_norm.py --quick" bash bench/gpu_session.sh
+#   TESTS="tests/test_norm.py" BENCHES="bench/bench_norm.py --quick" PYTEST_ARGS="-n 8" bash bench/gpu_session.sh
 #
 # Runs from the checkout with the machine's python3 and packages (cupy, numpy,
 # ml_dtypes, pytest, click, rich); nothing is installed. Logs and JSON go to $OUT
@@ -14,14 +14,15 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/cupykern-kernel-cache}
 TESTS=${TESTS:-tests}
-BENCHES=${BENCHES:-"bench/bench_norm.py"}
+BENCHES=${BENCHES:-"bench/bench_norm.py --quick;bench/bench_activation.py;bench/bench_rope.py"}
+PYTEST_ARGS=${PYTEST_ARGS:-}
 
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv; \
   python3 -c "import cupy, numpy; print('cupy', cupy.__version__, 'numpy', numpy.__version__)"; } 2>&1 | tee "$OUT/environment.txt"
 
 status=0
 # shellcheck disable=SC2086
-python3 -m pytest -m gpu -q -p no:cacheprovider --maxfail=50 --durations=10 $TESTS 2>&1 \
+python3 -m pytest -m gpu -q -p no:cacheprovider --maxfail=50 --durations=10 $PYTEST_ARGS $TESTS 2>&1 \
   | tee "$OUT/pytest_gpu.log" | grep -E -v '^(\.|s)+ *\[ *[0-9]+%\]$' || status=1
 
 IFS=';' read -ra bench_list <<< "$BENCHES"

@@ -33,14 +33,16 @@ def sample_rows(num_tokens: int) -> np.ndarray:
     return np.unique(np.linspace(0, num_tokens - 1, MAX_REFERENCE_ROWS).astype(np.int64))
 
 
-def _rows_of(inputs: dict, rows: np.ndarray) -> dict:
-    """Inputs restricted to ``rows``: token-major arrays (2-D and up, and positions) are sliced."""
+def _rows_of(inputs: dict, rows: np.ndarray, token_inputs) -> dict:
+    """Inputs on the host, the token-indexed ones restricted to ``rows``."""
     picked = {}
     for key, value in inputs.items():
-        if hasattr(value, "shape") and (value.ndim >= 2 or key == "positions"):
+        if not hasattr(value, "shape"):
+            picked[key] = value
+        elif key in token_inputs:
             picked[key] = host(value)[rows]
         else:
-            picked[key] = host(value) if hasattr(value, "shape") else value
+            picked[key] = host(value)
     return picked
 
 
@@ -74,7 +76,7 @@ def check_op(spec: OpSpec, num_tokens: int, size: int, dtype, seed: int, inputs:
     if inputs is None:
         inputs = spec.make_inputs(np.random.default_rng(seed), num_tokens, size, dtype)
     rows = sample_rows(num_tokens)
-    expected = spec.reference(_rows_of(inputs, rows))
+    expected = spec.reference(_rows_of(inputs, rows, spec.token_inputs))
     poison(inputs)
     outputs = spec.run(inputs)
     return compare(outputs, expected, spec.output_dtypes(inputs), rows)

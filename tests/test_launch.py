@@ -41,8 +41,11 @@ def test_large_row_counts_fit_the_grid():
 
 
 def test_row_layout_heuristic_examples():
-    # 8192 bf16 = 1024 vectors: 256 threads x 4 vectors each, one row per block.
-    assert launch.row_layout(8192, _dtypes.bfloat16, True) == launch.RowLayout(256, 8, 4)
+    # 8192 bf16 = 1024 vectors: 128 threads, 4 vectors each cached, 4 re-read.
+    assert launch.row_layout(8192, _dtypes.bfloat16, True) == launch.RowLayout(128, 8, 4)
+    # 1024 bf16 = 128 vectors: 32 threads x 4 vectors, 4 rows per 128-thread block.
+    plan = launch.plan_rows(10, 1024, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
+    assert plan.layout == launch.RowLayout(32, 8, 4) and plan.rows_per_block == 4
     # Unaligned rows fall back to scalar accesses.
     assert launch.row_layout(8192, _dtypes.bfloat16, False).vec_width == 1
     # Tiny rows share a 128-thread block.

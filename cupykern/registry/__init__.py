@@ -31,6 +31,8 @@ class OpSpec:
         min_bytes: ``(inputs) -> int``: each input read once, each output written once.
         output_dtypes: ``(inputs) -> tuple of dtypes`` of ``run``'s outputs (for tolerances).
         check_sizes: sizes ``cupykern check`` validates at.
+        token_inputs: input names indexed by token along their first axis (validation
+            samples rows of these; tables such as ``cos_sin_cache`` are passed whole).
     """
 
     name: str
@@ -42,6 +44,7 @@ class OpSpec:
     min_bytes: Callable
     output_dtypes: Callable
     check_sizes: tuple = (4096,)
+    token_inputs: tuple = ("x", "residual", "gate", "up", "q", "k", "positions")
 
     def with_run(self, run) -> "OpSpec":
         """The same spec driving another implementation (benchmarks of peers)."""

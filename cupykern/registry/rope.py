@@ -29,9 +29,7 @@ def _rope_inputs(rng, num_tokens, head_dim, dtype, *, with_weights=False):
         "q": random_device(rng, (num_tokens, NUM_Q_HEADS, head_dim), dtype),
         "k": random_device(rng, (num_tokens, NUM_KV_HEADS, head_dim), dtype),
         "positions": cupy.asarray(rng.integers(0, MAX_POSITION, num_tokens, dtype=np.int64)),
-        # In a 1-tuple: validation samples every 2-D input by token row, and the cache is
-        # indexed by position, not by token.
-        "cos_sin_cache": (cupy.asarray(_host_cache(head_dim)),),
+        "cos_sin_cache": cupy.asarray(_host_cache(head_dim)),
     }
     if with_weights:
         inputs["q_weight"] = random_device(rng, (head_dim,), dtype, scale=0.1, loc=1.0)
@@ -42,7 +40,7 @@ def _rope_inputs(rng, num_tokens, head_dim, dtype, *, with_weights=False):
 
 def _min_bytes(i) -> int:
     """q and k read and written once, one cache row and one position per token."""
-    cache = i["cos_sin_cache"][0]
+    cache = i["cos_sin_cache"]
     num_tokens = i["positions"].size
     return 2 * nbytes(i["q"], i["k"]) + num_tokens * (cache.shape[1] * cache.itemsize + i["positions"].itemsize)
 
@@ -50,8 +48,8 @@ def _min_bytes(i) -> int:
 APPLY_ROPE = OpSpec(
     name="apply_rope", family="rope", size_name="head_dim",
     make_inputs=lambda rng, n, h, dtype: _rope_inputs(rng, n, h, dtype),
-    run=lambda i: rope.apply_rope(i["q"], i["k"], i["positions"], i["cos_sin_cache"][0], check_positions=False),
-    reference=lambda i: reference.apply_rope(i["q"], i["k"], i["positions"], i["cos_sin_cache"][0]),
+    run=lambda i: rope.apply_rope(i["q"], i["k"], i["positions"], i["cos_sin_cache"], check_positions=False),
+    reference=lambda i: reference.apply_rope(i["q"], i["k"], i["positions"], i["cos_sin_cache"]),
     min_bytes=_min_bytes,
     output_dtypes=lambda i: (i["q"].dtype, i["k"].dtype),
     check_sizes=(128,),
@@ -61,9 +59,9 @@ QK_RMS_NORM_ROPE = OpSpec(
     name="qk_rms_norm_rope", family="rope", size_name="head_dim",
     make_inputs=lambda rng, n, h, dtype: _rope_inputs(rng, n, h, dtype, with_weights=True),
     run=lambda i: rope.qk_rms_norm_rope(i["q"], i["k"], i["q_weight"], i["k_weight"], i["positions"],
-                                        i["cos_sin_cache"][0], i["eps"], check_positions=False),
+                                        i["cos_sin_cache"], i["eps"], check_positions=False),
     reference=lambda i: reference.qk_rms_norm_rope(i["q"], i["k"], i["q_weight"], i["k_weight"], i["positions"],
-                                                   i["cos_sin_cache"][0], i["eps"]),
+                                                   i["cos_sin_cache"], i["eps"]),
     min_bytes=lambda i: _min_bytes(i) + nbytes(i["q_weight"], i["k_weight"]),
     output_dtypes=lambda i: (i["q"].dtype, i["k"].dtype),
     check_sizes=(128,),
