@@ -56,6 +56,7 @@ class DeviceLimits:
     max_threads_per_block: int = 1024
     max_grid_x: int = 2**31 - 1
     warp_size: int = WARP_SIZE
+    max_threads_per_sm: int = 2048
 
     @staticmethod
     @lru_cache(maxsize=None)
@@ -71,6 +72,7 @@ class DeviceLimits:
             max_threads_per_block=attrs["MaxThreadsPerBlock"],
             max_grid_x=attrs["MaxGridDimX"],
             warp_size=attrs["WarpSize"],
+            max_threads_per_sm=attrs["MaxThreadsPerMultiProcessor"],
         )
 
 
@@ -273,7 +275,11 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     if not 0 < block_size <= most or block_size % limits.warp_size:
         raise ValueError(f"block_size must be a multiple of {limits.warp_size} and at most {most}, got {block_size}")
     chunks = activation_chunks(num_rows, d, block_size, vec_width)
-    grid = (max(1, min(chunks, limits.max_grid_x)), 1, 1)
+    # One wave of resident blocks walking the chunks grid-stride: a block per chunk
+    # made large shapes launch ~10^5 one-vector blocks (16384 x 14336 bf16 ran at 78%
+    # of copy, bench/results/2026-11-29_activation_NVIDIA-H200_dd63fc0.json).
+    resident = limits.sm_count * max(1, limits.max_threads_per_sm // block_size)
+    grid = (max(1, min(chunks, resident, limits.max_grid_x)), 1, 1)
     return ActivationPlan(grid, (block_size, 1, 1), vec_width, origin)
 
 

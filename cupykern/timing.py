@@ -1,8 +1,9 @@
 """GPU timing: CUDA events with a cold L2, CUDA-graph replay, copy bandwidth baseline.
 
-* :func:`time_cold` records an event pair around every call, after overwriting a
-  buffer twice the L2 size (so inputs come from DRAM), with no host sync inside the
-  loop; the median of many calls is reported (Triton's ``do_bench`` pattern).
+* :func:`time_cold` records an event pair around every call, after reading a buffer
+  twice the L2 size (so inputs come from DRAM and no dirty lines are left to write
+  back), with no host sync inside the loop; the median of many calls is reported
+  (Triton's ``do_bench`` pattern, with a read instead of its zero-fill).
 * :func:`time_graph` captures ``ops_per_graph`` calls in one CUDA graph and times its
   replays: GPU time per op for decode-sized shapes, without launch gaps.
 * :func:`copy_bandwidth` times a device-to-device ``cudaMemcpyAsync`` the same way:
@@ -40,9 +41,10 @@ class _L2Flusher:
         self.buffer = cupy.empty(max(2 * l2, 1 << 20), dtype=np.uint8)
 
     def flush(self, stream):
-        import cupy
-
-        cupy.cuda.runtime.memsetAsync(self.buffer.data.ptr, 0, self.buffer.nbytes, stream.ptr)
+        # Read, don't write: a memset leaves L2 full of dirty lines, and writing them
+        # back to DRAM would be charged to the kernel timed next.
+        with stream:
+            self.buffer.max()
 
 
 def time_cold(fn, *, warmup: int = 5, repeat: int = 50) -> Timing:

@@ -225,7 +225,8 @@ def test_plan_activation_is_valid_and_compiled(num_rows, d, dtype, aligned):
     assert plan.block_size % 32 == 0 and 32 <= plan.block_size <= launch.ACTIVATION_MAX_BLOCK_SIZE
     assert plan.block[1:] == (1, 1) and plan.grid[1:] == (1, 1)
     chunks = launch.activation_chunks(num_rows, d, plan.block_size, plan.vec_width)
-    assert plan.grid[0] == min(chunks, H200_LIMITS.max_grid_x)
+    resident = H200_LIMITS.sm_count * (H200_LIMITS.max_threads_per_sm // plan.block[0])
+    assert plan.grid[0] == min(chunks, resident, H200_LIMITS.max_grid_x)
     # Every vector of every row has a thread: chunks x block_size x vec_width >= rows x d.
     assert chunks * plan.block_size * plan.vec_width >= num_rows * d
     expr = activation.ACT_AND_MUL.expr(_dtypes.c_type(dtype), 0, plan.vec_width)
