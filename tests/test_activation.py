@@ -246,7 +246,10 @@ def test_plan_activation_shapes_the_block_to_the_work():
 def test_plan_activation_caps_the_grid():
     small = DeviceLimits(name="tiny", sm_count=2, max_grid_x=1000)
     plan = launch.plan_activation(10_000_000, 14336, _dtypes.float16, aligned=True, limits=small)
-    assert plan.grid[0] == 1000  # the kernel walks the rest grid-stride
+    assert plan.grid[0] == 2 * (2048 // plan.block_size)  # one resident wave; the rest grid-stride
+    wide = DeviceLimits(name="many SMs", sm_count=10_000, max_grid_x=1000)
+    plan = launch.plan_activation(10_000_000, 14336, _dtypes.float16, aligned=True, limits=wide)
+    assert plan.grid[0] == 1000
 
 
 @pytest.mark.parametrize("grid, block_size, num_rows, d, vec_width", [
