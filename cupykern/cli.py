@@ -154,8 +154,9 @@ def _validate_all(seed: int) -> int:
 @main.command()
 @click.argument("ops", nargs=-1)
 @click.option("--num-tokens", callback=_int_list, default=",".join(map(str, NUM_TOKENS_LADDER)), show_default=True)
-@click.option("--hidden-size", "sizes", callback=_int_list, default="4096", show_default=True,
-              help="row size: hidden_size (norms), d (activations), head_dim (RoPE)")
+@click.option("--hidden-size", "sizes", callback=_int_list, default=None,
+              help="row sizes: hidden_size (norms), d (activations), head_dim (RoPE); "
+                   "default: each op's standard size (4096, 11008, 128)")
 @click.option("--dtype", "dtypes", callback=_dtype_list, default="bf16", show_default=True)
 @click.option("--threads-per-row", callback=_int_list, default=None, help="override: threads sharing a row")
 @click.option("--vec-width", callback=_int_list, default=None, help="override: elements per access")
@@ -181,7 +182,8 @@ def sweep(ops, num_tokens, sizes, dtypes, threads_per_row, vec_width, vecs_per_t
     choices = dict(threads_per_row=threads_per_row or [None], vec_width=vec_width or [None],
                    vecs_per_thread=vecs_per_thread or [None], rows_per_block=rows_per_block or [None])
     configs = [dict(zip(choices, combo)) for combo in itertools.product(*choices.values())]
-    points = list(itertools.product(ops or list(specs), dtypes, sizes, num_tokens, configs))
+    points = [(op, dtype, size, n, config) for op in (ops or list(specs)) for dtype in dtypes
+              for size in (sizes or specs[op].check_sizes) for n in num_tokens for config in configs]
     copy_gbps = timing.copy_bandwidth()
     rows, failures = [], 0
     with Progress(console=console) as progress:
@@ -198,6 +200,8 @@ def sweep(ops, num_tokens, sizes, dtypes, threads_per_row, vec_width, vecs_per_t
             rows.append(row)
             failures += not point.check_ok
             progress.advance(task)
+            if json_path:  # written as it goes, so an interrupted sweep keeps its points
+                _write_json(json_path, environment.describe(), seed, copy_gbps, rows)
     table = Table(title=f"sweep: copy {copy_gbps:.0f} GB/s (same run), seed {seed}")
     columns = ("op", "dtype", "size", "num_tokens", *[k for k in choices if choices[k] != [None]],
                "median_us", "gbps", "pct_of_copy", "method", "check")
@@ -214,15 +218,18 @@ def sweep(ops, num_tokens, sizes, dtypes, threads_per_row, vec_width, vecs_per_t
             cells.append(str(value))
         table.add_row(*cells)
     console.print(table)
-    result = {"environment": environment.describe(), "seed": seed, "copy_gbps": copy_gbps, "points": rows}
     if json_path:
-        json_path.write_text(json.dumps(result, indent=1))
+        _write_json(json_path, environment.describe(), seed, copy_gbps, rows)
     if csv_path and rows:
         with csv_path.open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
     sys.exit(1 if failures else 0)
+
+
+def _write_json(path: Path, env: dict, seed: int, copy_gbps: float, rows: list) -> None:
+    path.write_text(json.dumps({"environment": env, "seed": seed, "copy_gbps": copy_gbps, "points": rows}, indent=1))
 
 
 if __name__ == "__main__":
