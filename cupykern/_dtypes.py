@@ -55,11 +55,17 @@ def parse(name_or_dtype) -> np.dtype:
 
 
 def check_supported(dtype, name: str) -> np.dtype:
-    """Returns ``dtype`` if supported, else raises TypeError naming the argument."""
-    dtype = np.dtype(dtype)
-    if dtype not in _C_TYPES:
-        raise TypeError(f"{name}: unsupported dtype {dtype}; expected float32, float16 or bfloat16")
-    return dtype
+    """``dtype`` (a dtype-like or a name such as ``'bf16'``) if supported, else TypeError naming the argument."""
+    if isinstance(dtype, str) and dtype.lower() in _BY_NAME:
+        return _BY_NAME[dtype.lower()]
+    try:
+        resolved = np.dtype(dtype)
+    except TypeError:
+        resolved = None
+    if resolved not in _C_TYPES:
+        shown = resolved if resolved is not None else repr(dtype)
+        raise TypeError(f"{name}: unsupported dtype {shown}; expected float32, float16 or bfloat16")
+    return resolved
 
 
 def vec_width(dtype) -> int:

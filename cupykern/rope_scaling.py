@@ -109,8 +109,8 @@ def yarn_parameters(rotary_dim: int, base: float, factor: float, original_max_po
     releases that rederive it as ``max_position_embeddings / L0`` agree whenever the
     config's sizes are consistent).
     """
-    beta_fast = beta_fast or 32
-    beta_slow = beta_slow or 1
+    beta_fast = 32.0 if beta_fast is None else beta_fast
+    beta_slow = 1.0 if beta_slow is None else beta_slow
     if attention_factor is None:
         if mscale and mscale_all_dim:
             attention_factor = yarn_get_mscale(factor, mscale) / yarn_get_mscale(factor, mscale_all_dim)
@@ -143,20 +143,34 @@ def rope_type_of(rope_scaling) -> str:
         raise ValueError(f"rope_scaling: expected a dict (a HF config's rope_scaling) or None, got "
                          f"{type(rope_scaling).__name__}")
     kind = rope_scaling.get("rope_type", rope_scaling.get("type", "default"))
-    if kind not in REQUIRED_KEYS:
+    if not isinstance(kind, str) or kind not in REQUIRED_KEYS:
         raise ValueError(f"rope_scaling: unknown rope_type {kind!r}; supported: {', '.join(REQUIRED_KEYS)}")
     return kind
 
 
-def _positive(rope_scaling: dict, key: str) -> float:
+def _positive(rope_scaling: dict, key: str, *, allow_zero: bool = False) -> float:
     value = rope_scaling[key]
     try:
-        value = float(value)
-    except (TypeError, ValueError):
+        value = float(value) if not isinstance(value, (bool, str)) else float("nan")
+    except (TypeError, ValueError, OverflowError):
         value = float("nan")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"rope_scaling[{key!r}]: expected a finite number > 0, got {rope_scaling[key]!r}")
+    if not (math.isfinite(value) and (value > 0 or (allow_zero and value == 0))):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"rope_scaling[{key!r}]: expected a finite number {bound}, got {rope_scaling[key]!r}")
     return value
+
+
+def _yarn_options(rope_scaling: dict) -> dict:
+    """YaRN's optional keys, checked: betas and attention_factor > 0, mscales >= 0 (0 = unset)."""
+    options = {}
+    for key in ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim"):
+        if rope_scaling.get(key) is not None:
+            options[key] = _positive(rope_scaling, key, allow_zero=key.startswith("mscale"))
+    truncate = rope_scaling.get("truncate", True)
+    if not isinstance(truncate, bool):
+        raise ValueError(f"rope_scaling['truncate']: expected a bool, got {truncate!r}")
+    options["truncate"] = truncate
+    return options
 
 
 def rope_parameters(rotary_dim: int, base: float, rope_scaling=None, *, max_position: int) -> tuple[np.ndarray, float]:
@@ -180,6 +194,8 @@ def rope_parameters(rotary_dim: int, base: float, rope_scaling=None, *, max_posi
     if kind == "linear":
         return linear_inv_freq(rotary_dim, base, get["factor"]), 1.0
     if kind == "dynamic":
+        if rotary_dim <= 2:  # the NTK exponent rotary_dim / (rotary_dim - 2) is undefined
+            raise ValueError(f"rope_scaling: dynamic NTK needs rotary_dim > 2, got {rotary_dim}")
         return dynamic_ntk_inv_freq(rotary_dim, base, get["factor"], get["original_max_position_embeddings"],
                                     max_position), 1.0
     if kind == "llama3":
@@ -188,19 +204,24 @@ def rope_parameters(rotary_dim: int, base: float, rope_scaling=None, *, max_posi
                              f"{get['low_freq_factor']}")
         return llama3_inv_freq(rotary_dim, base, get["factor"], get["low_freq_factor"], get["high_freq_factor"],
                                get["original_max_position_embeddings"]), 1.0
-    optional = {key: rope_scaling.get(key) for key in ("beta_fast", "beta_slow", "mscale", "mscale_all_dim",
-                                                        "attention_factor")}
-    return yarn_parameters(rotary_dim, base, get["factor"], get["original_max_position_embeddings"], **optional,
-                           truncate=bool(rope_scaling.get("truncate", True)))
+    return yarn_parameters(rotary_dim, base, get["factor"], get["original_max_position_embeddings"],
+                           **_yarn_options(rope_scaling))
 
 
 def check_table_args(max_position, rotary_dim, base) -> None:
     """ValueError unless ``max_position >= 0``, ``rotary_dim`` even and >= 2, ``base > 0`` and != 1."""
-    if not isinstance(max_position, (int, np.integer)) or max_position < 0:
+    def is_int(v) -> bool:
+        return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+    if not is_int(max_position) or max_position < 0:
         raise ValueError(f"max_position: expected an int >= 0, got {max_position!r}")
-    if not isinstance(rotary_dim, (int, np.integer)) or rotary_dim < 2 or rotary_dim % 2:
+    if not is_int(rotary_dim) or rotary_dim < 2 or rotary_dim % 2:
         raise ValueError(f"rotary_dim: expected an even int >= 2, got {rotary_dim!r}")
-    if not (math.isfinite(float(base)) and base > 0 and base != 1):
+    try:
+        base_value = float(base) if not isinstance(base, (bool, str)) else float("nan")
+    except (TypeError, ValueError, OverflowError):
+        base_value = float("nan")
+    if not (math.isfinite(base_value) and base_value > 0 and base_value != 1):
         raise ValueError(f"base: expected a finite number > 0 and != 1, got {base!r}")
 
 

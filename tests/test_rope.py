@@ -731,3 +731,34 @@ def test_qk_rms_norm_rope_out_of_range_positions(rng):
     assert got_q[[0, 9, 19]].tobytes() == q_before[[0, 9, 19]].tobytes()
     assert_close(q, want_q, dtype, seed=rng.seed, what="q")
     assert_close(k, want_k, dtype, seed=rng.seed, what="k")
+
+
+# ----------------------------------------------------------------- CPU: argument edge cases found by a user
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(max_position=16, rotary_dim=2, rope_scaling={"rope_type": "dynamic", "factor": 2.0,
+                                                        "original_max_position_embeddings": 8}), "rotary_dim > 2"),
+    (dict(max_position=16, rotary_dim=8, base=10**400), "base"),
+    (dict(max_position=16, rotary_dim=8, base="10000"), "base"),
+    (dict(max_position=16, rotary_dim=8, base=None), "base"),
+    (dict(max_position=True, rotary_dim=8), "max_position"),
+    (dict(max_position=16, rotary_dim=8, rope_scaling={"rope_type": ["linear"], "factor": 2.0}), "rope_type"),
+    (dict(max_position=16, rotary_dim=8, rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                                        "original_max_position_embeddings": 8,
+                                                        "beta_fast": "32"}), "beta_fast"),
+    (dict(max_position=16, rotary_dim=8, rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                                        "original_max_position_embeddings": 8,
+                                                        "attention_factor": -1}), "attention_factor"),
+    (dict(max_position=16, rotary_dim=8, rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                                        "original_max_position_embeddings": 8,
+                                                        "truncate": "false"}), "truncate"),
+])
+def test_cos_sin_table_rejects_bad_scalars_by_name(kwargs, match):
+    from cupykern import rope_scaling
+
+    with pytest.raises(ValueError, match=match):
+        rope_scaling.cos_sin_table(**kwargs)
+
+
+def test_rope_cos_sin_cache_names_bad_dtype():
+    with pytest.raises(TypeError, match="dtype: unsupported dtype 'fp8'"):
+        cupykern.rope_cos_sin_cache(16, 8, dtype="fp8")

@@ -35,7 +35,9 @@ def _gelu_erf(g: np.ndarray) -> np.ndarray:
 def _gelu_tanh(g: np.ndarray) -> np.ndarray:
     """``0.5 * g * (1 + tanh(sqrt(2 / pi) * (g + 0.044715 * g**3)))`` (arXiv:1606.08415)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        return 0.5 * g * (1.0 + np.tanh(_SQRT_2_OVER_PI * (g + 0.044715 * g**3)))
+        # 0.5 * (1 + tanh(u)) == 1 / (1 + exp(-2u)): the same function without the
+        # cancellation of 1 + tanh(u) for u << 0 (gates below about -7).
+        return g / (1.0 + np.exp(-2.0 * _SQRT_2_OVER_PI * (g + 0.044715 * g**3)))
 
 
 _ACTIVATIONS = {"silu": _silu, "gelu": _gelu_erf, "gelu_tanh": _gelu_tanh}

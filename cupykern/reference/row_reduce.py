@@ -16,5 +16,10 @@ _OPS = {
 
 
 def row_reduce(x, op: str) -> np.ndarray:
-    """``op`` ("sum", "mean", "sumsq", "max", "min") over the last axis, float64, NaN-propagating."""
+    """``op`` ("sum", "mean", "sumsq", "max", "min") over the last axis, float64, NaN-propagating.
+
+    Raises ValueError for an unknown ``op``.
+    """
+    if not isinstance(op, str) or op not in _OPS:
+        raise ValueError(f"op: expected one of {sorted(_OPS)}, got {op!r}")
     return _OPS[op](f64(x))
