@@ -9,12 +9,13 @@ from __future__ import annotations
 from cupykern import jit, launch
 
 
-def plan(num_rows: int, hidden_size: int, dtype, aligned: bool) -> launch.LaunchPlan:
-    """The plan for the current device, with any active :class:`launch.overrides`."""
+def plan(num_rows: int, hidden_size: int, dtype, aligned: bool, *, op: str | None = None) -> launch.LaunchPlan:
+    """The plan for the current device, with any active :class:`launch.overrides`; ``op``
+    (the public op's name) lets a tuned configuration for it apply (cupykern/tuning.py)."""
     import cupy
 
     limits = launch.DeviceLimits.of_device(cupy.cuda.Device().id)
-    return launch.plan_rows(num_rows, hidden_size, dtype, aligned=aligned, limits=limits,
+    return launch.plan_rows(num_rows, hidden_size, dtype, aligned=aligned, limits=limits, op=op,
                             **launch.current_overrides())
 
 

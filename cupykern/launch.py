@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from cupykern import _dtypes
+from cupykern import _dtypes, tuning
 
 WARP_SIZE = 32
 MAX_THREADS_PER_ROW = 1024
@@ -99,7 +99,7 @@ class LaunchPlan:
     layout: RowLayout
     rows_per_block: int
     grid: tuple[int, int, int]
-    origin: str  # "heuristic" or "override"
+    origin: str  # "heuristic", "tuned" or "override"
 
     @property
     def block_size(self) -> int:
@@ -160,14 +160,44 @@ def validate(plan: LaunchPlan, dtype, aligned: bool, limits: DeviceLimits) -> La
     return plan
 
 
+def _tuned_plan(op: str, num_rows: int, hidden_size: int, dtype, aligned: bool,
+                limits: DeviceLimits) -> LaunchPlan | None:
+    """The plan from the user's tuned file (cupykern/tuning.py) for ``op`` on this GPU, or
+    None: no entry, a vectorised entry for unaligned rows, or a layout that does not
+    validate. A bucket's rows_per_block that does not validate gives way to the default
+    one, so whether the tuned layout applies never depends on ``num_rows``."""
+    entry = tuning.lookup(op, _dtypes.short_name(dtype), hidden_size, limits.name)
+    if entry is None or (entry.vec_width > 1 and not aligned):
+        return None
+    layout = RowLayout(entry.threads_per_row, entry.vec_width, entry.vecs_per_thread)
+    default = max(1, MIN_BLOCK_SIZE // layout.threads_per_row)
+    for rows_per_block in dict.fromkeys((entry.rows_per_block_for(num_rows) or default, default)):
+        blocks = max(1, -(-num_rows // rows_per_block))
+        try:
+            return validate(LaunchPlan(layout, rows_per_block, (min(blocks, limits.max_grid_x), 1, 1), "tuned"),
+                            dtype, aligned, limits)
+        except ValueError:
+            continue
+    return None
+
+
 def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: DeviceLimits,
               threads_per_row: int | None = None, vec_width: int | None = None,
-              vecs_per_thread: int | None = None, rows_per_block: int | None = None) -> LaunchPlan:
+              vecs_per_thread: int | None = None, rows_per_block: int | None = None,
+              op: str | None = None) -> LaunchPlan:
     """Plan for a row kernel (rms_norm, fused_add_rms_norm, layer_norm, softmax, row_reduce).
 
     The keyword overrides replace the heuristic's choices (CLI sweeps); the result is
-    validated. ``num_rows`` only sizes the grid.
+    validated. ``num_rows`` only sizes the grid. With ``op`` and no override, an entry
+    of the tuned file for (op, dtype, hidden_size, ``limits.name``) is used first
+    (origin ``"tuned"``; its layout is one per row size, only rows_per_block follows
+    num_rows); otherwise the heuristic below.
     """
+    if op is not None and threads_per_row is None and vec_width is None and vecs_per_thread is None \
+            and rows_per_block is None:
+        tuned = _tuned_plan(op, num_rows, hidden_size, dtype, aligned, limits)
+        if tuned is not None:
+            return tuned
     layout = row_layout(hidden_size, dtype, aligned)
     overrides = {k: v for k, v in dict(threads_per_row=threads_per_row, vec_width=vec_width,
                                        vecs_per_thread=vecs_per_thread).items() if v is not None}

@@ -35,18 +35,21 @@ class Point:
         return asdict(self)
 
 
-def time_call(fn, num_tokens: int) -> timing.Timing:
+def time_call(fn, num_tokens: int, repeat: int | None = None) -> timing.Timing:
+    """Graph replay for decode sizes, cold-L2 events otherwise; ``repeat`` timed samples
+    (replays or calls; None: the timing module's defaults)."""
     if num_tokens <= DECODE_MAX_TOKENS:
-        return timing.time_graph(fn)
-    return timing.time_cold(fn)
+        return timing.time_graph(fn) if repeat is None else timing.time_graph(fn, replays=repeat)
+    return timing.time_cold(fn) if repeat is None else timing.time_cold(fn, repeat=repeat)
 
 
 def measure(spec: OpSpec, num_tokens: int, size: int, dtype, *, seed: int, copy_gbps: float,
-            impl: str = "cupykern", run=None) -> Point:
+            impl: str = "cupykern", run=None, repeat: int | None = None) -> Point:
     """Checks ``run`` (default: the op itself) against the reference, then times it.
 
     ``run(inputs)`` lets a bench time another implementation of the same op on the
-    same inputs (it is checked the same way first).
+    same inputs (it is checked the same way first). ``repeat``: timed samples (see
+    :func:`time_call`).
     """
     import cupy
 
@@ -57,7 +60,7 @@ def measure(spec: OpSpec, num_tokens: int, size: int, dtype, *, seed: int, copy_
         outputs = spec.run(inputs)  # allocate the output once, outside any timed region
         inputs["out"] = outputs[0]
     checked = check_op(spec.with_run(run), num_tokens, size, dtype, seed, inputs=inputs)
-    t = time_call(lambda: run(inputs), num_tokens)
+    t = time_call(lambda: run(inputs), num_tokens, repeat)
     nbytes = spec.min_bytes(inputs)
     gbps = timing.gbps(nbytes, t)
     cupy.cuda.get_current_stream().synchronize()

@@ -93,7 +93,7 @@ def rms_norm(x, weight, eps: float = 1e-6, *, weight_offset: float = 0.0, out=No
     out_rows = _arrays.rows_of(out, "out")
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride),
                                      (weight, 0))
-    plan = _rowkernel.plan(rows.num_rows, rows.hidden_size, x.dtype, aligned)
+    plan = _rowkernel.plan(rows.num_rows, rows.hidden_size, x.dtype, aligned, op="rms_norm")
     _rowkernel.run(RMS_NORM, (_dtypes.c_type(x.dtype),), plan, (
         out, x, weight, np.int64(rows.num_rows), np.int64(rows.hidden_size), np.int64(rows.row_stride),
         np.int64(out_rows.row_stride), eps32, np.float32(weight_offset)))
@@ -141,7 +141,7 @@ def fused_add_rms_norm(x, residual, weight, eps: float = 1e-6, *, weight_offset:
         return x, residual
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride),
                                      (residual, res_rows.row_stride), (weight, 0))
-    plan = _rowkernel.plan(rows.num_rows, rows.hidden_size, x.dtype, aligned)
+    plan = _rowkernel.plan(rows.num_rows, rows.hidden_size, x.dtype, aligned, op="fused_add_rms_norm")
     _rowkernel.run(FUSED_ADD_RMS_NORM, (_dtypes.c_type(x.dtype),), plan, (
         x, residual, weight, np.int64(rows.num_rows), np.int64(rows.hidden_size), np.int64(rows.row_stride),
         np.int64(res_rows.row_stride), eps32, np.float32(weight_offset)))
@@ -189,7 +189,7 @@ def layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None):
     out_rows = _arrays.rows_of(out, "out")
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride),
                                      *[(a, 0) for a in (weight, bias) if a is not None])
-    plan = _rowkernel.plan(rows.num_rows, rows.hidden_size, x.dtype, aligned)
+    plan = _rowkernel.plan(rows.num_rows, rows.hidden_size, x.dtype, aligned, op="layer_norm")
     null = np.uint64(0)  # a null pointer for an absent weight or bias
     _rowkernel.run(LAYER_NORM, (_dtypes.c_type(x.dtype),), plan, (
         out, x, weight if weight is not None else null, bias if bias is not None else null,

@@ -61,7 +61,7 @@ def row_reduce(x, op: str, *, out=None):
     # out is (...,) with any strides: view it as rows of one element.
     out_stride = _arrays.rows_view(out.shape + (1,), out.strides + (out.itemsize,), out.itemsize, "out").row_stride
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride))
-    plan = _rowkernel.plan(rows.num_rows, rows.hidden_size, x.dtype, aligned)
+    plan = _rowkernel.plan(rows.num_rows, rows.hidden_size, x.dtype, aligned, op="row_reduce")
     scale = np.float32(1.0 / rows.hidden_size) if op == "mean" else np.float32(1.0)
     _rowkernel.run(ROW_REDUCE, (OPS[op], _dtypes.c_type(x.dtype)), plan, (
         out, x, np.int64(rows.num_rows), np.int64(rows.hidden_size), np.int64(rows.row_stride),

@@ -69,7 +69,7 @@ def softmax(x, *, temperature: float = 1.0, out=None):
         return out
     out_rows = _arrays.rows_of(out, "out")
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride))
-    plan = _rowkernel.plan(rows.num_rows, rows.hidden_size, x.dtype, aligned)
+    plan = _rowkernel.plan(rows.num_rows, rows.hidden_size, x.dtype, aligned, op="softmax")
     _rowkernel.run(SOFTMAX, (_dtypes.c_type(x.dtype), _dtypes.c_type(out.dtype)), plan, (
         out, x, np.int64(rows.num_rows), np.int64(rows.hidden_size), np.int64(rows.row_stride),
         np.int64(out_rows.row_stride), np.float32(1.0 / temperature32)))

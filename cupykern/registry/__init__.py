@@ -3,11 +3,18 @@ references, byte counts and default sizes for ``cupykern check``, ``cupykern swe
 and the benchmarks (bench/).
 
 Each family declares its specs in ``cupykern/registry/<family>.py`` as ``SPECS``.
+
+Model presets (cupykern/models.py): :meth:`OpSpec.size_for_model` gives an op's row
+size for a model (hidden_size for norms, softmax and row_reduce, intermediate_size for
+the gated activations, head_dim for RoPE) and :meth:`OpSpec.for_model` binds the
+model's constants (eps, Gemma's weight offset, GeGLU's tanh, head counts, rope_theta,
+rope_scaling) into ``make_inputs``. Without a model, specs behave as before.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -23,7 +30,9 @@ class OpSpec:
         family: kernel family, the name of its files (``"norm"``).
         size_name: what the per-row size is called (``"hidden_size"``, ``"d"``, ``"head_dim"``).
         make_inputs: ``(rng, num_tokens, size, dtype) -> dict`` of device arrays and
-            scalars, drawn from the seeded ``numpy.random.Generator``.
+            scalars, drawn from the seeded ``numpy.random.Generator``; if
+            ``model_aware``, it also takes ``model=`` (a ``cupykern.models.ModelPreset``
+            or None, the default, for the standard inputs).
         run: ``(inputs) -> tuple of device arrays``, the op's outputs (for in-place
             ops, the mutated arrays). Must not allocate when ``inputs`` carries ``out``.
         reference: ``(inputs) -> tuple of float64 NumPy arrays`` matching ``run``;
@@ -33,6 +42,8 @@ class OpSpec:
         check_sizes: sizes ``cupykern check`` validates at.
         token_inputs: input names indexed by token along their first axis (validation
             samples rows of these; tables such as ``cos_sin_cache`` are passed whole).
+        model_aware: ``make_inputs`` accepts ``model=``.
+        min_size, size_multiple: the row sizes the op accepts (RoPE: even head_dim).
     """
 
     name: str
@@ -45,10 +56,35 @@ class OpSpec:
     output_dtypes: Callable
     check_sizes: tuple = (4096,)
     token_inputs: tuple = ("x", "residual", "gate", "up", "q", "k", "positions")
+    model_aware: bool = False
+    min_size: int = 1
+    size_multiple: int = 1
 
     def with_run(self, run) -> "OpSpec":
         """The same spec driving another implementation (benchmarks of peers)."""
         return dataclasses.replace(self, run=run)
+
+    def for_model(self, model) -> "OpSpec":
+        """The same spec with ``model``'s constants bound into ``make_inputs`` (itself
+        if ``model`` is None or the op has none to take)."""
+        if model is None or not self.model_aware:
+            return self
+        return dataclasses.replace(self, make_inputs=functools.partial(self.make_inputs, model=model))
+
+    def size_for_model(self, model) -> int:
+        """This op's row size in ``model``: see :data:`MODEL_SIZES`."""
+        return getattr(model, MODEL_SIZES[self.size_name])
+
+    def size_error(self, size: int) -> str | None:
+        """Why the op cannot take rows of ``size``, or None."""
+        if size < self.min_size or size % self.size_multiple:
+            rule = f">= {self.min_size}" + (f" and a multiple of {self.size_multiple}" if self.size_multiple > 1 else "")
+            return f"{self.name}: {self.size_name} must be {rule}, got {size}"
+        return None
+
+
+#: size_name of an op -> the model preset's field that gives it.
+MODEL_SIZES = {"hidden_size": "hidden_size", "d": "intermediate_size", "head_dim": "head_dim"}
 
 
 def nbytes(*arrays) -> int:

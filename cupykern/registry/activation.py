@@ -1,6 +1,7 @@
 """Op specs of the activation family (silu_and_mul, gelu_and_mul).
 
 Inputs are the fused gate_up layout: x of shape (num_tokens, 2 * d); the size is d.
+With a model preset, gelu_and_mul uses the tanh approximation for GeGLU models (Gemma).
 """
 
 from __future__ import annotations
@@ -12,6 +13,13 @@ from cupykern.registry import OpSpec, nbytes, random_device
 
 def _gate_up_inputs(rng, num_tokens, d, dtype):
     return {"x": random_device(rng, (num_tokens, 2 * d), dtype), "out": None}
+
+
+def _gelu_inputs(rng, num_tokens, d, dtype, model=None):
+    inputs = _gate_up_inputs(rng, num_tokens, d, dtype)
+    if model is not None:
+        inputs["approximate"] = model.gelu_approximate
+    return inputs
 
 
 def _gate_up_bytes(inputs) -> int:
@@ -32,12 +40,13 @@ SILU_AND_MUL = OpSpec(
 
 GELU_AND_MUL = OpSpec(
     name="gelu_and_mul", family="activation", size_name="d",
-    make_inputs=_gate_up_inputs,
-    run=lambda i: (activation.gelu_and_mul(i["x"], out=i.get("out")),),
-    reference=lambda i: (reference.gelu_and_mul(i["x"]),),
+    make_inputs=_gelu_inputs,
+    run=lambda i: (activation.gelu_and_mul(i["x"], approximate=i.get("approximate", "none"), out=i.get("out")),),
+    reference=lambda i: (reference.gelu_and_mul(i["x"], approximate=i.get("approximate", "none")),),
     min_bytes=_gate_up_bytes,
     output_dtypes=lambda i: (i["x"].dtype,),
     check_sizes=(11008,),
+    model_aware=True,
 )
 
 SPECS = (SILU_AND_MUL, GELU_AND_MUL)

@@ -1,4 +1,10 @@
-"""Op specs of the rope family (apply_rope, qk_rms_norm_rope)."""
+"""Op specs of the rope family (apply_rope, qk_rms_norm_rope).
+
+Without a model: Llama-3 8B's heads and rope_theta with plain (unscaled) RoPE. With a
+model preset: its query and key/value head counts, rope_theta, rope_scaling, partial
+rotary dims, max_position_embeddings (cache rows, capped at MAX_POSITION) and
+rms_norm_eps (the QK-norm eps).
+"""
 
 from __future__ import annotations
 
@@ -17,24 +23,32 @@ MAX_POSITION = 131072
 
 
 @lru_cache(maxsize=4)
-def _host_cache(head_dim: int) -> np.ndarray:
-    """The float32 cos/sin table (built once per head_dim: 64 MiB at head_dim 128)."""
-    return rope_scaling.cos_sin_table(MAX_POSITION, head_dim, BASE, dtype=np.float32)
+def _host_cache(head_dim: int, max_position: int = MAX_POSITION, base: float = BASE,
+                scaling_items: tuple = ()) -> np.ndarray:
+    """The float32 cos/sin table (built once per shape: 64 MiB at 131072 x 128)."""
+    return rope_scaling.cos_sin_table(max_position, head_dim, base, dict(scaling_items) or None, dtype=np.float32)
 
 
-def _rope_inputs(rng, num_tokens, head_dim, dtype, *, with_weights=False):
+def _rope_inputs(rng, num_tokens, head_dim, dtype, *, with_weights=False, model=None):
     import cupy
 
+    if model is None:
+        q_heads, kv_heads, rotary_dim, rows, base, scaling, eps = (NUM_Q_HEADS, NUM_KV_HEADS, head_dim, MAX_POSITION,
+                                                                   BASE, (), 1e-6)
+    else:
+        q_heads, kv_heads, rotary_dim = model.num_attention_heads, model.num_key_value_heads, model.rotary_dim_for(head_dim)
+        rows, base, scaling = min(model.max_position_embeddings, MAX_POSITION), model.rope_theta, model.rope_scaling_items
+        eps = model.rms_norm_eps
     inputs = {
-        "q": random_device(rng, (num_tokens, NUM_Q_HEADS, head_dim), dtype),
-        "k": random_device(rng, (num_tokens, NUM_KV_HEADS, head_dim), dtype),
-        "positions": cupy.asarray(rng.integers(0, MAX_POSITION, num_tokens, dtype=np.int64)),
-        "cos_sin_cache": cupy.asarray(_host_cache(head_dim)),
+        "q": random_device(rng, (num_tokens, q_heads, head_dim), dtype),
+        "k": random_device(rng, (num_tokens, kv_heads, head_dim), dtype),
+        "positions": cupy.asarray(rng.integers(0, rows, num_tokens, dtype=np.int64)),
+        "cos_sin_cache": cupy.asarray(_host_cache(rotary_dim, rows, base, scaling)),
     }
     if with_weights:
         inputs["q_weight"] = random_device(rng, (head_dim,), dtype, scale=0.1, loc=1.0)
         inputs["k_weight"] = random_device(rng, (head_dim,), dtype, scale=0.1, loc=1.0)
-        inputs["eps"] = 1e-6
+        inputs["eps"] = eps
     return inputs
 
 
@@ -47,17 +61,18 @@ def _min_bytes(i) -> int:
 
 APPLY_ROPE = OpSpec(
     name="apply_rope", family="rope", size_name="head_dim",
-    make_inputs=lambda rng, n, h, dtype: _rope_inputs(rng, n, h, dtype),
+    make_inputs=lambda rng, n, h, dtype, model=None: _rope_inputs(rng, n, h, dtype, model=model),
     run=lambda i: rope.apply_rope(i["q"], i["k"], i["positions"], i["cos_sin_cache"], check_positions=False),
     reference=lambda i: reference.apply_rope(i["q"], i["k"], i["positions"], i["cos_sin_cache"]),
     min_bytes=_min_bytes,
     output_dtypes=lambda i: (i["q"].dtype, i["k"].dtype),
     check_sizes=(128,),
+    model_aware=True, min_size=2, size_multiple=2,
 )
 
 QK_RMS_NORM_ROPE = OpSpec(
     name="qk_rms_norm_rope", family="rope", size_name="head_dim",
-    make_inputs=lambda rng, n, h, dtype: _rope_inputs(rng, n, h, dtype, with_weights=True),
+    make_inputs=lambda rng, n, h, dtype, model=None: _rope_inputs(rng, n, h, dtype, with_weights=True, model=model),
     run=lambda i: rope.qk_rms_norm_rope(i["q"], i["k"], i["q_weight"], i["k_weight"], i["positions"],
                                         i["cos_sin_cache"], i["eps"], check_positions=False),
     reference=lambda i: reference.qk_rms_norm_rope(i["q"], i["k"], i["q_weight"], i["k_weight"], i["positions"],
@@ -65,6 +80,7 @@ QK_RMS_NORM_ROPE = OpSpec(
     min_bytes=lambda i: _min_bytes(i) + nbytes(i["q_weight"], i["k_weight"]),
     output_dtypes=lambda i: (i["q"].dtype, i["k"].dtype),
     check_sizes=(128,),
+    model_aware=True, min_size=2, size_multiple=2,
 )
 
 SPECS = (APPLY_ROPE, QK_RMS_NORM_ROPE)

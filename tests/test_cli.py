@@ -1,0 +1,186 @@
+"""CPU: the command line (cupykern/cli.py): usage errors, models, tune, and sweep's
+plumbing with the GPU parts (device, timing, measure) replaced by fakes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cupykern import cli, environment, launch, measure, models, timing, tuning
+from cupykern.launch import H200_LIMITS
+
+
+def invoke(*args, env=None):
+    return CliRunner().invoke(cli.main, list(args), env=env)
+
+
+@pytest.fixture
+def tune_file(tmp_path, monkeypatch):
+    path = tmp_path / "tuned.json"
+    monkeypatch.setenv(tuning.ENV_FILE, str(path))
+    tuning._forget()
+    yield path
+    tuning._forget()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["sweep", "--model", "gpt-5"], "unknown model 'gpt-5'"),
+    (["sweep", "bogus_op"], "unknown op(s) ['bogus_op']"),
+    (["sweep", "--num-tokens", "1,x"], "expected comma-separated integers"),
+    (["sweep", "--num-tokens", "0,4"], "integers >= 1"),
+    (["sweep", "--hidden-size", "-3"], "integers >= 1"),
+    (["sweep", "--dtype", "int8"], "unsupported dtype 'int8'"),
+    (["sweep", "apply_rope", "--hidden-size", "127"], "head_dim must be >= 2 and a multiple of 2"),
+    (["sweep", "--hidden-size", "5"], "choose the ops"),
+    (["sweep", "--block-size", "100"], "multiples of 32"),
+    (["sweep", "--threads-per-row", "48"], "threads per row must be one of"),
+    (["sweep", "--vec-width", "3"], "vector widths must be one of"),
+    (["sweep", "--rows-per-block", "3"], "powers of two"),
+    (["sweep", "--block-size", "128", "--rows-per-block", "2"], "give one of them"),
+    (["sweep", "--repeat", "0"], "--repeat"),
+    (["sweep", "silu_and_mul", "--tune"], "--tune tunes the row kernels"),
+    (["tune", "--show", "--clear"], "not both"),
+])
+def test_usage_errors_are_not_tracebacks(args, message):
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output and not isinstance(result.exception, (TypeError, KeyError, AttributeError))
+
+
+def test_sweep_without_gpu_says_so(monkeypatch):
+    monkeypatch.setattr(cli, "_gpu_available", lambda: False)
+    for args in (["sweep"], ["sweep", "rms_norm", "--model", "qwen3-8b", "--tune"]):
+        result = invoke(*args)
+        assert result.exit_code != 0
+        assert "No CUDA GPU" in result.output and "cupykern check" in result.output
+
+
+def test_models_lists_every_preset():
+    result = invoke("models")
+    assert result.exit_code == 0, result.output
+    for p in models.PRESETS.values():
+        assert p.name in result.output and p.hf_repo in result.output
+    assert "longrope" in result.output and "gelu_tanh" in result.output
+    data = json.loads(invoke("models", "--json").output)
+    assert data["llama-3.1-8b"]["rope_scaling"]["rope_type"] == "llama3"
+    assert data["gemma-2-9b"]["norm_weight_offset"] == 1.0 and data["qwen3-8b"]["qk_norm"] is True
+
+
+def test_tune_show_and_clear(tune_file):
+    result = invoke("tune")
+    assert result.exit_code == 0 and "does not exist" in result.output
+    tuning.save([tuning.TunedEntry("NVIDIA H200", "rms_norm", "bf16", 4096, 64, 8, 4, ((16384, 2),))])
+    result = invoke("tune", "--show")
+    assert result.exit_code == 0 and "rms_norm" in result.output and "16384:2" in result.output
+    assert json.loads(invoke("tune", "--show", "--json").output)["entries"][0]["threads_per_row"] == 64
+    result = invoke("tune", "--clear")
+    assert result.exit_code == 0 and "removed" in result.output and not tune_file.exists()
+
+
+def test_info_names_the_tuned_file(tune_file):
+    result = invoke("info", "--json")
+    assert json.loads(result.output)["tuned_configs"] == str(tune_file)
+
+
+# ----------------------------------------------------------------- sweep with a fake GPU
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """Sweep's GPU parts replaced: an H200's limits, fixed copy bandwidth, and a measure
+    that records its calls and prices a configuration (256 threads per row fastest)."""
+    calls = []
+
+    def fake_measure(spec, num_tokens, size, dtype, *, seed, copy_gbps, impl="cupykern", run=None, repeat=None):
+        chosen = launch.current_overrides()
+        calls.append(dict(op=spec.name, num_tokens=num_tokens, size=size, spec=spec, repeat=repeat, **chosen))
+        threads = chosen.get("threads_per_row", 128)
+        median = (1.0 + num_tokens / 100) * (1.0 if threads == 256 else 1.5) * (1 + 0.1 * chosen.get("rows_per_block", 1))
+        return measure.Point(spec.name, impl, num_tokens, size, "bf16", median, median, median, "fake", 1000, 1.0,
+                             0.1, "ok", True)
+
+    monkeypatch.setattr(cli, "_gpu_available", lambda: True)
+    monkeypatch.setattr(launch.DeviceLimits, "of_device", staticmethod(lambda device_id=None: H200_LIMITS))
+    monkeypatch.setattr(timing, "copy_bandwidth", lambda: 4000.0)
+    monkeypatch.setattr(environment, "describe", lambda: {"date": "2026-11-30T00:00:00+00:00", "commit": "test",
+                                                          "gpu": "NVIDIA H200"})
+    monkeypatch.setattr(measure, "measure", fake_measure)
+    return calls
+
+
+def test_sweep_takes_sizes_and_constants_from_the_model(fake_gpu, tmp_path, tune_file):
+    out = tmp_path / "s.json"
+    result = invoke("sweep", "--num-tokens", "1,64", "--repeat", "3", "--json", str(out), "--csv",
+                    str(tmp_path / "s.csv"))
+    assert result.exit_code == 0, result.output
+    sizes = {c["op"]: c["size"] for c in fake_gpu}
+    assert sizes["rms_norm"] == 4096 and sizes["silu_and_mul"] == 14336 and sizes["apply_rope"] == 128
+    assert all(c["repeat"] == 3 for c in fake_gpu)
+    rope = next(c for c in fake_gpu if c["op"] == "apply_rope")
+    assert rope["spec"].make_inputs.keywords["model"] is models.get("llama-3.1-8b")
+    points = json.loads(out.read_text())["points"]
+    assert len(points) == 2 * 9
+    norm = next(p for p in points if p["op"] == "rms_norm")
+    assert (norm["threads_per_row"], norm["rows_per_block"], norm["origin"]) == (128, 1, "heuristic")
+    assert next(p for p in points if p["op"] == "silu_and_mul")["origin"] is None
+    assert (tmp_path / "s.csv").read_text().count("\n") == 1 + 18
+
+    fake_gpu.clear()
+    result = invoke("sweep", "rms_norm", "gelu_and_mul", "apply_rope", "--model", "gemma-2-9b", "--num-tokens", "4")
+    assert result.exit_code == 0, result.output
+    assert {c["op"]: c["size"] for c in fake_gpu} == {"rms_norm": 3584, "gelu_and_mul": 14336, "apply_rope": 256}
+
+
+def test_block_size_maps_to_rows_per_block(fake_gpu, tmp_path, tune_file):
+    out = tmp_path / "b.json"
+    result = invoke("sweep", "rms_norm", "--num-tokens", "8", "--block-size", "64,256", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    # The heuristic layout of 4096 bf16 has 128 threads per row: 64 cannot hold a row.
+    assert "not a multiple of threads_per_row 128" in result.output
+    (point,) = json.loads(out.read_text())["points"]
+    assert (point["block_size"], point["threads_per_row"], point["rows_per_block"], point["origin"]) == \
+        (256, 128, 2, "override")
+    assert fake_gpu[-1]["rows_per_block"] == 2 and fake_gpu[-1]["threads_per_row"] == 128
+    fake_gpu.clear()
+    result = invoke("sweep", "rms_norm", "--num-tokens", "8", "--block-size", "256", "--threads-per-row", "64")
+    assert result.exit_code == 0 and fake_gpu[0]["rows_per_block"] == 4
+
+
+def test_sweep_tune_writes_the_winner(fake_gpu, tune_file):
+    result = invoke("sweep", "rms_norm", "silu_and_mul", "--tune", "--num-tokens", "1,1024")
+    assert result.exit_code == 0, result.output
+    assert tuning.path() == tune_file and tune_file.exists()
+    (entry,) = tuning.load().values()
+    assert entry.key == ("NVIDIA H200", "rms_norm", "bf16", 4096)
+    assert entry.threads_per_row == 256 and entry.vec_width == 8
+    assert dict(entry.rows_per_block) == {1: 1, 1024: 1}
+    # The candidates were measured with tuning suspended, the heuristic among them.
+    assert any(c["op"] == "rms_norm" and "threads_per_row" not in c for c in fake_gpu)
+    assert len([c for c in fake_gpu if c["op"] == "silu_and_mul"]) == 2  # not tuned, timed once per num_tokens
+    # From now on the op plans with the tuned layout.
+    plan = launch.plan_rows(1000, 4096, "bfloat16", aligned=True, limits=H200_LIMITS, op="rms_norm")
+    assert plan.origin == "tuned" and plan.layout.threads_per_row == 256
+    assert "tuned" in invoke("sweep", "rms_norm", "--num-tokens", "4").output
+
+
+def test_llm_command_spot_is_marked():
+    source = Path(cli.__file__).read_text()
+    assert ">>> LLM COMMANDS" in source and "<<< LLM COMMANDS" in source
+
+
+def test_peers_lists_missing_peers_as_skipped(monkeypatch):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench import peers
+
+    monkeypatch.setattr(peers, "_importable", lambda name: "not installed")
+    status = peers.availability()
+    assert status["cupy composition"] is None
+    assert all(status[p] for p in peers.PEER_NAMES[1:])
+    rows = peers.ratio_rows([
+        {"op": "rms_norm", "num_tokens": 1, "size": 4096, "impl": "cupykern", "median_us": 2.0, "check_ok": True},
+        {"op": "rms_norm", "num_tokens": 1, "size": 4096, "impl": "cupy composition", "median_us": 10.0,
+         "check_ok": True}], ["cupy composition", "torch eager"])
+    assert rows[0]["cupy composition"] == (5.0, True) and rows[0]["torch eager"] is None
