@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# SmolLM2-135M end to end on a GPU machine that has no internet and no `gguf` package.
+#
+# The GGUF (98,362,432 bytes) is larger than what one device call carries (64 MiB), so
+# it travels in two parts over two consecutive calls; the gguf wheel travels in .whl/.
+# The machine stays warm only ~30 s after a call, so make call 2 right after call 1
+# (if it went cold, stage 2 says so: redo both calls).
+#
+#   here, once:   [PYTHON=.venv/bin/python] bash bench/llm_on_gpu.sh prepare
+#                 -> .whl/gguf-0.19.0-py3-none-any.whl (+ pyyaml, imported by gguf; the
+#                    image has it, the wheel is insurance), .llm_parts/part1, part2
+#                 (.whl/ and .llm_parts/ are in .git/info/exclude: never committed)
+#   device call 1 (carry [".llm_parts/part1"]):
+#                 bash bench/llm_on_gpu.sh stage1
+#                 -> copies part1 to ~/cupykern-llm/ (outside the working tree)
+#   device call 2 (carry [".llm_parts/part2", ".whl"]):
+#                 bash bench/llm_on_gpu.sh stage2
+#                 -> joins the parts into $CUPYKERN_CACHE_DIR/models/, checks the
+#                    SHA-256 (cupykern.llm.fetch.verify), installs the wheels into
+#                    /tmp/site, runs tests/test_llm.py (GPU and CPU tests) and
+#                    `generate` in fp16/bf16 with kernels and with plain CuPy; logs in $OUT.
+#
+# STAGE2_TESTS / GENERATE_TOKENS override what stage 2 runs.
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+
+GGUF_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
+PART1_BYTES=$((48 * 1024 * 1024))
+PARTS=.llm_parts
+HOLD=${HOME}/cupykern-llm
+
+prepare() {
+  set -e
+  grep -qx '/.whl/' .git/info/exclude || echo '/.whl/' >> .git/info/exclude
+  grep -qx "/${PARTS}/" .git/info/exclude || echo "/${PARTS}/" >> .git/info/exclude
+  mkdir -p .whl "$PARTS"
+  for req in gguf==0.19.0 pyyaml==6.0.4; do
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+      -d .whl "$req"
+  done
+  gguf_file=$("${PYTHON:-python3}" -m cupykern.llm.cli fetch-model smollm2)
+  head -c "$PART1_BYTES" "$gguf_file" > "$PARTS/part1"
+  tail -c +"$((PART1_BYTES + 1))" "$gguf_file" > "$PARTS/part2"
+  ls -l .whl "$PARTS"
+}
+
+stage1() {
+  set -e
+  [ -s "$PARTS/part1" ] || { echo "stage1: $PARTS/part1 missing: carry it ([\"$PARTS/part1\"])" >&2; exit 2; }
+  mkdir -p "$HOLD"
+  cp "$PARTS/part1" "$HOLD/part1"
+  ls -l "$HOLD"
+}
+
+stage2() {
+  OUT=${OUT:-$PWD/.out}
+  mkdir -p "$OUT"
+  [ -s "$HOLD/part1" ] || { echo "stage2: $HOLD/part1 missing: the machine went cold; redo stage1 then stage2" >&2; exit 2; }
+  [ -s "$PARTS/part2" ] || { echo "stage2: $PARTS/part2 missing: carry it with .whl" >&2; exit 2; }
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 2
+  export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+  export CUPYKERN_CACHE_DIR=${CUPYKERN_CACHE_DIR:-$HOME/.cache/cupykern}
+  export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/cupykern-kernel-cache}
+  mkdir -p "$CUPYKERN_CACHE_DIR/models"
+  target="$CUPYKERN_CACHE_DIR/models/$GGUF_NAME"
+  cat "$HOLD/part1" "$PARTS/part2" > "$target"
+  python3 -c "
+from pathlib import Path
+from cupykern.llm import fetch
+fetch.verify(Path('$target'), fetch.source('smollm2'))
+print('joined and verified:', '$target')" || exit 2
+
+  status=0
+  { nvidia-smi --query-gpu=name,driver_version --format=csv; \
+    python3 -c "import cupy, gguf, tokenizers; print('cupy', cupy.__version__, 'gguf ok, tokenizers', tokenizers.__version__)"; } \
+    2>&1 | tee "$OUT/llm_environment.txt"
+  # shellcheck disable=SC2086
+  python3 -m pytest -q -p no:cacheprovider -rA --durations=10 ${STAGE2_TESTS:-tests/test_llm.py} 2>&1 \
+    | tee "$OUT/pytest_llm.log" || status=1
+  n=${GENERATE_TOKENS:-64}
+  for args in "--dtype fp16 --ops cupykern" "--dtype fp16 --ops plain" "--dtype bf16 --ops cupykern" \
+              "--dtype bf16 --ops plain"; do
+    name=$(echo "$args" | tr -d '-' | tr ' ' '_')
+    # shellcheck disable=SC2086
+    python3 -m cupykern.llm.cli generate --max-new-tokens "$n" $args 2>&1 | tee "$OUT/generate_$name.log" || status=1
+  done
+  python3 -m cupykern.llm.cli generate --chat --max-new-tokens "$n" "What is the capital of France?" 2>&1 \
+    | tee "$OUT/generate_chat.log" || status=1
+  exit $status
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  stage1) stage1 ;;
+  stage2) stage2 ;;
+  *) echo "usage: bash bench/llm_on_gpu.sh prepare|stage1|stage2 (see the header)" >&2; exit 2 ;;
+esac

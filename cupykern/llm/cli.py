@@ -1,0 +1,169 @@
+"""Click commands ``generate`` and ``fetch-model`` (registered in ``cupykern/cli.py``'s group).
+
+``cupykern fetch-model smollm2`` downloads, verifies and caches the GGUF;
+``cupykern generate [PROMPT]`` streams a completion from SmolLM2-135M-Instruct on the
+GPU (or, with ``--reference``, from the float64 CPU forward), then prints prefill and
+decode tokens/s and the GPU time per stage.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+DEFAULT_PROMPT = "Once upon a time, there was a little"
+
+
+def _gpu_problem() -> str | None:
+    """None if CuPy sees a CUDA GPU, else why not."""
+    try:
+        import cupy
+
+        if cupy.cuda.is_available():
+            return None
+        return "CuPy sees no CUDA GPU"
+    except Exception as exc:  # noqa: BLE001 - no driver, no libcuda: all mean "no GPU"
+        return f"CuPy cannot use CUDA ({type(exc).__name__}: {exc})"
+
+
+@click.command("fetch-model")
+@click.argument("name", default="smollm2")
+@click.option("--force", is_flag=True, help="Download again even if a verified copy is cached.")
+def fetch_model_command(name, force):
+    """Download NAME's GGUF (default smollm2) into the cache and check its SHA-256.
+
+    The cache is $CUPYKERN_CACHE_DIR or the platform's user cache dir (~/.cache/cupykern
+    on Linux). Prints the file's path.
+    """
+    from cupykern.llm import fetch
+
+    try:
+        path = fetch.fetch_model(name, force=force, log=lambda m: click.echo(m, err=True))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="NAME") from None
+    except fetch.FetchError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(str(path))
+
+
+def _stage_table(prefill_ms: dict, decode_ms: dict, title: str):
+    from rich.table import Table
+
+    from cupykern.llm.stage_timer import STAGES
+
+    table = Table(title=title)
+    table.add_column("stage")
+    for phase in ("prefill", "decode"):
+        table.add_column(f"{phase} ms", justify="right")
+        table.add_column("%", justify="right")
+    totals = [sum(prefill_ms.values()) or 1.0, sum(decode_ms.values()) or 1.0]
+    for stage in STAGES:
+        if stage not in prefill_ms and stage not in decode_ms:
+            continue
+        row = [stage]
+        for ms, total in zip((prefill_ms, decode_ms), totals):
+            value = ms.get(stage, 0.0)
+            row += [f"{value:.3f}", f"{100 * value / total:.1f}"]
+        table.add_row(*row)
+    table.add_row("total", f"{sum(prefill_ms.values()):.3f}", "", f"{sum(decode_ms.values()):.3f}", "")
+    return table
+
+
+@click.command("generate")
+@click.argument("prompt", required=False, default=DEFAULT_PROMPT)
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--dtype", type=click.Choice(["fp16", "bf16"]), default="fp16", show_default=True,
+              help="Storage dtype of weights and activations on the GPU.")
+@click.option("--chat", is_flag=True, help="Wrap PROMPT in the model's chat template (a user turn).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed (with --temperature > 0).")
+@click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
+              help="0 is greedy.")
+@click.option("--ops", "ops_name", type=click.Choice(["cupykern", "plain"]), default="cupykern", show_default=True,
+              help="cupykern kernels, or plain-CuPy compositions of the same math.")
+@click.option("--reference", is_flag=True, help="Run the float64 NumPy forward on the CPU instead (no GPU; slow).")
+@click.option("--stage-times/--no-stage-times", default=True, show_default=True,
+              help="Replay the generation with a timer per stage and print the split.")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
+              help="A llama GGUF file (default: the cached SmolLM2-135M-Instruct, fetched if missing).")
+def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops_name, reference, stage_times,
+                     model_path):
+    """Generate text after PROMPT with SmolLM2-135M-Instruct (greedy by default).
+
+    Streams the text, then prints prefill and decode tokens/s and the time per stage
+    (norm, rope, activation, matmul, attention). Needs a CUDA GPU unless --reference.
+    """
+    from rich.console import Console
+
+    from cupykern import _dtypes
+    from cupykern.llm import fetch, generate, gguf_weights, stage_timer, tokenizer
+
+    console = Console(stderr=True)
+    if not reference:
+        problem = _gpu_problem()
+        if problem:
+            raise click.ClickException(f"no GPU: {problem}. `cupykern generate` runs the model on an NVIDIA GPU; "
+                                       "pass --reference to run the float64 forward on the CPU instead (slow).")
+    try:
+        path = model_path or fetch.fetch_model("smollm2", log=lambda m: console.print(m))
+        reader = gguf_weights.open_reader(path)
+        tok = tokenizer.load_tokenizer(reader)
+        text = tok.apply_chat_template([{"role": "user", "content": prompt}]) if chat else prompt
+        prompt_ids = tok.encode(text)
+        if reference:
+            from cupykern.llm.reference import ReferenceLlama
+
+            model = ReferenceLlama(gguf_weights.load_weights(path, reader=reader, dtype="float64"))
+            make_timer, what = stage_timer.CpuStageTimer, "float64 NumPy on the CPU"
+        else:
+            from cupykern.llm.model import LlamaModel, to_device
+            from cupykern.llm.ops import OP_SETS
+
+            weights = to_device(gguf_weights.load_weights(path, reader=reader), _dtypes.parse(dtype))
+            model = LlamaModel(weights, ops=OP_SETS[ops_name])
+            make_timer, what = stage_timer.CudaStageTimer, f"{dtype} on the GPU, {OP_SETS[ops_name].name} ops"
+    except (fetch.FetchError, FileNotFoundError, ImportError, KeyError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+    console.print(f"[dim]{model.config.name or path}: {len(prompt_ids)} prompt tokens, {what}[/dim]")
+    streamed = {"ids": [], "printed": ""}
+
+    def on_token(token_id):
+        streamed["ids"].append(token_id)
+        text_now = tok.decode(streamed["ids"], skip_special_tokens=True)
+        if not text_now.endswith("\ufffd"):  # wait for the rest of a multi-byte character
+            sys.stdout.write(text_now[len(streamed["printed"]):])
+            sys.stdout.flush()
+            streamed["printed"] = text_now
+
+    sys.stdout.write(prompt if not chat else "")
+    try:
+        stop = [tok.eos_token_id] if tok.eos_token_id is not None else []
+        result = generate.generate(model, prompt_ids, max_new_tokens, temperature=temperature, seed=seed,
+                                   stop_ids=stop, on_token=on_token)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    console.print(f"prefill: {len(result.prompt_ids)} tokens in {result.prefill_s * 1e3:.1f} ms "
+                  f"({result.prefill_tokens_per_s:.1f} tokens/s); decode: {len(result.new_ids) - 1} tokens in "
+                  f"{result.decode_s * 1e3:.1f} ms ({result.decode_tokens_per_s:.1f} tokens/s)")
+    if stage_times:
+        prefill_ms, decode_ms = generate.profile_stages(model, make_timer, result.prompt_ids, result.new_ids)
+        kind = "wall time" if reference else "GPU time, CUDA events"
+        console.print(_stage_table(prefill_ms, decode_ms, f"time per stage ({kind}; a replay of this generation)"))
+
+
+COMMANDS = (generate_command, fetch_model_command)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _standalone():
+    """The llm commands on their own: python -m cupykern.llm.cli generate|fetch-model."""
+
+
+for _command in COMMANDS:
+    _standalone.add_command(_command)
+
+if __name__ == "__main__":
+    _standalone()

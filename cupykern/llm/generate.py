@@ -1,0 +1,129 @@
+"""Token generation over either forward: prefill the prompt, then one-token decode steps.
+
+Works with any model that has ``new_cache(max_tokens)`` and ``forward(ids, cache, *,
+all_logits, timer)`` returning logits (:class:`~cupykern.llm.model.LlamaModel` on the
+GPU, :class:`~cupykern.llm.reference.ReferenceLlama` on the CPU). The next token is
+chosen on the host from the last row of logits: the argmax (greedy, temperature 0;
+ties go to the lowest id, as ``numpy.argmax``) or a draw from
+``softmax(logits / temperature)`` in float64 with a seeded NumPy generator.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Generation:
+    """What a :func:`generate` call produced, with wall-clock timings.
+
+    ``prefill_s`` runs from the start to the first new token on the host (the prompt's
+    forward and the logits' copy); ``decode_s`` covers the remaining decode steps.
+    """
+
+    prompt_ids: list[int]
+    new_ids: list[int]
+    prefill_s: float
+    decode_s: float
+    stopped: bool  # ended on a stop token
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        return len(self.prompt_ids) / self.prefill_s if self.prefill_s > 0 else math.inf
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        steps = len(self.new_ids) - 1  # the first new token comes from the prefill
+        return steps / self.decode_s if steps > 0 and self.decode_s > 0 else math.nan
+
+
+def host_row(logits) -> np.ndarray:
+    """The last row of ``logits`` (NumPy or CuPy) as a host float64 vector."""
+    row = logits[-1]
+    return np.asarray(row.get() if hasattr(row, "get") else row, dtype=np.float64)
+
+
+def next_token(logits_row: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
+    """Greedy argmax for ``temperature == 0``, else a sample of ``softmax(logits / temperature)``."""
+    if temperature == 0:
+        return int(np.argmax(logits_row))
+    z = logits_row / temperature
+    p = np.exp(z - z.max())
+    return int(rng.choice(p.size, p=p / p.sum()))
+
+
+def check_args(max_new_tokens: int, temperature: float) -> None:
+    """ValueError unless ``max_new_tokens >= 1`` and ``temperature`` is finite and >= 0."""
+    if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens: expected an int >= 1, got {max_new_tokens!r}")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature: expected a finite value >= 0, got {temperature!r}")
+
+
+def generate(model, prompt_ids, max_new_tokens: int, *, temperature: float = 0.0, seed: int = 0,
+             stop_ids=(), on_token=None) -> Generation:
+    """Generates up to ``max_new_tokens`` tokens after ``prompt_ids``.
+
+    Parameters:
+        model: a GPU or reference model (see the module docstring).
+        prompt_ids: non-empty list of token ids.
+        max_new_tokens: >= 1.
+        temperature: 0 for greedy, else the sampling temperature.
+        seed: seeds the sampling generator (unused when greedy).
+        stop_ids: ids that end generation (included in ``new_ids``).
+        on_token: optional ``callable(token_id)`` called as each token is chosen.
+
+    Returns:
+        :class:`Generation`.
+
+    Raises:
+        ValueError: bad ``max_new_tokens``/``temperature``, or as the model's ``forward``
+            (empty prompt, ids outside the vocabulary, prompt plus new tokens beyond
+            the context length).
+    """
+    check_args(max_new_tokens, temperature)
+    prompt_ids = [int(i) for i in prompt_ids]
+    rng = np.random.default_rng(seed)
+    stop_ids = {int(i) for i in stop_ids}
+    cache = model.new_cache(len(prompt_ids) + max_new_tokens)
+    t0 = time.perf_counter()
+    logits = model.forward(prompt_ids, cache)
+    new_ids: list[int] = []
+    t1 = None
+    stopped = False
+    while True:
+        token = next_token(host_row(logits), temperature, rng)
+        if t1 is None:
+            t1 = time.perf_counter()
+        new_ids.append(token)
+        if on_token is not None:
+            on_token(token)
+        if token in stop_ids:
+            stopped = True
+            break
+        if len(new_ids) == max_new_tokens:
+            break
+        logits = model.forward([token], cache)
+    t2 = time.perf_counter()
+    return Generation(prompt_ids, new_ids, prefill_s=t1 - t0, decode_s=t2 - t1, stopped=stopped)
+
+
+def profile_stages(model, make_timer, prompt_ids, new_ids) -> tuple[dict, dict]:
+    """Time per stage of a replay of a generation: ``(prefill_ms, decode_ms)`` by stage.
+
+    Runs the prompt, then each of ``new_ids[:-1]`` as a decode step (teacher-forced:
+    the same computation as the generation that produced ``new_ids``), each with a
+    fresh timer from ``make_timer()``.
+    """
+    cache = model.new_cache(len(prompt_ids) + max(len(new_ids), 1))
+    prefill_timer = make_timer()
+    model.forward(list(prompt_ids), cache, timer=prefill_timer)
+    decode_timer = make_timer()
+    for token in new_ids[:-1]:
+        model.forward([token], cache, timer=decode_timer)
+    return prefill_timer.totals_ms(), (decode_timer.totals_ms() if len(new_ids) > 1 else {})
+
