@@ -8,13 +8,12 @@ rms_norm, fused_add_rms_norm, layer_norm and softmax at num_tokens 1, 16, 64, 10
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import DEFAULT_SEED, exit_code, run_cases  # noqa: E402
+from bench.common import main  # noqa: E402
 
 OPS = ("rms_norm", "fused_add_rms_norm", "layer_norm", "softmax")
 NUM_TOKENS = (1, 16, 64, 1024, 16384)
@@ -31,9 +30,4 @@ def cases(quick: bool = False):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    parser.add_argument("--quick", action="store_true", help="bf16 only")
-    args = parser.parse_args()
-    sys.exit(exit_code(run_cases("norm", list(cases(args.quick)), seed=args.seed, out_dir=args.out)))
+    main("norm", __doc__.splitlines()[0], cases(), quick_cases=cases(quick=True))

@@ -9,19 +9,14 @@ composition, qk_rms_norm_rope beside the split "rms_norm then apply_rope".
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import DEFAULT_SEED, exit_code, run_cases  # noqa: E402
+from bench.common import main  # noqa: E402
 
 CASES = [(op, n, 128, "bf16") for op in ("apply_rope", "qk_rms_norm_rope") for n in (1, 64, 1024, 16384)]
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    args = parser.parse_args()
-    sys.exit(exit_code(run_cases("rope", CASES, seed=args.seed, out_dir=args.out)))
+    main("rope", __doc__.splitlines()[0], CASES)

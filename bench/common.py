@@ -74,3 +74,17 @@ def save(result: dict, out_dir: Path | None) -> Path:
 
 def exit_code(result: dict) -> int:
     return 0 if all(p["check_ok"] for p in result["points"]) else 1
+
+
+def main(name: str, description: str, cases, quick_cases=None) -> None:
+    """Command line of a bench script: ``[--out DIR] [--seed S] [--quick]``; exits 1 on a failed check."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    if quick_cases is not None:
+        parser.add_argument("--quick", action="store_true", help="the smaller case list")
+    args = parser.parse_args()
+    chosen = quick_cases if getattr(args, "quick", False) else cases
+    sys.exit(exit_code(run_cases(name, list(chosen), seed=args.seed, out_dir=args.out)))

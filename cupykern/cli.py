@@ -506,11 +506,11 @@ def tune(show, clear, as_json):
 
 
 # ----------------------------------------------------------------- llm commands
-# >>> LLM COMMANDS: register `generate` and `fetch-model` from cupykern/llm/cli.py here, e.g.
-#     from cupykern.llm.cli import fetch_model, generate
-#     main.add_command(generate)
-#     main.add_command(fetch_model)
-# <<< LLM COMMANDS
+# The real-model commands (`generate`, `fetch-model`) live with the pipeline in cupykern/llm/.
+from cupykern.llm.cli import COMMANDS as _LLM_COMMANDS  # noqa: E402
+
+for _command in _LLM_COMMANDS:
+    main.add_command(_command)
 
 
 if __name__ == "__main__":
