@@ -149,6 +149,15 @@ def check(arch, seed, skip_compile):
     from cupykern import jit
 
     gpu = _gpu_available()
+    if skip_compile and not gpu:
+        raise click.UsageError("--skip-compile leaves nothing to do without a GPU (validation needs one)")
+    if arch is not None:
+        from cupy_backends.cuda.libs import nvrtc
+
+        supported = [str(a) for a in nvrtc.getSupportedArchs()]
+        if arch not in supported:
+            raise click.BadParameter(f"expected a compute capability NVRTC supports ({', '.join(supported)}), "
+                                     f"e.g. 90, got {arch!r}", param_hint="--arch")
     failures = 0
     if not skip_compile:
         if arch is None:

@@ -49,7 +49,7 @@ def row_reduce(x, op: str, *, out=None):
     References:
         ``numpy.sum``/``mean``/``max``/``min`` over ``axis=-1``.
     """
-    if op not in OPS:
+    if not isinstance(op, str) or op not in OPS:
         raise ValueError(f"op: expected one of {sorted(OPS)}, got {op!r}")
     x = _arrays.as_device_array(x, "x")
     _arrays.check_supported_dtype(x, "x")
