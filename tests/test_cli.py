@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cupykern import cli, environment, launch, measure, models, timing, tuning
+from cupykern import cli, environment, launch, measure, models, registry, timing, tuning
 from cupykern.launch import H200_LIMITS
 
 
@@ -122,11 +122,11 @@ def test_sweep_takes_sizes_and_constants_from_the_model(fake_gpu, tmp_path, tune
     rope = next(c for c in fake_gpu if c["op"] == "apply_rope")
     assert rope["spec"].make_inputs.keywords["model"] is models.get("llama-3.1-8b")
     points = json.loads(out.read_text())["points"]
-    assert len(points) == 2 * 9
+    assert len(points) == 2 * len(registry.all_specs())
     norm = next(p for p in points if p["op"] == "rms_norm")
     assert (norm["threads_per_row"], norm["rows_per_block"], norm["origin"]) == (128, 1, "heuristic")
     assert next(p for p in points if p["op"] == "silu_and_mul")["origin"] is None
-    assert (tmp_path / "s.csv").read_text().count("\n") == 1 + 18
+    assert (tmp_path / "s.csv").read_text().count("\n") == 1 + len(points)
 
     fake_gpu.clear()
     result = invoke("sweep", "rms_norm", "gelu_and_mul", "apply_rope", "--model", "gemma-2-9b", "--num-tokens", "4")

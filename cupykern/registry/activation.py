@@ -1,6 +1,7 @@
-"""Op specs of the activation family (silu_and_mul, gelu_and_mul).
+"""Op specs of the activation family (silu_and_mul, gelu_and_mul, swiglu).
 
-Inputs are the fused gate_up layout: x of shape (num_tokens, 2 * d); the size is d.
+Inputs are the fused gate_up layout: x of shape (num_tokens, 2 * d), or separate gate
+and up of shape (num_tokens, d) for swiglu; the size is d.
 With a model preset, gelu_and_mul uses the tanh approximation for GeGLU models (Gemma).
 """
 
@@ -49,4 +50,15 @@ GELU_AND_MUL = OpSpec(
     model_aware=True,
 )
 
-SPECS = (SILU_AND_MUL, GELU_AND_MUL)
+SWIGLU = OpSpec(
+    name="swiglu", family="activation", size_name="d",
+    make_inputs=lambda rng, n, d, dtype: {"gate": random_device(rng, (n, d), dtype),
+                                          "up": random_device(rng, (n, d), dtype), "out": None},
+    run=lambda i: (activation.swiglu(i["gate"], i["up"], out=i.get("out")),),
+    reference=lambda i: (reference.swiglu(i["gate"], i["up"]),),
+    min_bytes=lambda i: 3 * nbytes(i["gate"]),
+    output_dtypes=lambda i: (i["gate"].dtype,),
+    check_sizes=(11008,),
+)
+
+SPECS = (SILU_AND_MUL, GELU_AND_MUL, SWIGLU)
