@@ -1,7 +1,7 @@
 """Plans and launches one of the row kernels (norm.cu, softmax.cu, row_reduce.cu).
 
-The family modules validate their arguments, then call :func:`launch` with the
-template, its leading type arguments and the kernel's argument tuple.
+The family modules validate their arguments, then call :func:`plan` and :func:`run`
+with the template, its leading type arguments and the kernel's argument tuple.
 """
 
 from __future__ import annotations
