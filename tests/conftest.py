@@ -59,3 +59,15 @@ class SeededRng(np.random.Generator):
 def rng(request) -> SeededRng:
     base = request.config.getoption("--seed")
     return SeededRng(base ^ zlib.crc32(request.node.nodeid.encode()))
+
+
+@pytest.fixture
+def tune_file(tmp_path, monkeypatch):
+    """An empty tuned-config file for this test (cupykern/tuning.py), forgotten afterwards."""
+    from cupykern import tuning
+
+    path = tmp_path / "tuned.json"
+    monkeypatch.setenv(tuning.ENV_FILE, str(path))
+    tuning._forget()
+    yield path
+    tuning._forget()

@@ -18,15 +18,6 @@ def invoke(*args, env=None):
     return CliRunner().invoke(cli.main, list(args), env=env)
 
 
-@pytest.fixture
-def tune_file(tmp_path, monkeypatch):
-    path = tmp_path / "tuned.json"
-    monkeypatch.setenv(tuning.ENV_FILE, str(path))
-    tuning._forget()
-    yield path
-    tuning._forget()
-
-
 @pytest.mark.parametrize("args, message", [
     (["sweep", "--model", "gpt-5"], "unknown model 'gpt-5'"),
     (["sweep", "bogus_op"], "unknown op(s) ['bogus_op']"),

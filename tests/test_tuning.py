@@ -20,15 +20,6 @@ def entry(**kw) -> tuning.TunedEntry:
     return tuning.TunedEntry(**fields)
 
 
-@pytest.fixture
-def tune_file(tmp_path, monkeypatch):
-    path = tmp_path / "tuned.json"
-    monkeypatch.setenv(tuning.ENV_FILE, str(path))
-    tuning._forget()
-    yield path
-    tuning._forget()
-
-
 def test_path_env_override_and_xdg(tmp_path, monkeypatch):
     monkeypatch.delenv(tuning.ENV_FILE, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))

@@ -36,32 +36,18 @@ rms_norm, fused_add_rms_norm, apply_rope, silu_and_mul and the attention softmax
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from cupykern import _dtypes
 from cupykern.llm.gguf_weights import LayerWeights, LlamaConfig, LlamaWeights, load_weights
+from cupykern.llm.kv_cache import KVCache
 from cupykern.llm.ops import KERNELS
 from cupykern.llm.reference import check_tokens
 from cupykern.llm.stage_timer import no_timer
 
 #: dtypes the GPU forward runs in.
 MODEL_DTYPES = (_dtypes.float16, _dtypes.bfloat16)
-
-
-@dataclass
-class KVCache:
-    """Keys and values per layer on the GPU, ``(max_tokens, num_kv_heads, head_dim)`` of
-    the model dtype (after RoPE for keys); rows ``[0, length)`` are filled."""
-
-    k: list
-    v: list
-    length: int = 0
-
-    @property
-    def max_tokens(self) -> int:
-        return self.k[0].shape[0]
 
 
 def to_device(weights: LlamaWeights, dtype) -> LlamaWeights:

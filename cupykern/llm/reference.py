@@ -21,27 +21,13 @@ Memory: about 1.1 GB of float64 weights for SmolLM2-135M (0.23 GB of it the embe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
 from cupykern import reference as ref
 from cupykern.llm.gguf_weights import LlamaConfig, LlamaWeights, load_weights
+from cupykern.llm.kv_cache import KVCache
 from cupykern.llm.stage_timer import no_timer
-
-
-@dataclass
-class ReferenceKVCache:
-    """Keys and values per layer, ``(max_tokens, num_kv_heads, head_dim)`` float64; the
-    first ``length`` rows are filled."""
-
-    k: list
-    v: list
-    length: int = 0
-
-    @property
-    def max_tokens(self) -> int:
-        return self.k[0].shape[0]
 
 
 class ReferenceLlama:
@@ -63,14 +49,14 @@ class ReferenceLlama:
         """Loads and dequantises ``path`` in float64 (see :func:`load_weights` for errors)."""
         return cls(load_weights(path, np.float64))
 
-    def new_cache(self, max_tokens: int) -> ReferenceKVCache:
+    def new_cache(self, max_tokens: int) -> KVCache:
         """An empty cache for up to ``max_tokens`` positions."""
         cfg = self.config
         shape = (max_tokens, cfg.num_kv_heads, cfg.head_dim)
-        return ReferenceKVCache([np.zeros(shape) for _ in range(cfg.num_layers)],
+        return KVCache([np.zeros(shape) for _ in range(cfg.num_layers)],
                                 [np.zeros(shape) for _ in range(cfg.num_layers)])
 
-    def _attention(self, q, k, v, cache: ReferenceKVCache, layer: int, start: int) -> np.ndarray:
+    def _attention(self, q, k, v, cache: KVCache, layer: int, start: int) -> np.ndarray:
         """Causal GQA over the cache: q ``(T, H, D)``, k/v ``(T, KV, D)`` -> ``(T, H * D)``."""
         cfg = self.config
         num_tokens = q.shape[0]
@@ -86,7 +72,7 @@ class ReferenceLlama:
         out = probs @ values[:, None]  # (KV, G, T, D)
         return out.transpose(2, 0, 1, 3).reshape(num_tokens, cfg.num_heads * cfg.head_dim)
 
-    def forward(self, token_ids, cache: ReferenceKVCache, *, all_logits: bool = False, timer=no_timer) -> np.ndarray:
+    def forward(self, token_ids, cache: KVCache, *, all_logits: bool = False, timer=no_timer) -> np.ndarray:
         """Runs ``token_ids`` (positions ``cache.length ...``) through the model.
 
         Parameters:
