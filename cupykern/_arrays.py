@@ -127,7 +127,8 @@ def output(out, shape, dtype, name: str = "out") -> cupy.ndarray:
     return out
 
 
-def _byte_extent(arr) -> tuple[int, int]:
+def byte_extent(arr) -> tuple[int, int]:
+    """[lowest, highest + 1) byte address an array's elements occupy."""
     lo = hi = arr.data.ptr
     for n, s in zip(arr.shape, arr.strides):
         if n == 0:
@@ -166,7 +167,7 @@ def check_no_overlap(a, a_name: str, b, b_name: str, *, allow_same: bool) -> Non
     if a.size == 0 or b.size == 0:
         return
     overlap = rows_overlap(a.data.ptr, rows_of(a, a_name), a.itemsize, b.data.ptr, rows_of(b, b_name),
-                           b.itemsize, _byte_extent(a), _byte_extent(b))
+                           b.itemsize, byte_extent(a), byte_extent(b))
     if overlap:
         hint = f" (in place is allowed only as {b_name}={a_name} exactly)" if allow_same else ""
         raise ValueError(f"{b_name} overlaps {a_name} in memory{hint}")

@@ -762,3 +762,30 @@ def test_cos_sin_table_rejects_bad_scalars_by_name(kwargs, match):
 def test_rope_cos_sin_cache_names_bad_dtype():
     with pytest.raises(TypeError, match="dtype: unsupported dtype 'fp8'"):
         cupykern.rope_cos_sin_cache(16, 8, dtype="fp8")
+
+
+def test_q_k_overlap_rule():
+    """Slices of one fused QKV row interleave without sharing elements; overlapping views do."""
+    hq, hkv, hd, tokens, item = 4, 2, 16, 5, 2
+    row = (hq + 2 * hkv) * hd
+    q_geo = (tokens, hq, hd, row, hd)
+    k_geo = (tokens, hkv, hd, row, hd)
+    span = lambda first, width: (first * item, ((tokens - 1) * row + first + width) * item)  # noqa: E731
+    q_ext, k_ext = span(0, hq * hd), span(hq * hd, hkv * hd)
+    assert not rope_ops._heads_overlap(0, q_geo, q_ext, hq * hd * item, k_geo, k_ext, item)
+    # k shifted back by one element into q's last head: overlap.
+    k_ext = span(hq * hd - 1, hkv * hd)
+    assert rope_ops._heads_overlap(0, q_geo, q_ext, (hq * hd - 1) * item, k_geo, k_ext, item)
+    # k = q exactly.
+    assert rope_ops._heads_overlap(0, q_geo, q_ext, 0, q_geo, q_ext, item)
+
+
+@pytest.mark.gpu
+def test_overlapping_q_and_k_are_rejected():
+    import cupy
+
+    q = cupy.zeros((3, 4, 64), dtype=np.float16)
+    cache = cupykern.rope_cos_sin_cache(8, 64)
+    positions = cupy.zeros(3, dtype=np.int64)
+    with pytest.raises(ValueError, match="k overlaps q"):
+        cupykern.apply_rope(q, q[:, :2], positions, cache)

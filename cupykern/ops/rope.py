@@ -112,7 +112,24 @@ def _qk(q, k, name_k: str = "k"):
         raise ValueError(f"{name_k}: expected the token axes of q {tuple(q.shape[:-2])}, got {tuple(k.shape[:-2])}")
     if k_geo[2] != q_geo[2]:
         raise ValueError(f"{name_k}: expected head_dim {q_geo[2]} (q's), got {k_geo[2]}")
+    if q.size and k.size and _heads_overlap(q.data.ptr, q_geo, _arrays.byte_extent(q), k.data.ptr, k_geo,
+                                            _arrays.byte_extent(k), q.itemsize):
+        raise ValueError(f"{name_k} overlaps q in memory: both are rotated in place by one launch")
     return q, q_geo, k, k_geo
+
+
+def _heads_overlap(q_ptr: int, q_geo, q_extent, k_ptr: int, k_geo, k_extent, itemsize: int) -> bool:
+    """Whether q and k (``_heads`` geometries) may share an element. Exact for heads laid
+    out contiguously within a token (slices of one fused QKV row), conservative otherwise."""
+    def rows(geo):
+        num_tokens, num_heads, head_dim, token_stride, head_stride = geo
+        contiguous = num_heads == 1 or head_stride == head_dim
+        return _arrays.Rows(num_tokens, num_heads * head_dim, token_stride) if contiguous else None
+
+    q_rows, k_rows = rows(q_geo), rows(k_geo)
+    if q_rows is None or k_rows is None:
+        return not (q_extent[1] <= k_extent[0] or k_extent[1] <= q_extent[0])
+    return _arrays.rows_overlap(q_ptr, q_rows, itemsize, k_ptr, k_rows, itemsize, q_extent, k_extent)
 
 
 def _max_vec_width(dtype, fused_norm: bool, cache, cache_stride: int, *arrays_and_strides) -> int:
