@@ -15,12 +15,13 @@ def _f32(a):
     return a.astype(np.float32)
 
 
-def _rms(xf, w, eps):
-    return xf * cupy.reciprocal(cupy.sqrt(cupy.mean(xf * xf, axis=-1, keepdims=True) + np.float32(eps))) * _f32(w)
+def _rms(xf, w, eps, weight_offset=0.0):
+    scale = _f32(w) + np.float32(weight_offset)  # Gemma's (1 + w), formed in fp32
+    return xf * cupy.reciprocal(cupy.sqrt(cupy.mean(xf * xf, axis=-1, keepdims=True) + np.float32(eps))) * scale
 
 
 def rms_norm(i):
-    out = _rms(_f32(i["x"]), i["weight"], i["eps"]).astype(i["x"].dtype)
+    out = _rms(_f32(i["x"]), i["weight"], i["eps"], i.get("weight_offset", 0.0)).astype(i["x"].dtype)
     if i.get("out") is not None:
         i["out"][...] = out
         out = i["out"]
@@ -30,7 +31,7 @@ def rms_norm(i):
 def fused_add_rms_norm(i):
     x, residual = i["x"], i["residual"]
     residual[...] = (_f32(x) + _f32(residual)).astype(x.dtype)
-    x[...] = _rms(_f32(residual), i["weight"], i["eps"]).astype(x.dtype)
+    x[...] = _rms(_f32(residual), i["weight"], i["eps"], i.get("weight_offset", 0.0)).astype(x.dtype)
     return x, residual
 
 

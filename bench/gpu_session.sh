@@ -6,7 +6,8 @@
 #
 # Runs from the checkout with the machine's python3 and packages (cupy, numpy,
 # ml_dtypes, pytest, click, rich); nothing is installed. Logs and JSON go to $OUT
-# (default ./.out), JSON also to bench/results/.
+# (default ./.out), JSON also to bench/results/. The device tool returns at most 8 files
+# from $OUT: this writes exactly 8 (environment, pytest log, 3 bench logs, 3 JSON).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/.out}

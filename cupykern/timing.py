@@ -77,6 +77,7 @@ def time_graph(fn, *, ops_per_graph: int = 100, replays: int = 20) -> Timing:
     import cupy
 
     fn()  # compile and allocate outside the capture
+    cupy.cuda.get_current_stream().synchronize()  # the capture stream does not wait for it
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         stream.begin_capture()

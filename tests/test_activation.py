@@ -442,6 +442,7 @@ def test_activation_on_current_stream_and_under_graph_capture(rng, op):
     want = _reference(op, x)
     stream = cupy.cuda.Stream(non_blocking=True)
     out = poisoned((num_tokens, d), dtype)
+    cupy.cuda.Device().synchronize()  # the poison fill ran on the null stream
     with stream:
         _run(op, x, out=out)
         stream.synchronize()

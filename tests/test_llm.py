@@ -318,7 +318,7 @@ def test_gpu_logits_match_reference(device_weights, ref_logits, dtype_name, ops_
     assert rel.max() <= LOGIT_RTOL[dtype_name], f"relative logit error per position {np.round(rel, 4)}"
     # Teacher-forced argmax agrees wherever the reference is not a near-tie.
     clear = top2_gaps(ref_logits) >= NEAR_TIE[dtype_name]
-    assert clear.sum() >= 8
+    assert clear.sum() >= (8 if dtype_name == "fp16" else 6)  # bf16's wider near-tie band leaves 7 of 16
     np.testing.assert_array_equal(got.argmax(-1)[clear], np.asarray(EXPECTED_IDS)[clear])
 
 
@@ -339,7 +339,10 @@ def test_gpu_greedy_tokens_match_up_to_first_near_tie(device_weights, ref_logits
     assert diverged >= first_tie, f"{got} vs {EXPECTED_IDS}: diverged at {diverged} before the first near-tie"
     if diverged < 16:  # the prefix is identical, so the teacher-forced reference row applies
         assert gaps[diverged] < NEAR_TIE[dtype_name], f"diverged at {diverged} where the gap is {gaps[diverged]:.3f}"
-        assert got[diverged] == int(np.argsort(ref_logits[diverged])[-2])
+        # Any token within the near-tie band of the reference's best may win there (at new
+        # token 12 the top three lie within 0.053), not only the runner-up.
+        best = ref_logits[diverged].max()
+        assert best - ref_logits[diverged][got[diverged]] < NEAR_TIE[dtype_name]
     if dtype_name == "fp16":  # the CPU emulation of fp16 rounding keeps all 16; say how far it got
         print(f"fp16 {ops_name}: {diverged} of 16 greedy tokens identical")
 

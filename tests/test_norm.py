@@ -280,6 +280,7 @@ def test_runs_on_current_stream_and_under_graph_capture(rng):
     want_fx, want_res = reference.fused_add_rms_norm(x, residual, w)
     stream = cupy.cuda.Stream(non_blocking=True)
     out = poisoned((16, 4096), dtype)
+    cupy.cuda.Device().synchronize()  # the poison fill ran on the null stream
     with stream:
         cupykern.rms_norm(x, w, out=out)
         stream.synchronize()

@@ -136,6 +136,10 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
             sys.stdout.flush()
             streamed["printed"] = text_now
 
+    if not reference:
+        # One throwaway step first, so the tokens/s below exclude the first-use NVRTC
+        # compiles and cuBLAS start-up.
+        model.forward(prompt_ids[:1], model.new_cache(1))
     sys.stdout.write(prompt if not chat else "")
     try:
         stop = [tok.eos_token_id] if tok.eos_token_id is not None else []
