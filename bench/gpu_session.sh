@@ -1,37 +1,88 @@
 #!/usr/bin/env bash
-# One GPU session in one call: the GPU test suite, then the benchmarks, results under $OUT.
+# One GPU session in one call: the GPU test suite, the benchmarks, sweeps and peers,
+# results under $OUT.
 #
 #   bash bench/gpu_session.sh                 # all GPU tests + every bench
 #   TESTS="tests/test_norm.py" BENCHES="bench/bench_norm.py --quick" PYTEST_ARGS="-n 8" bash bench/gpu_session.sh
+#   TESTS= BENCHES= SWEEPS="--json sweep.json;silu_and_mul --vecs-per-thread 1,2,4" bash bench/gpu_session.sh
+#   TESTS= BENCHES= PEERS="--num-tokens 1,64,4096,16384" bash bench/gpu_session.sh   # carry .whl for Liger
+#
+# TESTS: pytest arguments (empty: no tests). BENCHES: ';'-separated bench scripts with
+# their arguments. SWEEPS: ';'-separated argument lists of `cupykern sweep`; a relative
+# --json/--csv path lands in the results folder. PEERS: arguments of bench/peers.py
+# (unset: not run). Each step gets what is left of DEADLINE_S seconds (default 570,
+# inside the device tool's 600 s), so a slow step cannot cost the others' results.
 #
 # Runs from the checkout with the machine's python3 and packages (cupy, numpy,
-# ml_dtypes, pytest, click, rich); nothing is installed. Logs and JSON go to $OUT
-# (default ./.out), JSON also to bench/results/. The device tool returns at most 8 files
-# from $OUT: this writes exactly 8 (environment, pytest log, 3 bench logs, 3 JSON).
+# ml_dtypes, pytest, click, rich); wheels carried in .whl/ are installed to /tmp/site
+# first. Every log and JSON goes to a results folder packed into $OUT/results.tar.gz
+# (the device tool returns at most 8 files); the pytest log and a summary are also
+# copied to $OUT as they are. Bench JSON also goes to bench/results/.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/.out}
+RES=$(mktemp -d /tmp/cupykern-results.XXXX)
 mkdir -p "$OUT"
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/cupykern-kernel-cache}
 # tests/test_llm.py needs the SmolLM2 file, which bench/llm_on_gpu.sh carries to the machine.
-TESTS=${TESTS:-"tests --ignore=tests/test_llm.py"}
-BENCHES=${BENCHES:-"bench/bench_norm.py --quick;bench/bench_activation.py;bench/bench_rope.py"}
+TESTS=${TESTS-"tests --ignore=tests/test_llm.py"}
+BENCHES=${BENCHES-"bench/bench_norm.py --quick;bench/bench_activation.py;bench/bench_rope.py"}
+SWEEPS=${SWEEPS-}
 PYTEST_ARGS=${PYTEST_ARGS:-}
-
-{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv; \
-  python3 -c "import cupy, numpy; print('cupy', cupy.__version__, 'numpy', numpy.__version__)"; } 2>&1 | tee "$OUT/environment.txt"
+DEADLINE_S=${DEADLINE_S:-570}
 
 status=0
-# shellcheck disable=SC2086
-python3 -m pytest -m gpu -q -p no:cacheprovider --maxfail=50 --durations=10 $PYTEST_ARGS $TESTS 2>&1 \
-  | tee "$OUT/pytest_gpu.log" | grep -E -v '^(\.|s)+ *\[ *[0-9]+%\]$' || status=1
+summary() { echo "$*" | tee -a "$RES/summary.txt"; }
+left() { echo $((DEADLINE_S - SECONDS > 5 ? DEADLINE_S - SECONDS : 5)); }
+# Runs "$@" with what is left of the deadline, output to the terminal and to $RES/$name.log.
+step() {
+  local name=$1; shift
+  local start=$SECONDS rc
+  timeout "$(left)" "$@" 2>&1 | tee "$RES/$name.log"
+  rc=$?
+  summary "$name: rc $rc in $((SECONDS - start)) s ($*)"
+  [ "$rc" -eq 0 ] || status=1
+  return "$rc"
+}
+pack() {
+  cp "$RES/summary.txt" "$OUT/" 2>/dev/null
+  cp "$RES/pytest_gpu.log" "$OUT/" 2>/dev/null
+  tar czf "$OUT/results.tar.gz" -C "$RES" .
+}
+trap pack EXIT
+
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv; \
+  python3 -c "import cupy, numpy; print('cupy', cupy.__version__, 'numpy', numpy.__version__)"; \
+  echo "commit ${CUPYKERN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"; } 2>&1 | tee "$RES/environment.txt"
+
+if [ -n "${TESTS// }" ]; then
+  # shellcheck disable=SC2086
+  step pytest_gpu python3 -m pytest -m gpu -q -p no:cacheprovider --maxfail=50 --durations=10 $PYTEST_ARGS $TESTS
+fi
 
 IFS=';' read -ra bench_list <<< "$BENCHES"
 for bench in "${bench_list[@]}"; do
   [ -n "${bench// }" ] || continue
-  name=$(basename "${bench%% *}" .py)
   # shellcheck disable=SC2086
-  python3 $bench --out "$OUT" 2>&1 | tee "$OUT/$name.log" || status=1
+  step "$(basename "${bench%% *}" .py)" python3 $bench --out "$RES"
 done
+
+IFS=';' read -ra sweep_list <<< "$SWEEPS"
+i=0
+for args in "${sweep_list[@]}"; do
+  i=$((i + 1))
+  # shellcheck disable=SC2086
+  (cd "$RES" && step "sweep_$i" python3 -m cupykern.cli sweep $args) || status=1
+done
+
+if [ -n "${PEERS+set}" ]; then
+  # shellcheck disable=SC2086
+  step peers python3 bench/peers.py --out "$RES" $PEERS
+fi
+summary "exit status $status"
 exit $status

@@ -433,6 +433,8 @@ def main() -> None:
     bad = [o for o in ops if o not in specs] + [p for p in args.peers.split(",") if p not in PEER_NAMES]
     if bad:
         parser.error(f"unknown op or peer {bad}")
+    if not environment.gpu_available():
+        parser.exit(2, "peers.py times kernels and needs a CUDA GPU; none is visible (try `cupykern check`)\n")
     result = run(args.model, [int(n) for n in args.num_tokens.split(",")], ops, args.peers.split(","),
                  seed=args.seed, repeat=args.repeat, dtype=args.dtype, out_dir=args.out)
     own = [p for p in result["points"] if p["impl"] == "cupykern"]

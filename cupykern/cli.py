@@ -91,13 +91,10 @@ def _dtype_list(ctx, param, value):
         raise click.BadParameter(str(exc)) from None
 
 
-def _gpu_available() -> bool:
-    import cupy
+def _gpu_available() -> bool:  # one name for the tests to replace
+    from cupykern import environment
 
-    try:
-        return cupy.cuda.is_available()
-    except Exception:  # noqa: BLE001 - no driver, no GPU
-        return False
+    return environment.gpu_available()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -215,6 +212,20 @@ ROW_FAMILIES = ("norm", "softmax", "row_reduce")
 #: Ops whose kernel makes one pass (no register cache: vecs_per_thread does not apply).
 ONE_PASS_OPS = ("row_reduce",)
 _LAYOUT_KEYS = ("threads_per_row", "vec_width", "vecs_per_thread")
+#: Options the activation kernel takes (launch.plan_activation).
+_ACTIVATION_KEYS = ("block_size", "vec_width", "vecs_per_thread")
+
+
+def _activation_plan(num_tokens: int, size: int, dtype, config: dict, limits):
+    """``(overrides, plan)`` for an activation op on the registry's fresh contiguous
+    inputs (16-byte aligned exactly when ``size`` is a multiple of the vector width);
+    ValueError if the plan is illegal."""
+    from cupykern import _dtypes, launch
+
+    overrides = {k: v for k, v in config.items() if k in _ACTIVATION_KEYS and v is not None}
+    plan = launch.plan_activation(num_tokens, size, dtype, aligned=size % _dtypes.vec_width(dtype) == 0,
+                                  limits=limits, **overrides)
+    return overrides, plan
 
 
 def _row_plan(op: str, num_tokens: int, size: int, dtype, config: dict, limits):
@@ -273,14 +284,16 @@ def _row_configs(op: str, size: int, dtype, options: dict, tune: bool) -> list[d
 @click.option("--dtype", "dtypes", callback=_dtype_list, default="bf16", show_default=True)
 @click.option("--block-size", callback=_block_size_list, default=None,
               help="row kernels: threads per block = threads_per_row x rows_per_block (rows_per_block = "
-                   "block size / threads_per_row; threads_per_row from --threads-per-row, else the op's own)")
+                   "block size / threads_per_row; threads_per_row from --threads-per-row, else the op's own); "
+                   "activations: threads per block")
 @click.option("--threads-per-row", callback=_choice_list((1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
                                                          "threads per row"),
               default=None, help="row kernels: threads sharing a row")
 @click.option("--vec-width", callback=_choice_list((1, 2, 4, 8), "vector widths"), default=None,
-              help="row kernels: elements per access (1 or 16 bytes' worth)")
+              help="row kernels and activations: elements per access (1 or 16 bytes' worth)")
 @click.option("--vecs-per-thread", callback=_choice_list((1, 2, 4, 8), "vecs per thread"), default=None,
-              help="row kernels: register cache per thread")
+              help="row kernels: register cache per thread; activations: vectors loaded per thread "
+                   "before any store (1, 2, 4)")
 @click.option("--rows-per-block", callback=_pow2_list, default=None, help="row kernels: rows per block")
 @click.option("--repeat", type=click.IntRange(min=1), default=None,
               help="timed samples per point (cold-L2 calls, or graph replays for decode sizes) [default: 50 / 20]")
@@ -295,8 +308,9 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
     """Validate and time OPS (default: all) over token counts, dtypes and launch configurations.
 
     Row sizes and op constants come from --model (default llama-3.1-8b) unless
-    --hidden-size is given. The layout options apply to the row kernels (norms, softmax,
-    row_reduce) and are crossed.
+    --hidden-size is given. The layout options are crossed; they apply to the row
+    kernels (norms, softmax, row_reduce) and, --block-size, --vec-width and
+    --vecs-per-thread, to the activations.
     """
     from cupykern import _dtypes, environment, launch, measure, timing, tuning
     from cupykern.registry import all_specs
@@ -332,7 +346,12 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
     for op in chosen:
         for dtype in dtypes:
             for size in op_sizes[op]:
-                configs = _row_configs(op, size, dtype, options, tune) if op in row_ops else [None]
+                if op in row_ops:
+                    configs = _row_configs(op, size, dtype, options, tune)
+                elif specs[op].family == "activation":
+                    configs = _row_configs(op, size, dtype, {k: options[k] for k in _ACTIVATION_KEYS}, False)
+                else:
+                    configs = [None]
                 points += [(op, dtype, size, n, config) for config in configs for n in num_tokens]
     env = environment.describe()
     copy_gbps = timing.copy_bandwidth()
@@ -343,8 +362,10 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
             progress.advance(task)
             plan, overrides = None, {}
             try:
-                if config is not None:
+                if op in row_ops:
                     overrides, plan = _row_plan(op, n, size, dtype, config, limits)
+                elif config is not None:
+                    overrides, plan = _activation_plan(n, size, dtype, config, limits)
                 with launch.overrides(**overrides):
                     point = measure.measure(specs[op].for_model(model), n, size, dtype, seed=seed,
                                             copy_gbps=copy_gbps, repeat=repeat)
@@ -352,17 +373,17 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
                 if not tune:
                     console.print(f"[yellow]skipped {op} {n}x{size} {_dtypes.short_name(dtype)} {config}: {exc}[/]")
                 continue
-            layout = plan.layout if plan else None
+            layout = getattr(plan, "layout", None) or plan  # a row plan's layout, or an activation plan
             row = {**point.as_dict(), "model": model.name,
-                   "threads_per_row": layout.threads_per_row if layout else None,
-                   "vec_width": layout.vec_width if layout else None,
-                   "vecs_per_thread": layout.vecs_per_thread if layout else None,
-                   "rows_per_block": plan.rows_per_block if plan else None,
-                   "block_size": plan.block_size if plan else None,
-                   "origin": plan.origin if plan else None}
+                   "threads_per_row": getattr(layout, "threads_per_row", None),
+                   "vec_width": getattr(layout, "vec_width", None),
+                   "vecs_per_thread": getattr(layout, "vecs_per_thread", None),
+                   "rows_per_block": getattr(plan, "rows_per_block", None),
+                   "block_size": getattr(plan, "block_size", None),
+                   "origin": getattr(plan, "origin", None)}
             rows.append(row)
             failures += not point.check_ok
-            if tune and plan is not None and point.check_ok:
+            if tune and op in row_ops and point.check_ok:
                 measured.setdefault((op, _dtypes.short_name(dtype), size), []).append(tuning.Measured(
                     layout.threads_per_row, layout.vec_width, layout.vecs_per_thread, plan.rows_per_block, n,
                     point.median_us))
@@ -382,8 +403,10 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
 
 
 def _plan_text(row: dict) -> str:
-    if row["threads_per_row"] is None:
+    if row["block_size"] is None:
         return "-"
+    if row["threads_per_row"] is None:  # activation: block x vector width x vectors per thread
+        return f"b{row['block_size']} {row['vec_width']}x{row['vecs_per_thread']} {row['origin']}"
     return (f"{row['threads_per_row']}x{row['vec_width']}x{row['vecs_per_thread']} "
             f"r{row['rows_per_block']} {row['origin']}")
 

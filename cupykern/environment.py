@@ -20,6 +20,16 @@ def git_commit() -> str:
         return "unknown"
 
 
+def gpu_available() -> bool:
+    """Whether CuPy sees a CUDA GPU (False, not an exception, without a driver)."""
+    import cupy
+
+    try:
+        return cupy.cuda.is_available()
+    except Exception:  # noqa: BLE001 - no driver, no GPU
+        return False
+
+
 def describe(with_gpu: bool = True) -> dict:
     """A JSON-ready dict of the software and (if present) GPU."""
     import cupy
@@ -37,7 +47,7 @@ def describe(with_gpu: bool = True) -> dict:
         info["nvrtc"] = ".".join(map(str, nvrtc.getVersion()))
     except Exception as exc:  # noqa: BLE001 - report, don't fail
         info["nvrtc"] = f"unavailable ({exc.__class__.__name__})"
-    info["gpu_available"] = bool(with_gpu and cupy.cuda.is_available())
+    info["gpu_available"] = bool(with_gpu and gpu_available())
     if info["gpu_available"]:
         device = cupy.cuda.Device()
         props = cupy.cuda.runtime.getDeviceProperties(device.id)

@@ -116,7 +116,9 @@ def test_sweep_takes_sizes_and_constants_from_the_model(fake_gpu, tmp_path, tune
     assert len(points) == 2 * len(registry.all_specs())
     norm = next(p for p in points if p["op"] == "rms_norm")
     assert (norm["threads_per_row"], norm["rows_per_block"], norm["origin"]) == (128, 1, "heuristic")
-    assert next(p for p in points if p["op"] == "silu_and_mul")["origin"] is None
+    silu = next(p for p in points if p["op"] == "silu_and_mul")
+    assert (silu["origin"], silu["threads_per_row"], silu["vec_width"]) == ("heuristic", None, 8)
+    assert next(p for p in points if p["op"] == "apply_rope")["origin"] is None
     assert (tmp_path / "s.csv").read_text().count("\n") == 1 + len(points)
 
     fake_gpu.clear()
@@ -138,6 +140,18 @@ def test_block_size_maps_to_rows_per_block(fake_gpu, tmp_path, tune_file):
     fake_gpu.clear()
     result = invoke("sweep", "rms_norm", "--num-tokens", "8", "--block-size", "256", "--threads-per-row", "64")
     assert result.exit_code == 0 and fake_gpu[0]["rows_per_block"] == 4
+
+
+def test_activation_launch_options(fake_gpu, tmp_path):
+    out = tmp_path / "a.json"
+    result = invoke("sweep", "silu_and_mul", "--num-tokens", "4096", "--vecs-per-thread", "1,4,8",
+                    "--block-size", "128", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    assert "vecs_per_thread must be one of" in result.output  # 8: skipped, not a traceback
+    assert [(c["vecs_per_thread"], c["block_size"]) for c in fake_gpu] == [(1, 128), (4, 128)]
+    points = json.loads(out.read_text())["points"]
+    assert [(p["vecs_per_thread"], p["block_size"], p["origin"]) for p in points] == \
+        [(1, 128, "override"), (4, 128, "override")]
 
 
 def test_sweep_tune_writes_the_winner(fake_gpu, tune_file):
