@@ -1,7 +1,7 @@
 """Peers: the sweep's ops and shapes through every other implementation importable here.
 
-For each op of the registry, at num_tokens 1, 64, 1024 and 16384 with the row sizes
-and constants of a model preset (default llama-3.1-8b), bf16:
+For each op of the registry, at the sweep's num_tokens ladder (1 to 16384) with the
+row sizes and constants of a model preset (default llama-3.1-8b), bf16:
 
 * cupykern itself and the plain-CuPy composition of bench/compositions.py (always);
 * PyTorch eager (fp32 math, one rounding, as the references), torch.compile of the
@@ -15,7 +15,7 @@ through torch.cuda.graph), cold-L2 CUDA events otherwise, on one stream. The tab
 gives peer time / cupykern time (> 1: cupykern is faster); the JSON goes to
 bench/results/ (and --out).
 
-    python bench/peers.py [--model NAME] [--num-tokens 1,64,1024,16384] [--ops OP,...]
+    python bench/peers.py [--model NAME] [--num-tokens 1,16,64,...] [--ops OP,...]
                           [--peers NAME,...] [--repeat N] [--seed S] [--out DIR]
 """
 
@@ -37,10 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import DEFAULT_SEED, save  # noqa: E402
 from bench.compositions import COMPOSITIONS  # noqa: E402
 from cupykern import _dtypes, environment, measure, models, timing  # noqa: E402
+from cupykern.cli import NUM_TOKENS_LADDER  # noqa: E402
 from cupykern.registry import all_specs  # noqa: E402
 from cupykern.validation import check_op  # noqa: E402
 
-NUM_TOKENS = (1, 64, 1024, 16384)
+NUM_TOKENS = NUM_TOKENS_LADDER  # the default sweep's shapes
 #: Calls per captured graph for torch peers (as cupykern.timing.time_graph).
 OPS_PER_GRAPH = 100
 #: Peer names in table order; "cupy composition" always runs.
@@ -237,8 +238,11 @@ def _flashinfer(torch):
 
 
 def _torch_compile(torch):
+    # dynamic=None (the default): the first shape compiles static, a second one
+    # recompiles with a dynamic num_tokens, so each op compiles about twice rather than
+    # once per shape (dynamic=False took minutes per op over the token ladder).
     ops = _torch_ops(torch)
-    return {op: torch.compile(f, dynamic=False) for op, f in ops.items()}
+    return {op: torch.compile(f) for op, f in ops.items()}
 
 
 BUILDERS = {"torch eager": _torch_ops, "torch.compile": _torch_compile, "F.rms_norm": _f_rms_norm,
@@ -373,6 +377,8 @@ def run(model_name: str, num_tokens, ops, peers, *, seed: int, repeat: int | Non
     for p, why in skipped.items():
         console.print(f"[yellow]skipped {p}: {why}[/]")
     points, errors = [], []
+    result = {"suite": "peers", "seed": seed, "model": model.name, "environment": env, "copy_gbps": copy_gbps,
+              "peers_run": running, "skipped": skipped, "errors": errors, "points": points}
     stream = cupy.cuda.Stream(non_blocking=True)
     for op in ops:
         spec = specs[op].for_model(model)
@@ -408,8 +414,7 @@ def run(model_name: str, num_tokens, ops, peers, *, seed: int, repeat: int | Non
                 points.append(point.as_dict())
                 if not point.check_ok:
                     console.print(f"[red]CHECK FAILED[/] {op} {name} {n}x{size}: {point.check}")
-    result = {"suite": "peers", "seed": seed, "model": model.name, "environment": env, "copy_gbps": copy_gbps,
-              "peers_run": running, "skipped": skipped, "errors": errors, "points": points}
+        save(result, out_dir)  # after every op, so a run cut short keeps what it measured
     print_ratios(console, ratio_rows(points, running), running,
                  f"peer time / cupykern time (> 1: cupykern faster), {model.name}, {_dtypes.short_name(dtype)}")
     path = save(result, out_dir)

@@ -213,7 +213,7 @@ ROW_FAMILIES = ("norm", "softmax", "row_reduce")
 ONE_PASS_OPS = ("row_reduce",)
 _LAYOUT_KEYS = ("threads_per_row", "vec_width", "vecs_per_thread")
 #: Options the activation kernel takes (launch.plan_activation).
-_ACTIVATION_KEYS = ("block_size", "vec_width", "vecs_per_thread")
+_ACTIVATION_KEYS = ("block_size", "vec_width")
 
 
 def _activation_plan(num_tokens: int, size: int, dtype, config: dict, limits):
@@ -292,8 +292,7 @@ def _row_configs(op: str, size: int, dtype, options: dict, tune: bool) -> list[d
 @click.option("--vec-width", callback=_choice_list((1, 2, 4, 8), "vector widths"), default=None,
               help="row kernels and activations: elements per access (1 or 16 bytes' worth)")
 @click.option("--vecs-per-thread", callback=_choice_list((1, 2, 4, 8), "vecs per thread"), default=None,
-              help="row kernels: register cache per thread; activations: vectors loaded per thread "
-                   "before any store (1, 2, 4)")
+              help="row kernels: register cache per thread")
 @click.option("--rows-per-block", callback=_pow2_list, default=None, help="row kernels: rows per block")
 @click.option("--repeat", type=click.IntRange(min=1), default=None,
               help="timed samples per point (cold-L2 calls, or graph replays for decode sizes) [default: 50 / 20]")
@@ -309,8 +308,8 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
 
     Row sizes and op constants come from --model (default llama-3.1-8b) unless
     --hidden-size is given. The layout options are crossed; they apply to the row
-    kernels (norms, softmax, row_reduce) and, --block-size, --vec-width and
-    --vecs-per-thread, to the activations.
+    kernels (norms, softmax, row_reduce) and, --block-size and --vec-width, to the
+    activations.
     """
     from cupykern import _dtypes, environment, launch, measure, timing, tuning
     from cupykern.registry import all_specs
@@ -405,8 +404,8 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
 def _plan_text(row: dict) -> str:
     if row["block_size"] is None:
         return "-"
-    if row["threads_per_row"] is None:  # activation: block x vector width x vectors per thread
-        return f"b{row['block_size']} {row['vec_width']}x{row['vecs_per_thread']} {row['origin']}"
+    if row["threads_per_row"] is None:  # activation: block size x vector width
+        return f"b{row['block_size']} x{row['vec_width']} {row['origin']}"
     return (f"{row['threads_per_row']}x{row['vec_width']}x{row['vecs_per_thread']} "
             f"r{row['rows_per_block']} {row['origin']}")
 

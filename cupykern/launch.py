@@ -214,8 +214,7 @@ def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: 
 _override_state = threading.local()
 
 
-#: Row kernels read the first four; the activation kernel reads vec_width,
-#: vecs_per_thread and block_size.
+#: Row kernels read the first four; the activation kernel reads vec_width and block_size.
 OVERRIDE_KEYS = frozenset({"threads_per_row", "vec_width", "vecs_per_thread", "rows_per_block", "block_size"})
 
 
@@ -254,17 +253,13 @@ def current_overrides() -> dict:
 
 #: act_and_mul_kernel's __launch_bounds__ (activation.cu::kActMaxBlockSize).
 ACTIVATION_MAX_BLOCK_SIZE = 1024
-#: Default block: 256 threads, ACTIVATION_VECS_PER_THREAD 16-byte vectors of gate and
-#: of up each per work item. With one vector, eight such blocks per SM keep 64 KiB of
-#: loads in flight on paper, yet 16384 x 14336 bf16 silu_and_mul ran at 86% of copy
-#: (bench/results/2026-11-29_activation_NVIDIA-H200_a164510.json): a thread waits for
-#: its loads, computes, stores, and only then loads again.
+#: Default block: 256 threads, one 16-byte vector of gate and of up each. Eight such
+#: blocks fill an SM's 2048 threads with 64 KiB of loads in flight, above the ~25 KiB
+#: per SM that covers HBM latency at an H200's 4.8 TB/s (bandwidth x ~700 ns / 132 SMs).
+#: Not yet tuned by a measurement in bench/results.
 ACTIVATION_BLOCK_SIZE = 256
-#: Vectors per thread per work item the kernel is compiled for, and the default.
-ACTIVATION_VECS_PER_THREAD_CHOICES = (1, 2, 4)
-ACTIVATION_VECS_PER_THREAD = 2
-#: Decode-sized work (fewer chunks than SMs) first drops to one vector per thread,
-#: then halves the block down to this, spreading the few vectors over more SMs.
+#: Decode-sized work (fewer chunks than SMs) halves the block down to this, spreading
+#: the few vectors over more SMs.
 ACTIVATION_MIN_BLOCK_SIZE = 64
 
 
@@ -273,7 +268,6 @@ class ActivationPlan:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     vec_width: int
-    vecs_per_thread: int
     origin: str  # "heuristic" or "override"
 
     @property
@@ -281,61 +275,46 @@ class ActivationPlan:
         return self.block[0]
 
 
-def activation_chunks(num_rows: int, d: int, block_size: int, vec_width: int, vecs_per_thread: int = 1) -> int:
-    """Work items of act_and_mul_kernel: rows x ceil(ceil(d / vec_width) / (block_size x vecs_per_thread))."""
+def activation_chunks(num_rows: int, d: int, block_size: int, vec_width: int) -> int:
+    """Work items of act_and_mul_kernel: rows x ceil(ceil(d / vec_width) / block_size)."""
     slots_per_row = -(-d // vec_width)
-    return num_rows * -(-slots_per_row // (block_size * vecs_per_thread))
+    return num_rows * -(-slots_per_row // block_size)
 
 
 def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: DeviceLimits,
-                    block_size: int | None = None, vec_width: int | None = None,
-                    vecs_per_thread: int | None = None) -> ActivationPlan:
+                    block_size: int | None = None, vec_width: int | None = None) -> ActivationPlan:
     """Plan for act_and_mul_kernel (silu_and_mul, gelu_and_mul, swiglu) on rows of ``d`` outputs.
 
-    16-byte vectors when ``aligned``; ACTIVATION_BLOCK_SIZE threads of
-    ACTIVATION_VECS_PER_THREAD vectors, fewer for narrow rows (no more threads than
-    vectors, a power of two from one warp). While there are fewer work items than
-    SMs, one vector per thread, then the block halved down to
-    ACTIVATION_MIN_BLOCK_SIZE. The grid is one wave of resident blocks, capped at
-    ``limits.max_grid_x`` (the kernel walks the rest grid-stride). ``block_size``,
-    ``vec_width`` and ``vecs_per_thread`` override the heuristic; the result is
+    16-byte vectors when ``aligned``; ACTIVATION_BLOCK_SIZE threads, fewer for narrow
+    rows (no more threads than vectors, a power of two from one warp) and halved down
+    to ACTIVATION_MIN_BLOCK_SIZE while there are fewer work items than SMs. The grid
+    covers every work item, capped at ``limits.max_grid_x`` (the kernel walks the rest
+    grid-stride). ``block_size``/``vec_width`` override the heuristic; the result is
     validated (ValueError).
     """
-    origin = "heuristic" if block_size is None and vec_width is None and vecs_per_thread is None else "override"
+    origin = "heuristic" if block_size is None and vec_width is None else "override"
     allowed = (1, _dtypes.vec_width(dtype)) if aligned else (1,)
     if vec_width is None:
         vec_width = allowed[-1]
     if vec_width not in allowed:
         why = "" if aligned else " (the arrays are not 16-byte aligned)"
         raise ValueError(f"vec_width must be one of {allowed} for {_dtypes.short_name(dtype)}{why}, got {vec_width}")
-    if vecs_per_thread is not None and vecs_per_thread not in ACTIVATION_VECS_PER_THREAD_CHOICES:
-        raise ValueError(f"vecs_per_thread must be one of {ACTIVATION_VECS_PER_THREAD_CHOICES}, got {vecs_per_thread}")
-    slots_per_row = -(-d // vec_width)
-    if vecs_per_thread is None:
-        vecs_per_thread = ACTIVATION_VECS_PER_THREAD
-        if block_size is None:
-            # Narrow rows: the vectors of a row across one warp before several per thread.
-            vecs_per_thread = max(1, min(vecs_per_thread, slots_per_row // limits.warp_size))
-            vecs_per_thread = 1 << (vecs_per_thread.bit_length() - 1)
-        if activation_chunks(num_rows, d, block_size or ACTIVATION_BLOCK_SIZE, vec_width,
-                             vecs_per_thread) < limits.sm_count:
-            vecs_per_thread = 1
     if block_size is None:
-        block_size = min(ACTIVATION_BLOCK_SIZE,
-                         max(limits.warp_size, _next_pow2(-(-slots_per_row // vecs_per_thread))))
+        slots_per_row = -(-d // vec_width)
+        block_size = min(ACTIVATION_BLOCK_SIZE, max(limits.warp_size, _next_pow2(slots_per_row)))
         while (block_size > ACTIVATION_MIN_BLOCK_SIZE
-               and activation_chunks(num_rows, d, block_size, vec_width, vecs_per_thread) < limits.sm_count):
+               and activation_chunks(num_rows, d, block_size, vec_width) < limits.sm_count):
             block_size //= 2
     most = min(limits.max_threads_per_block, ACTIVATION_MAX_BLOCK_SIZE)
     if not 0 < block_size <= most or block_size % limits.warp_size:
         raise ValueError(f"block_size must be a multiple of {limits.warp_size} and at most {most}, got {block_size}")
-    chunks = activation_chunks(num_rows, d, block_size, vec_width, vecs_per_thread)
+    chunks = activation_chunks(num_rows, d, block_size, vec_width)
     # One wave of resident blocks walking the chunks grid-stride: a block per chunk
     # made large shapes launch ~10^5 one-vector blocks (16384 x 14336 bf16 ran at 78%
     # of copy, bench/results/2026-11-29_activation_NVIDIA-H200_dd63fc0.json).
     resident = limits.sm_count * max(1, limits.max_threads_per_sm // block_size)
     grid = (max(1, min(chunks, resident, limits.max_grid_x)), 1, 1)
-    return ActivationPlan(grid, (block_size, 1, 1), vec_width, vecs_per_thread, origin)
+    return ActivationPlan(grid, (block_size, 1, 1), vec_width, origin)
 
 
 # ----------------------------------------------------------------- rope family

@@ -22,15 +22,11 @@
 //              when gate, up and out pointers are 16-byte aligned and every row stride
 //              is a multiple of kVecWidth; the last d % kVecWidth elements of a row go
 //              through a scalar tail.
-//   kVecsPerThread  1, 2 or 4: vectors a thread loads (all of them before any store)
-//              per work item, so that many 16-byte loads per input are in flight at
-//              once; a loop iteration cannot hoist its next load above its store.
 // Launch contract (planned by cupykern/launch.py::plan_activation): 1-D block of
 // block_size threads (a multiple of 32, at most kActMaxBlockSize); 1-D grid of any size
 // over (row, chunk) work items, walked grid-stride, so any number of rows fits. A row
 // is ceil(d / kVecWidth) slots (the last may be the scalar tail); a chunk is
-// block_size * kVecsPerThread consecutive slots, thread t taking slots t, t +
-// block_size, ... (consecutive threads touch consecutive vectors). No shared memory.
+// block_size consecutive slots, one per thread. No shared memory.
 #include <cupykern/vec.cuh>
 #include <cupykern/activations.cuh>
 
@@ -40,7 +36,7 @@ using namespace cupykern;
 constexpr int kActMaxBlockSize = 1024;
 
 // ---------------------------------------------------------------- act_and_mul
-template <typename T, int kAct, int kVecWidth, int kVecsPerThread>
+template <typename T, int kAct, int kVecWidth>
 __global__ void __launch_bounds__(kActMaxBlockSize) act_and_mul_kernel(
     T* out,                          // [num_rows, d], out_row_stride apart
     const T* gate,                   // [num_rows, d], gate_row_stride apart
@@ -48,9 +44,11 @@ __global__ void __launch_bounds__(kActMaxBlockSize) act_and_mul_kernel(
     int64_t num_rows, int64_t d, int64_t gate_row_stride, int64_t up_row_stride,
     int64_t out_row_stride) {
   using V = Vec<T, kVecWidth>;
+  // 16-bit outputs use the fast intrinsics (cupykern/activations.cuh says why and how
+  // accurate); fp32 outputs the accurate libdevice functions.
+  constexpr bool kFastMath = sizeof(T) == 2;
   const int64_t slots_per_row = (d + kVecWidth - 1) / kVecWidth;
-  const int64_t slots_per_chunk = static_cast<int64_t>(blockDim.x) * kVecsPerThread;
-  const int64_t chunks_per_row = (slots_per_row + slots_per_chunk - 1) / slots_per_chunk;
+  const int64_t chunks_per_row = (slots_per_row + blockDim.x - 1) / blockDim.x;
   const int64_t num_chunks = num_rows * chunks_per_row;
 
   // Position of this block's first work item, then a division-free grid-stride walk:
@@ -61,33 +59,25 @@ __global__ void __launch_bounds__(kActMaxBlockSize) act_and_mul_kernel(
   const int64_t step_chunks = gridDim.x - step_rows * chunks_per_row;
 
   for (int64_t work = blockIdx.x; work < num_chunks; work += gridDim.x) {
-    const T* gate_row = gate + row * gate_row_stride;
-    const T* up_row = up + row * up_row_stride;
-    T* out_row = out + row * out_row_stride;
-    const int64_t first_slot = chunk * slots_per_chunk + threadIdx.x;
-    // Every full vector's loads first, then the math and stores.
-    V g[kVecsPerThread], u[kVecsPerThread];
-#pragma unroll
-    for (int v = 0; v < kVecsPerThread; ++v) {
-      const int64_t i = (first_slot + v * static_cast<int64_t>(blockDim.x)) * kVecWidth;
+    const int64_t slot = chunk * blockDim.x + threadIdx.x;
+    if (slot < slots_per_row) {
+      const int64_t i = slot * kVecWidth;
+      const T* gate_row = gate + row * gate_row_stride;
+      const T* up_row = up + row * up_row_stride;
+      T* out_row = out + row * out_row_stride;
       if (i + kVecWidth <= d) {
-        g[v] = load_vec<T, kVecWidth>(gate_row + i);
-        u[v] = load_vec<T, kVecWidth>(up_row + i);
-      }
-    }
-#pragma unroll
-    for (int v = 0; v < kVecsPerThread; ++v) {
-      const int64_t i = (first_slot + v * static_cast<int64_t>(blockDim.x)) * kVecWidth;
-      if (i + kVecWidth <= d) {
+        // Full vector: one 16-byte load of each input, one store.
+        const V g = load_vec<T, kVecWidth>(gate_row + i);
+        const V u = load_vec<T, kVecWidth>(up_row + i);
         float y[kVecWidth];
 #pragma unroll
-        for (int e = 0; e < kVecWidth; ++e) y[e] = activate<kAct>(to_float(g[v].elt[e])) * to_float(u[v].elt[e]);
+        for (int e = 0; e < kVecWidth; ++e) y[e] = activate<kAct, kFastMath>(to_float(g.elt[e])) * to_float(u.elt[e]);
         store_rounded<T, kVecWidth>(out_row + i, y);
-      } else if (i < d) {
+      } else {
         // Scalar tail: the last d % kVecWidth elements (kVecWidth > 1 only), so a
         // vector never reaches into the next row or past the buffer.
         for (int64_t j = i; j < d; ++j) {
-          out_row[j] = from_float<T>(activate<kAct>(to_float(gate_row[j])) * to_float(up_row[j]));
+          out_row[j] = from_float<T>(activate<kAct, kFastMath>(to_float(gate_row[j])) * to_float(up_row[j]));
         }
       }
     }

@@ -76,12 +76,12 @@ def test_every_activation_instantiation_compiles(arch):
     assert sorted(lowered) == sorted(exprs)
 
 
-def test_instantiations_cover_dtypes_activations_vector_widths_and_vecs_per_thread():
+def test_instantiations_cover_dtypes_activations_and_vector_widths():
     exprs = set(activation.instantiations()[activation.ACT_AND_MUL])
-    assert len(exprs) == len(DTYPES) * len(activation.ACTIVATIONS) * 2 * len(launch.ACTIVATION_VECS_PER_THREAD_CHOICES)
-    assert "act_and_mul_kernel<__nv_bfloat16, 0, 8, 2>" in exprs
-    assert "act_and_mul_kernel<float, 2, 4, 4>" in exprs
-    assert "act_and_mul_kernel<__half, 1, 1, 1>" in exprs
+    assert len(exprs) == len(DTYPES) * len(activation.ACTIVATIONS) * 2
+    assert "act_and_mul_kernel<__nv_bfloat16, 0, 8>" in exprs
+    assert "act_and_mul_kernel<float, 2, 4>" in exprs
+    assert "act_and_mul_kernel<__half, 1, 1>" in exprs
 
 
 # ----------------------------------------------------------------- CPU: argument checks
@@ -196,11 +196,10 @@ def test_reference_argument_errors():
 
 
 # ----------------------------------------------------------------- CPU: launch plans
-def _kernel_walk(grid: int, block_size: int, num_rows: int, d: int, vec_width: int, vecs_per_thread: int) -> list:
-    """The (row, slot) vectors act_and_mul_kernel's threads visit, as its loops compute them."""
+def _kernel_walk(grid: int, block_size: int, num_rows: int, d: int, vec_width: int) -> list:
+    """The (row, chunk) items act_and_mul_kernel's blocks visit, as its loop computes them."""
     slots_per_row = -(-d // vec_width)
-    slots_per_chunk = block_size * vecs_per_thread
-    chunks_per_row = -(-slots_per_row // slots_per_chunk)
+    chunks_per_row = -(-slots_per_row // block_size)
     num_chunks = num_rows * chunks_per_row
     step_rows, step_chunks = divmod(grid, chunks_per_row)
     visited = []
@@ -208,9 +207,7 @@ def _kernel_walk(grid: int, block_size: int, num_rows: int, d: int, vec_width: i
         row, chunk = divmod(block, chunks_per_row)
         work = block
         while work < num_chunks:
-            first = chunk * slots_per_chunk + np.arange(block_size)  # one per thread
-            slots = (first[:, None] + block_size * np.arange(vecs_per_thread)[None, :]).ravel()
-            visited += [(row, int(s)) for s in slots if s < slots_per_row]
+            visited.append((row, chunk))
             row, chunk, work = row + step_rows, chunk + step_chunks, work + grid
             if chunk >= chunks_per_row:
                 row, chunk = row + 1, chunk - chunks_per_row
@@ -227,29 +224,23 @@ def test_plan_activation_is_valid_and_compiled(num_rows, d, dtype, aligned):
     assert plan.vec_width == (_dtypes.vec_width(dtype) if aligned else 1)
     assert plan.block_size % 32 == 0 and 32 <= plan.block_size <= launch.ACTIVATION_MAX_BLOCK_SIZE
     assert plan.block[1:] == (1, 1) and plan.grid[1:] == (1, 1)
-    chunks = launch.activation_chunks(num_rows, d, plan.block_size, plan.vec_width, plan.vecs_per_thread)
+    chunks = launch.activation_chunks(num_rows, d, plan.block_size, plan.vec_width)
     resident = H200_LIMITS.sm_count * (H200_LIMITS.max_threads_per_sm // plan.block[0])
     assert plan.grid[0] == min(chunks, resident, H200_LIMITS.max_grid_x)
-    # Every vector of every row has a thread: chunks x block_size x vecs x vec_width >= rows x d.
-    assert chunks * plan.block_size * plan.vecs_per_thread * plan.vec_width >= num_rows * d
-    expr = activation.ACT_AND_MUL.expr(_dtypes.c_type(dtype), 0, plan.vec_width, plan.vecs_per_thread)
+    # Every vector of every row has a thread: chunks x block_size x vec_width >= rows x d.
+    assert chunks * plan.block_size * plan.vec_width >= num_rows * d
+    expr = activation.ACT_AND_MUL.expr(_dtypes.c_type(dtype), 0, plan.vec_width)
     assert expr in jit.instantiations()["activation.cu"]
 
 
 def test_plan_activation_shapes_the_block_to_the_work():
     bf16 = _dtypes.bfloat16
-
-    def shape(num_rows, d, aligned=True):
-        plan = launch.plan_activation(num_rows, d, bf16, aligned=aligned, limits=H200_LIMITS)
-        return plan.block_size, plan.vecs_per_thread
-
-    # Throughput: 256 threads, ACTIVATION_VECS_PER_THREAD 16-byte vectors each.
-    assert shape(4096, 14336) == (256, launch.ACTIVATION_VECS_PER_THREAD)
-    # Decode: fewer work items than SMs, so one vector per thread in smaller blocks.
-    assert shape(1, 14336) == (64, 1)
-    # Narrow rows: no more threads than vectors, at least one warp, one vector each.
-    assert shape(4096, 3, aligned=False) == (32, 1)
-    assert shape(4096, 64) == (32, 1)
+    # Throughput: 256 threads, one 16-byte vector each.
+    assert launch.plan_activation(4096, 14336, bf16, aligned=True, limits=H200_LIMITS).block_size == 256
+    # Decode: fewer work items than SMs, so smaller blocks spread over more SMs.
+    assert launch.plan_activation(1, 14336, bf16, aligned=True, limits=H200_LIMITS).block_size == 64
+    # Narrow rows: no more threads than vectors, at least one warp.
+    assert launch.plan_activation(4096, 3, bf16, aligned=False, limits=H200_LIMITS).block_size == 32
 
 
 def test_plan_activation_caps_the_grid():
@@ -261,7 +252,6 @@ def test_plan_activation_caps_the_grid():
     assert plan.grid[0] == 1000
 
 
-@pytest.mark.parametrize("vecs_per_thread", launch.ACTIVATION_VECS_PER_THREAD_CHOICES)
 @pytest.mark.parametrize("grid, block_size, num_rows, d, vec_width", [
     (7, 32, 5, 100, 1),         # grid smaller than a row's chunks
     (3, 32, 11, 65, 8),         # scalar-tail slot in the last chunk
@@ -270,10 +260,11 @@ def test_plan_activation_caps_the_grid():
     (40, 32, 40, 1, 1),         # one chunk per row, grid == rows
     (1000, 256, 70, 14336, 8),  # grid larger than the work
 ])
-def test_kernel_walk_visits_every_vector_once(grid, block_size, num_rows, d, vec_width, vecs_per_thread):
+def test_kernel_walk_visits_every_chunk_once(grid, block_size, num_rows, d, vec_width):
     slots_per_row = -(-d // vec_width)
-    visited = _kernel_walk(grid, block_size, num_rows, d, vec_width, vecs_per_thread)
-    assert sorted(visited) == [(r, s) for r in range(num_rows) for s in range(slots_per_row)]
+    chunks_per_row = -(-slots_per_row // block_size)
+    visited = _kernel_walk(grid, block_size, num_rows, d, vec_width)
+    assert sorted(visited) == [(r, c) for r in range(num_rows) for c in range(chunks_per_row)]
 
 
 @pytest.mark.parametrize("choices, message", [
@@ -282,8 +273,6 @@ def test_kernel_walk_visits_every_vector_once(grid, block_size, num_rows, d, vec
     (dict(block_size=48), "block_size"),
     (dict(block_size=2048), "block_size"),
     (dict(block_size=0), "block_size"),
-    (dict(vecs_per_thread=3), "vecs_per_thread"),
-    (dict(vecs_per_thread=8), "vecs_per_thread"),
 ])
 def test_plan_activation_rejects_illegal_overrides(choices, message):
     with pytest.raises(ValueError, match=message):
@@ -294,8 +283,6 @@ def test_plan_activation_overrides():
     plan = launch.plan_activation(4, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, block_size=1024,
                                   vec_width=1)
     assert (plan.block_size, plan.vec_width, plan.origin) == (1024, 1, "override")
-    plan = launch.plan_activation(4096, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, vecs_per_thread=4)
-    assert (plan.vecs_per_thread, plan.vec_width, plan.origin) == (4, 8, "override")
 
 
 # ----------------------------------------------------------------- GPU: values
@@ -437,12 +424,11 @@ def test_silu_and_mul_offsets_past_2_31_elements(rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("block_size, vec_width, vecs_per_thread", [
-    (32, None, 1), (64, 1, 4), (1024, None, 2), (256, 1, 1), (128, None, 4), (32, None, 4)])
-def test_activation_overridden_launches_stay_correct(rng, block_size, vec_width, vecs_per_thread):
+@pytest.mark.parametrize("block_size, vec_width", [(32, None), (64, 1), (1024, None), (256, 1)])
+def test_activation_overridden_launches_stay_correct(rng, block_size, vec_width):
     dtype = _dtypes.bfloat16
-    x = random_device(rng, (300, 2 * 3000), dtype)  # 3000 = 375 vectors: partial chunks and no tail
-    with launch.overrides(block_size=block_size, vec_width=vec_width, vecs_per_thread=vecs_per_thread):
+    x = random_device(rng, (300, 2 * 3000), dtype)
+    with launch.overrides(block_size=block_size, vec_width=vec_width):
         got = cupykern.silu_and_mul(x)
     assert_close(got, reference.silu_and_mul(x), dtype, seed=rng.seed)
 

@@ -144,14 +144,14 @@ def test_block_size_maps_to_rows_per_block(fake_gpu, tmp_path, tune_file):
 
 def test_activation_launch_options(fake_gpu, tmp_path):
     out = tmp_path / "a.json"
-    result = invoke("sweep", "silu_and_mul", "--num-tokens", "4096", "--vecs-per-thread", "1,4,8",
+    result = invoke("sweep", "silu_and_mul", "--num-tokens", "4096", "--vec-width", "1,4,8",
                     "--block-size", "128", "--json", str(out))
     assert result.exit_code == 0, result.output
-    assert "vecs_per_thread must be one of" in result.output  # 8: skipped, not a traceback
-    assert [(c["vecs_per_thread"], c["block_size"]) for c in fake_gpu] == [(1, 128), (4, 128)]
+    assert "vec_width must be one of (1, 8)" in result.output  # 4: skipped, not a traceback
+    assert [(c["vec_width"], c["block_size"]) for c in fake_gpu] == [(1, 128), (8, 128)]
     points = json.loads(out.read_text())["points"]
-    assert [(p["vecs_per_thread"], p["block_size"], p["origin"]) for p in points] == \
-        [(1, 128, "override"), (4, 128, "override")]
+    assert [(p["vec_width"], p["block_size"], p["origin"]) for p in points] == \
+        [(1, 128, "override"), (8, 128, "override")]
 
 
 def test_sweep_tune_writes_the_winner(fake_gpu, tune_file):

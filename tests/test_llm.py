@@ -33,6 +33,15 @@ PROMPT_IDS = [6403, 1980, 253, 655, 28, 665, 436, 253, 1838]
 EXPECTED_IDS = [8180, 3365, 20391, 617, 5732, 288, 1238, 281, 260, 2388, 30, 2306, 736, 1129, 685, 288]
 EXPECTED_TEXT = " girl named Emma who loved to play in the sun. She would often go to"
 
+# A prompt whose 16 greedy tokens have no near-tie in the float64 reference (smallest
+# top-2 gap 0.37, position 2), so fp16 must reproduce all 16. Source: this repository's
+# float64 reference (cupykern.llm.reference), not an independent implementation; of
+# eight prompts tried, this and a counting prompt were the tie-free ones (the others
+# had gaps of 0.004 to 0.16 within 16 tokens).
+TIE_FREE_PROMPT = "The sun rises in the east and sets in the"
+TIE_FREE_PROMPT_IDS = [504, 2388, 13685, 281, 260, 6251, 284, 5208, 281, 260]
+TIE_FREE_EXPECTED_IDS = [5846, 30, 198, 198, 504, 2388, 13685, 281, 260, 6251, 284, 5208, 281, 260, 5846, 30]
+
 # GPU tolerances. fp16 stores 11 significant bits (unit roundoff u = 2^-11 = 4.9e-4),
 # bf16 8 (u = 2^-8 = 3.9e-3, 8x larger). The forward rounds each weight once and each
 # stored activation (norm outputs, qkv, rotated q/k, attention output, projections,
@@ -219,6 +228,18 @@ def test_reference_free_running_uses_kv_cache(ref_model, ref_logits):
     assert cache.length == 10
 
 
+def test_reference_greedy_on_the_tie_free_prompt(ref_model, tok):
+    """The premise of the GPU test that needs 16 identical fp16 tokens: no near-tie."""
+    assert tok.encode(TIE_FREE_PROMPT) == TIE_FREE_PROMPT_IDS
+    steps = []
+    out = generate.generate(ref_model, TIE_FREE_PROMPT_IDS, 16, on_token=steps.append)
+    assert out.new_ids == TIE_FREE_EXPECTED_IDS
+    ids = TIE_FREE_PROMPT_IDS + TIE_FREE_EXPECTED_IDS
+    logits = ref_model.forward(ids, ref_model.new_cache(len(ids)), all_logits=True)
+    gaps = top2_gaps(logits[len(TIE_FREE_PROMPT_IDS) - 1: -1])
+    assert gaps.min() > 1.5 * NEAR_TIE["fp16"], np.round(gaps, 3)
+
+
 def test_reference_forward_rejects_bad_tokens(ref_model):
     with pytest.raises(ValueError, match=r"ids in \[0, 49152\)"):
         ref_model.forward([49152], ref_model.new_cache(4))
@@ -345,6 +366,15 @@ def test_gpu_greedy_tokens_match_up_to_first_near_tie(device_weights, ref_logits
         assert best - ref_logits[diverged][got[diverged]] < NEAR_TIE[dtype_name]
     if dtype_name == "fp16":  # the CPU emulation of fp16 rounding keeps all 16; say how far it got
         print(f"fp16 {ops_name}: {diverged} of 16 greedy tokens identical")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ops_name", OPS_NAMES)
+def test_gpu_fp16_first_16_greedy_tokens_identical(device_weights, ops_name):
+    """Issue 6's bar: fp16 gives the reference's 16 greedy tokens, with the fused kernels
+    and with the plain-CuPy compositions alike (TIE_FREE_PROMPT has no near-tie)."""
+    model = gpu_model(device_weights, "fp16", ops_name)
+    assert generate.generate(model, TIE_FREE_PROMPT_IDS, 16).new_ids == TIE_FREE_EXPECTED_IDS
 
 
 @pytest.mark.gpu

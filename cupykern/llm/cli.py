@@ -3,7 +3,7 @@
 ``cupykern fetch-model smollm2`` downloads, verifies and caches the GGUF;
 ``cupykern generate [PROMPT]`` streams a completion from SmolLM2-135M-Instruct on the
 GPU (or, with ``--reference``, from the float64 CPU forward), then prints prefill and
-decode tokens/s and the GPU time per stage.
+decode tokens/s and the time per stage between CUDA events.
 """
 
 from __future__ import annotations
@@ -154,8 +154,12 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
                   f"{result.decode_s * 1e3:.1f} ms ({result.decode_tokens_per_s:.1f} tokens/s)")
     if stage_times:
         prefill_ms, decode_ms = generate.profile_stages(model, make_timer, result.prompt_ids, result.new_ids)
-        kind = "wall time" if reference else "GPU time, CUDA events"
+        kind = "wall time" if reference else "CUDA events around each stage"
         console.print(_stage_table(prefill_ms, decode_ms, f"time per stage ({kind}; a replay of this generation)"))
+        if not reference:
+            console.print("Between events the GPU runs a stage's kernels or waits for the host to launch them: "
+                          "one-token decode steps are host-bound (2-3 us kernels, tens of us of Python per launch), "
+                          "so their split is mostly launch time; bench/bench_host_overhead.py measures it per op.")
 
 
 COMMANDS = (generate_command, fetch_model_command)

@@ -6,8 +6,11 @@ uses. Stages: ``norm``, ``rope``, ``activation``, ``matmul``, ``attention`` (KV-
 write, scores, softmax, weighted sum) and ``other`` (embedding lookup).
 
 The CUDA timer records an event pair on the current stream per use and never
-synchronises until :meth:`CudaStageTimer.totals_ms`, so it measures GPU time per stage;
-the extra event records cost host time, so tokens/s are measured on a run without it.
+synchronises until :meth:`CudaStageTimer.totals_ms`. The time between the events is
+the stage's GPU time when the GPU is the bottleneck (prefill of many tokens); when the
+host is (one-token decode: kernels of 2-3 us, Python launch paths of tens of us), the
+GPU idles between launches and the pair measures mostly the host's launch time. The
+extra event records cost host time, so tokens/s are measured on a run without it.
 """
 
 from __future__ import annotations

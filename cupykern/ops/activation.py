@@ -16,10 +16,9 @@ GELU_APPROXIMATIONS = {"none": "gelu", "tanh": "gelu_tanh"}
 
 
 def instantiations() -> dict[KernelTemplate, list[str]]:
-    """Every instantiation of this family: dtype x activation x vector width x vectors per thread."""
-    return {ACT_AND_MUL: [ACT_AND_MUL.expr(_dtypes.c_type(d), act, v, n) for d in _dtypes.DTYPES
-                          for act in ACTIVATIONS.values() for v in sorted({1, _dtypes.vec_width(d)})
-                          for n in launch.ACTIVATION_VECS_PER_THREAD_CHOICES]}
+    """Every instantiation of this family: dtype x activation x vector width."""
+    return {ACT_AND_MUL: [ACT_AND_MUL.expr(_dtypes.c_type(d), act, v) for d in _dtypes.DTYPES
+                          for act in ACTIVATIONS.values() for v in sorted({1, _dtypes.vec_width(d)})]}
 
 
 # ----------------------------------------------------------------- checks without a GPU
@@ -61,10 +60,9 @@ def _act_and_mul(activation: str, gate, gate_row_stride: int, up, up_row_stride:
     overrides = launch.current_overrides()
     plan = launch.plan_activation(out_rows.num_rows, out_rows.hidden_size, dtype, aligned=aligned,
                                   limits=launch.DeviceLimits.of_device(cupy.cuda.Device().id),
-                                  block_size=overrides.get("block_size"), vec_width=overrides.get("vec_width"),
-                                  vecs_per_thread=overrides.get("vecs_per_thread"))
-    kernel = jit.get_kernel(ACT_AND_MUL, _dtypes.c_type(dtype), ACTIVATIONS[activation], plan.vec_width,
-                            plan.vecs_per_thread)
+                                  block_size=overrides.get("block_size"),
+                                  vec_width=overrides.get("vec_width"))
+    kernel = jit.get_kernel(ACT_AND_MUL, _dtypes.c_type(dtype), ACTIVATIONS[activation], plan.vec_width)
     kernel(plan.grid, plan.block, (
         out, gate, up, np.int64(out_rows.num_rows), np.int64(out_rows.hidden_size), np.int64(gate_row_stride),
         np.int64(up_row_stride), np.int64(out_rows.row_stride)))
