@@ -6,17 +6,35 @@ with the template, its leading type arguments and the kernel's argument tuple.
 
 from __future__ import annotations
 
-from cupykern import jit, launch
+from cupykern import jit, launch, tuning
+
+
+#: Plans by everything they depend on; cleared when it grows past _MAX_PLANS (a
+#: serving loop sees a handful of shapes; a sweep many).
+_plans: dict = {}
+_MAX_PLANS = 4096
 
 
 def plan(num_rows: int, hidden_size: int, dtype, aligned: bool, *, op: str | None = None) -> launch.LaunchPlan:
     """The plan for the current device, with any active :class:`launch.overrides`; ``op``
-    (the public op's name) lets a tuned configuration for it apply (cupykern/tuning.py)."""
+    (the public op's name) lets a tuned configuration for it apply (cupykern/tuning.py).
+
+    Memoised: planning and validating cost ~20 us of Python per call, a tenth of a
+    decode step's budget per kernel (bench/bench_host_overhead.py).
+    """
     import cupy
 
-    limits = launch.DeviceLimits.of_device(cupy.cuda.Device().id)
-    return launch.plan_rows(num_rows, hidden_size, dtype, aligned=aligned, limits=limits, op=op,
-                            **launch.current_overrides())
+    overrides = launch.current_overrides()
+    device_id = cupy.cuda.runtime.getDevice()
+    key = (num_rows, hidden_size, dtype, aligned, op, device_id, tuple(sorted(overrides.items())), tuning.state())
+    found = _plans.get(key)
+    if found is None:
+        limits = launch.DeviceLimits.of_device(device_id)
+        found = launch.plan_rows(num_rows, hidden_size, dtype, aligned=aligned, limits=limits, op=op, **overrides)
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()
+        _plans[key] = found
+    return found
 
 
 def run(template: jit.KernelTemplate, lead_args: tuple, plan_: launch.LaunchPlan, args: tuple,

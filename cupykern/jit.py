@@ -83,10 +83,12 @@ def get_kernel(template: KernelTemplate, *args):
     """The compiled ``cupy.RawKernel`` for one instantiation on the current device."""
     import cupy
 
-    expr = template.expr(*args)
-    key = (cupy.cuda.Device().id, template.source, expr)
+    # Keyed on the arguments themselves: formatting the name expression on every call
+    # cost more than the dict lookup (bench/bench_host_overhead.py).
+    key = (cupy.cuda.runtime.getDevice(), template, args)
     kernel = _kernels.get(key)
     if kernel is None:
+        expr = template.expr(*args)
         with _lock:
             kernel = _kernels.get(key)
             if kernel is None:

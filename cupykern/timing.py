@@ -1,9 +1,11 @@
 """GPU timing: CUDA events with a cold L2, CUDA-graph replay, copy bandwidth baseline.
 
 * :func:`time_cold` records an event pair around every call, after reading a buffer
-  twice the L2 size (so inputs come from DRAM and no dirty lines are left to write
-  back), with no host sync inside the loop; the median of many calls is reported
-  (Triton's ``do_bench`` pattern, with a read instead of its zero-fill).
+  eight times the L2 size (so inputs come from DRAM and no dirty lines are left to
+  write back), with no host sync inside the loop and the whole loop queued behind a
+  spinning kernel (so no launch gap of the host is timed); the median of many calls is
+  reported (Triton's ``do_bench`` pattern, with a read instead of its zero-fill, plus
+  nvbench's blocking kernel).
 * :func:`time_graph` captures ``ops_per_graph`` calls in one CUDA graph and times its
   replays: GPU time per op for decode-sized shapes, without launch gaps.
 * :func:`copy_bandwidth` times a device-to-device ``cudaMemcpyAsync`` the same way:
@@ -12,6 +14,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,9 +40,7 @@ class _L2Flusher:
     def __init__(self):
         import cupy
 
-        # Twice L2 evicts it; the rest keeps the GPU busy long enough (~0.1 ms) for the
-        # host to enqueue the timed call behind it, so a short kernel is not timed
-        # waiting for its own launch (seen as ~25 us for 4 MB kernels with 2 x L2).
+        # Twice L2 evicts it; the rest keeps the GPU busy (~0.1 ms) between timed calls.
         l2 = cupy.cuda.Device().attributes["L2CacheSize"]
         self.buffer = cupy.zeros(max(8 * l2, 256 << 20), dtype=np.uint8)
 
@@ -50,15 +51,56 @@ class _L2Flusher:
             self.buffer.max()
 
 
+_SPIN_SOURCE = r"""
+extern "C" __global__ void spin_ns(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+"""
+
+
+def hold_gpu(seconds: float, stream) -> None:
+    """Enqueues a one-thread kernel that spins for ``seconds`` of GPU time on ``stream``.
+
+    Work enqueued behind it then runs back to back, whatever the host's pace: the way
+    to time calls whose Python launch path is slower than their kernels (nvbench's
+    blocking kernel does the same).
+    """
+    import cupy
+
+    kernel = cupy.RawKernel(_SPIN_SOURCE, "spin_ns")
+    kernel((1,), (1,), (np.uint64(int(seconds * 1e9)),), stream=stream)
+
+
+#: hold_gpu covers the host's enqueueing of the whole timed loop this many times over.
+_HOLD_MARGIN = 2.0
+
+
 def time_cold(fn, *, warmup: int = 5, repeat: int = 50) -> Timing:
-    """Median GPU time of ``fn()`` with L2 flushed before each call (current stream)."""
+    """Median GPU time of ``fn()`` with L2 flushed before each call (current stream).
+
+    The loop is enqueued behind :func:`hold_gpu`, sized from the host time of one
+    flush-and-call, so the GPU never waits for the host between a start event and the
+    kernel it times. Without it, a call whose Python path (~100 us on the H200 host)
+    outlasts the flush was charged the host's launch gap (apply_rope at 256 to 4096
+    tokens read 23 to 83 us in runs of the same commit).
+    """
     import cupy
 
     stream = cupy.cuda.get_current_stream()
     flusher = _L2Flusher()
     for _ in range(warmup):
         fn()
+    stream.synchronize()
+    t0 = time.perf_counter()
+    flusher.flush(stream)
+    fn()
+    host_s = time.perf_counter() - t0
     pairs = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(repeat)]
+    hold_gpu(min(_HOLD_MARGIN * repeat * host_s + 1e-3, 2.0), stream)
     for start, end in pairs:
         flusher.flush(stream)
         start.record(stream)

@@ -143,12 +143,19 @@ def clear(file: Path | None = None) -> bool:
 
 
 # ----------------------------------------------------------------- lookup (per op call)
-_cache: dict = {"key": None, "entries": {}}
+_cache: dict = {"key": None, "entries": {}, "generation": 0}
 _suspended = [0]
 
 
 def _forget() -> None:
     _cache["key"] = None
+    _cache["generation"] += 1
+
+
+def state() -> tuple:
+    """What :func:`lookup`'s answers depend on besides its arguments: equal states give
+    equal answers (callers key caches of plans on it)."""
+    return (_suspended[0], os.environ.get(ENV_FILE), os.environ.get("XDG_CACHE_HOME"), _cache["generation"])
 
 
 def lookup(op: str, dtype_name: str, size: int, gpu: str) -> TunedEntry | None:

@@ -165,3 +165,34 @@ def test_candidate_configs_are_legal_plans(size, dtype):
     for config in configs:
         plan = launch.plan_rows(100, size, dtype, aligned=aligned, limits=H200_LIMITS, **config)
         assert plan.layout in launch.row_layouts(dtype)
+
+
+def test_state_changes_whenever_lookup_may_answer_differently(tune_file, monkeypatch, tmp_path):
+    """Plans are memoised on tuning.state() (cupykern/_rowkernel.py): every change that can
+    change a lookup must change the state."""
+    states = [tuning.state()]
+    tuning.save([entry()])
+    states.append(tuning.state())
+    with tuning.suspended():
+        states.append(tuning.state())
+    monkeypatch.setenv(tuning.ENV_FILE, str(tmp_path / "other.json"))
+    states.append(tuning.state())
+    tuning.clear()
+    states.append(tuning.state())
+    assert len(set(states)) == len(states)
+
+
+@pytest.mark.gpu
+def test_memoised_row_plans_follow_overrides_and_the_tuned_file(tune_file):
+    from cupykern import _rowkernel
+
+    bf16 = _dtypes.bfloat16
+    gpu = launch.DeviceLimits.of_device().name
+    assert _rowkernel.plan(1000, 4096, bf16, True, op="rms_norm").origin == "heuristic"
+    with launch.overrides(threads_per_row=256, rows_per_block=1):
+        assert _rowkernel.plan(1000, 4096, bf16, True, op="rms_norm").layout.threads_per_row == 256
+    tuning.save([entry(gpu=gpu)])
+    tuned = _rowkernel.plan(1000, 4096, bf16, True, op="rms_norm")
+    assert (tuned.origin, tuned.layout.threads_per_row) == ("tuned", 64)
+    tuning.clear()
+    assert _rowkernel.plan(1000, 4096, bf16, True, op="rms_norm").origin == "heuristic"

@@ -1,0 +1,58 @@
+"""cupykern/timing.py: the parts that need no GPU (NVRTC compile of the spin kernel,
+the statistics), and on a GPU, that hold_gpu holds the stream and time_cold's loop
+does not charge host time to the timed call."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from cupykern import timing
+
+
+def test_spin_kernel_compiles_with_nvrtc():
+    from cupy_backends.cuda.libs import nvrtc
+
+    prog = nvrtc.createProgram(timing._SPIN_SOURCE, "spin.cu", (), ())
+    try:
+        nvrtc.compileProgram(prog, ["-arch=compute_90"])
+        assert "globaltimer" in nvrtc.getPTX(prog).decode()
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def test_timing_statistics():
+    t = timing.Timing.of([3.0, 1.0, 2.0, 4.0, 100.0], "x")
+    assert (t.median_us, t.samples, t.method) == (3.0, 5, "x")
+    assert t.p10_us == pytest.approx(np.percentile([1, 2, 3, 4, 100], 10))
+    assert timing.gbps(2_000_000, t) == pytest.approx(2e6 / 3e-6 / 1e9)
+
+
+@pytest.mark.gpu
+def test_hold_gpu_delays_the_stream():
+    import cupy
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record(stream)
+    timing.hold_gpu(0.02, stream)
+    end.record(stream)
+    end.synchronize()
+    assert 19.0 <= cupy.cuda.get_elapsed_time(start, end) <= 200.0
+
+
+@pytest.mark.gpu
+def test_time_cold_does_not_time_host_gaps():
+    """A call whose host path sleeps 1 ms around a tiny kernel still times as the kernel."""
+    import cupy
+
+    x = cupy.ones(1024, dtype=np.float32)
+
+    def slow_host_call():
+        time.sleep(1e-3)
+        x.__iadd__(1)
+
+    t = timing.time_cold(slow_host_call, warmup=2, repeat=10)
+    assert t.median_us < 100.0, t
