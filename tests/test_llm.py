@@ -335,6 +335,8 @@ def test_gpu_logits_match_reference(device_weights, ref_logits, dtype_name, ops_
     assert logits.dtype == np.float32 and logits.shape == (len(ids), 49152)
     got = logits.get().astype(np.float64)[len(PROMPT_IDS) - 1: -1]
     rel = np.linalg.norm(got - ref_logits, axis=-1) / np.linalg.norm(ref_logits, axis=-1)
+    print(f"{dtype_name} {ops_name}: relative logit error max {rel.max():.4f}, mean {rel.mean():.4f}, "
+          f"max |diff| {np.abs(got - ref_logits).max():.3f}")
     assert np.isfinite(got).all()
     assert rel.max() <= LOGIT_RTOL[dtype_name], f"relative logit error per position {np.round(rel, 4)}"
     # Teacher-forced argmax agrees wherever the reference is not a near-tie.
