@@ -86,5 +86,7 @@ def main(name: str, description: str, cases, quick_cases=None) -> None:
     if quick_cases is not None:
         parser.add_argument("--quick", action="store_true", help="the smaller case list")
     args = parser.parse_args()
+    if not environment.gpu_available():
+        parser.exit(2, f"{name} bench times kernels and needs a CUDA GPU; none is visible (try `cupykern check`)\n")
     chosen = quick_cases if getattr(args, "quick", False) else cases
     sys.exit(exit_code(run_cases(name, list(chosen), seed=args.seed, out_dir=args.out)))

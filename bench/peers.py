@@ -422,14 +422,39 @@ def run(model_name: str, num_tokens, ops, peers, *, seed: int, repeat: int | Non
     return result
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def _token_counts(text: str) -> list[int]:
+    try:
+        return [_positive(t) for t in text.split(",")]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}") from None
+
+
+def _dtype(text: str):
+    try:
+        return _dtypes.parse(text)
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=models.DEFAULT_MODEL, choices=models.names())
-    parser.add_argument("--num-tokens", default=",".join(map(str, NUM_TOKENS)))
+    parser.add_argument("--num-tokens", type=_token_counts, default=list(NUM_TOKENS),
+                        help="comma-separated integers >= 1 (default: the sweep's ladder)")
     parser.add_argument("--ops", default=None, help="comma-separated (default: every op)")
     parser.add_argument("--peers", default=",".join(PEER_NAMES), help=f"comma-separated of: {', '.join(PEER_NAMES)}")
-    parser.add_argument("--dtype", default="bf16")
-    parser.add_argument("--repeat", type=int, default=None)
+    parser.add_argument("--dtype", type=_dtype, default="bf16")
+    parser.add_argument("--repeat", type=_positive, default=None, help="timed samples per point (>= 1)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args()
@@ -440,7 +465,7 @@ def main() -> None:
         parser.error(f"unknown op or peer {bad}")
     if not environment.gpu_available():
         parser.exit(2, "peers.py times kernels and needs a CUDA GPU; none is visible (try `cupykern check`)\n")
-    result = run(args.model, [int(n) for n in args.num_tokens.split(",")], ops, args.peers.split(","),
+    result = run(args.model, args.num_tokens, ops, args.peers.split(","),
                  seed=args.seed, repeat=args.repeat, dtype=args.dtype, out_dir=args.out)
     own = [p for p in result["points"] if p["impl"] == "cupykern"]
     sys.exit(0 if own and all(p["check_ok"] for p in own) else 1)

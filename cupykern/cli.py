@@ -31,8 +31,8 @@ def _int_list(ctx, param, value):
     if value is None:
         return None
     try:
-        return [int(v) for v in str(value).split(",") if v.strip()]
-    except ValueError:
+        return [int(v) for v in str(value).split(",")]
+    except ValueError:  # also an empty item ("1,,2")
         raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
 
 
@@ -290,7 +290,8 @@ def _row_configs(op: str, size: int, dtype, options: dict, tune: bool) -> list[d
                                                          "threads per row"),
               default=None, help="row kernels: threads sharing a row")
 @click.option("--vec-width", callback=_choice_list((1, 2, 4, 8), "vector widths"), default=None,
-              help="row kernels and activations: elements per access (1 or 16 bytes' worth)")
+              help="row kernels and activations: elements per access, 1 or 16 bytes' worth (8 for fp16/bf16, "
+                   "4 for fp32)")
 @click.option("--vecs-per-thread", callback=_choice_list((1, 2, 4, 8), "vecs per thread"), default=None,
               help="row kernels: register cache per thread")
 @click.option("--rows-per-block", callback=_pow2_list, default=None, help="row kernels: rows per block")
@@ -388,6 +389,9 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
                     point.median_us))
             if json_path:  # written as it goes, so an interrupted sweep keeps its points
                 _write_json(json_path, env, seed, copy_gbps, rows)
+    if not rows:
+        console.print("[red]Every point was skipped: no launch configuration given was legal for these shapes.[/]")
+        sys.exit(2)
     _print_sweep(rows, model, copy_gbps, seed, tune)
     if json_path:
         _write_json(json_path, env, seed, copy_gbps, rows)
@@ -527,7 +531,10 @@ def tune(show, clear, as_json):
         click.echo(f"removed {path}" if removed else f"nothing to remove: {path} does not exist")
         return
     if not path.exists():
-        click.echo(f"no tuned configurations: {path} does not exist (run `cupykern sweep --tune`)")
+        if as_json:  # still JSON, for scripts: the file's format with no entries
+            click.echo(json.dumps({"format": tuning.FORMAT, "entries": []}))
+        else:
+            click.echo(f"no tuned configurations: {path} does not exist (run `cupykern sweep --tune`)")
         return
     if as_json:
         click.echo(path.read_text())

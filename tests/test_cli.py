@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from cupykern import cli, environment, launch, measure, models, registry, timing, tuning
 from cupykern.launch import H200_LIMITS
+from tests.conftest import HAS_GPU
 
 
 def invoke(*args, env=None):
@@ -22,6 +23,7 @@ def invoke(*args, env=None):
     (["sweep", "--model", "gpt-5"], "unknown model 'gpt-5'"),
     (["sweep", "bogus_op"], "unknown op(s) ['bogus_op']"),
     (["sweep", "--num-tokens", "1,x"], "expected comma-separated integers"),
+    (["sweep", "--num-tokens", "1,,2"], "expected comma-separated integers"),
     (["sweep", "--num-tokens", "0,4"], "integers >= 1"),
     (["sweep", "--hidden-size", "-3"], "integers >= 1"),
     (["sweep", "--dtype", "int8"], "unsupported dtype 'int8'"),
@@ -60,6 +62,16 @@ def test_models_lists_every_preset():
     data = json.loads(invoke("models", "--json").output)
     assert data["llama-3.1-8b"]["rope_scaling"]["rope_type"] == "llama3"
     assert data["gemma-2-9b"]["norm_weight_offset"] == 1.0 and data["qwen3-8b"]["qk_norm"] is True
+
+
+def test_tune_show_json_without_a_file_is_json(tune_file):
+    result = invoke("tune", "--show", "--json")
+    assert result.exit_code == 0 and json.loads(result.output) == {"format": tuning.FORMAT, "entries": []}
+
+
+def test_sweep_where_every_point_is_skipped_fails(fake_gpu):
+    result = invoke("sweep", "rms_norm", "--num-tokens", "8", "--block-size", "64")  # 128 threads per row
+    assert result.exit_code == 2 and "Every point was skipped" in result.output
 
 
 def test_tune_show_and_clear(tune_file):
@@ -188,6 +200,38 @@ def test_peers_lists_missing_peers_as_skipped(monkeypatch):
         {"op": "rms_norm", "num_tokens": 1, "size": 4096, "impl": "cupy composition", "median_us": 10.0,
          "check_ok": True}], ["cupy composition", "torch eager"])
     assert rows[0]["cupy composition"] == (5.0, True) and rows[0]["torch eager"] is None
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("args, message", [
+    (["bench/peers.py", "--num-tokens", "1,x"], "expected comma-separated integers >= 1"),
+    (["bench/peers.py", "--repeat", "0"], "expected an integer >= 1"),
+    (["bench/peers.py", "--dtype", "int8"], "int8"),
+])
+def test_bench_scripts_reject_bad_arguments(args, message):
+    import subprocess
+
+    done = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
+@pytest.mark.parametrize("script", ["bench/bench_norm.py", "bench/bench_host_overhead.py", "bench/peers.py"])
+def test_bench_scripts_without_gpu_say_so(script):
+    import subprocess
+
+    done = subprocess.run([sys.executable, script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "needs a CUDA GPU" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
+def test_rope_cos_sin_cache_without_gpu_says_so():
+    import cupykern
+
+    with pytest.raises(RuntimeError, match="no CUDA GPU"):
+        cupykern.rope_cos_sin_cache(64, 8)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -254,6 +254,17 @@ def test_generate_rejects_bad_arguments(ref_model):
         generate.generate(ref_model, PROMPT_IDS, 0)
     with pytest.raises(ValueError, match="temperature"):
         generate.generate(ref_model, PROMPT_IDS, 1, temperature=-1.0)
+    with pytest.raises(ValueError, match=r"max_tokens: expected 1 \.\. 8192"):
+        generate.generate(ref_model, PROMPT_IDS, 8192)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["", "--reference"], "the prompt encodes to no tokens"),
+    (["hi", "--reference", "--max-new-tokens", "8192"], "exceed the model's context of 8192 tokens"),
+])
+def test_cli_generate_checks_prompt_and_length_before_loading(model_file, args, message):
+    result = CliRunner().invoke(cli.generate_command, args)
+    assert result.exit_code == 2 and message in result.output, result.output
 
 
 def test_sampling_is_seeded_and_greedy_at_zero():

@@ -110,6 +110,13 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
         tok = tokenizer.load_tokenizer(reader)
         text = tok.apply_chat_template([{"role": "user", "content": prompt}]) if chat else prompt
         prompt_ids = tok.encode(text)
+        # Checked before the weights load: an empty prompt, or more tokens than the context.
+        if not prompt_ids:
+            raise click.BadParameter("the prompt encodes to no tokens: give some text", param_hint="PROMPT")
+        context = gguf_weights.read_config(reader).context_length
+        if len(prompt_ids) + max_new_tokens > context:
+            raise click.BadParameter(f"{len(prompt_ids)} prompt tokens + {max_new_tokens} new exceed the model's "
+                                     f"context of {context} tokens", param_hint="--max-new-tokens")
         if reference:
             from cupykern.llm.reference import ReferenceLlama
 

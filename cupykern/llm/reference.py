@@ -50,11 +50,18 @@ class ReferenceLlama:
         return cls(load_weights(path, np.float64))
 
     def new_cache(self, max_tokens: int) -> KVCache:
-        """An empty cache for up to ``max_tokens`` positions."""
+        """An empty cache for up to ``max_tokens`` positions (at most ``context_length``).
+
+        Raises:
+            ValueError: ``max_tokens`` < 1 or beyond the model's context length (as the
+                GPU model's :meth:`~cupykern.llm.model.LlamaModel.new_cache`).
+        """
         cfg = self.config
+        if not 1 <= max_tokens <= cfg.context_length:
+            raise ValueError(f"max_tokens: expected 1 .. {cfg.context_length} (context length), got {max_tokens}")
         shape = (max_tokens, cfg.num_kv_heads, cfg.head_dim)
         return KVCache([np.zeros(shape) for _ in range(cfg.num_layers)],
-                                [np.zeros(shape) for _ in range(cfg.num_layers)])
+                       [np.zeros(shape) for _ in range(cfg.num_layers)])
 
     def _attention(self, q, k, v, cache: KVCache, layer: int, start: int) -> np.ndarray:
         """Causal GQA over the cache: q ``(T, H, D)``, k/v ``(T, KV, D)`` -> ``(T, H * D)``."""

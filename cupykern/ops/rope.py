@@ -192,6 +192,7 @@ def rope_cos_sin_cache(max_position: int, rotary_dim: int, base: float = 10000.0
         ValueError: ``max_position`` < 0, odd or too small ``rotary_dim``, ``base`` <= 0
             or 1, an unknown rope_type or missing keys (named), non-positive factors.
         TypeError: unsupported ``dtype``.
+        RuntimeError: no CUDA GPU (after the argument checks).
 
     Notes:
         Angles ``p * inv_freq`` and their cos/sin are evaluated in float64 (NumPy's
@@ -206,8 +207,14 @@ def rope_cos_sin_cache(max_position: int, rotary_dim: int, base: float = 10000.0
     """
     import cupy
 
+    from cupykern import environment
+
     dtype = _dtypes.check_supported(dtype, "dtype")
-    return cupy.asarray(_scaling.cos_sin_table(max_position, rotary_dim, base, rope_scaling, dtype=dtype))
+    table = _scaling.cos_sin_table(max_position, rotary_dim, base, rope_scaling, dtype=dtype)
+    if not environment.gpu_available():
+        raise RuntimeError("rope_cos_sin_cache: no CUDA GPU is visible to put the table on (the float64 "
+                           "table itself is cupykern.rope_scaling.cos_sin_table)")
+    return cupy.asarray(table)
 
 
 def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, inplace: bool = True,
