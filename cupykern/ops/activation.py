@@ -112,7 +112,10 @@ def silu_and_mul(x, *, out=None):
             overlapping ``x``; an array on another GPU.
 
     Notes:
-        fp32 math (accurate ``expf``), one rounding to the dtype. Finite gates never
+        fp32 math, one rounding to the dtype: libdevice ``expf`` and IEEE division
+        for float32, the ``__expf``/``__fdividef`` intrinsics for float16/bfloat16,
+        whose relative error (below 2**-16) the 16-bit rounding hides
+        (``kernels_cu/cupykern/fastmath.cuh``). Finite gates never
         give NaN: a gate of -1e4 gives -0 * up; +inf gives inf * up; NaN stays in its
         element. fp16 products beyond 65504 round to inf.
 
@@ -149,8 +152,10 @@ def gelu_and_mul(x, *, approximate: str = "none", out=None):
         TypeError: as :func:`silu_and_mul`.
 
     Notes:
-        fp32 math, one rounding. The erf form is evaluated as ``0.5 * g * erfc(-g /
-        sqrt(2))`` and the tanh form as ``g / (1 + exp(-2 u))`` (the same functions),
+        fp32 math, one rounding (libdevice ``erfcf``/``expf`` for float32; for 16-bit
+        dtypes Numerical Recipes' erfcc and ``__expf``, relative error below 2**-16,
+        ``kernels_cu/cupykern/fastmath.cuh``). The erf form is evaluated as ``0.5 * g *
+        erfc(-g / sqrt(2))`` and the tanh form as ``g / (1 + exp(-2 u))`` (the same functions),
         which keep their relative accuracy for negative gates where ``1 + erf`` and
         ``1 + tanh`` cancel. A gate of -inf gives -0 * up, not NaN.
 
@@ -158,7 +163,8 @@ def gelu_and_mul(x, *, approximate: str = "none", out=None):
         Hendrycks & Gimpel, "Gaussian Error Linear Units (GELUs)", 2016
         (arXiv:1606.08415); GeGLU, Shazeer 2020 (arXiv:2002.05202); layout of vLLM's
         ``gelu_and_mul`` / ``gelu_tanh_and_mul``; ``approximate`` as in
-        ``torch.nn.functional.gelu``.
+        ``torch.nn.functional.gelu``; the 16-bit erfc, Press et al., Numerical Recipes
+        in C, 2nd ed., 1992, sec. 6.2 (``erfcc``).
     """
     activation = gelu_activation(approximate)
     return _fused_gate_up(activation, x, out)

@@ -44,7 +44,8 @@ def softmax(x, *, temperature: float = 1.0, out=None):
             that is not finite and positive, partial overlap of ``out`` and ``x``.
 
     Notes:
-        fp32 math, one rounding. A row of all -inf gives NaN (as NumPy's float64
+        fp32 math, one rounding (``expf`` for a float32 output, ``__expf`` for a
+        16-bit one, whose error the rounding hides). A row of all -inf gives NaN (as NumPy's float64
         computation does); -inf entries of an otherwise finite row give exact 0; a NaN
         makes its row NaN and no other.
 
