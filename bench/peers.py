@@ -37,11 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import DEFAULT_SEED, save  # noqa: E402
 from bench.compositions import COMPOSITIONS  # noqa: E402
 from cupykern import _dtypes, environment, measure, models, timing  # noqa: E402
-from cupykern.cli import NUM_TOKENS_LADDER  # noqa: E402
 from cupykern.registry import all_specs  # noqa: E402
 from cupykern.validation import check_op  # noqa: E402
 
-NUM_TOKENS = NUM_TOKENS_LADDER  # the default sweep's shapes
+NUM_TOKENS = models.NUM_TOKENS_LADDER  # the default sweep's shapes
 #: Calls per captured graph for torch peers (as cupykern.timing.time_graph).
 OPS_PER_GRAPH = 100
 #: Peer names in table order; "cupy composition" always runs.

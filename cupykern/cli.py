@@ -22,9 +22,10 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from cupykern.models import NUM_TOKENS_LADDER
+
 console = Console()
 
-NUM_TOKENS_LADDER = (1, 16, 64, 256, 1024, 4096, 16384)
 
 
 def _int_list(ctx, param, value):
@@ -91,12 +92,6 @@ def _dtype_list(ctx, param, value):
         raise click.BadParameter(str(exc)) from None
 
 
-def _gpu_available() -> bool:  # one name for the tests to replace
-    from cupykern import environment
-
-    return environment.gpu_available()
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="cupykern")
 def main():
@@ -143,9 +138,9 @@ def _compile_job(job):
 @click.option("--skip-compile", is_flag=True, help="only validate on the GPU")
 def check(arch, seed, skip_compile):
     """Compile every kernel instantiation with NVRTC; with a GPU, validate each op."""
-    from cupykern import jit
+    from cupykern import environment, jit
 
-    gpu = _gpu_available()
+    gpu = environment.gpu_available()
     if skip_compile and not gpu:
         raise click.UsageError("--skip-compile leaves nothing to do without a GPU (validation needs one)")
     if arch is not None:
@@ -268,8 +263,30 @@ def _row_configs(op: str, size: int, dtype, options: dict, tune: bool) -> list[d
         return [{}] + tuning.candidate_configs(size, heuristic.vec_width, threads_choices=launch.THREADS_PER_ROW_CHOICES,
                                                vecs_choices=vecs, min_block=launch.MIN_BLOCK_SIZE,
                                                max_block_of=launch.max_block_size, warp_size=launch.WARP_SIZE)
+    return _crossed(options)
+
+
+def _crossed(options: dict) -> list[dict]:
+    """Every combination of the option lists (an unset option: None, the op's choice)."""
     lists = {k: v or [None] for k, v in options.items()}
     return [dict(zip(lists, combo)) for combo in itertools.product(*lists.values())]
+
+
+def _plan_fields(plan) -> dict:
+    """The launch plan's fields of a sweep point (None where the kind of plan has none)."""
+    from cupykern import launch
+
+    fields = dict.fromkeys(("threads_per_row", "vec_width", "vecs_per_thread", "rows_per_block", "block_size",
+                            "origin"))
+    if isinstance(plan, launch.LaunchPlan):
+        layout = plan.layout
+        fields.update(threads_per_row=layout.threads_per_row, vec_width=layout.vec_width,
+                      vecs_per_thread=layout.vecs_per_thread, rows_per_block=plan.rows_per_block)
+    elif isinstance(plan, launch.ActivationPlan):
+        fields.update(vec_width=plan.vec_width)
+    if plan is not None:
+        fields.update(block_size=plan.block_size, origin=plan.origin)
+    return fields
 
 
 @main.command()
@@ -334,7 +351,7 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
     if tune and not row_ops:
         raise click.UsageError(f"--tune tunes the row kernels ({', '.join(o for o in specs if specs[o].family in ROW_FAMILIES)}); "
                                "none was chosen")
-    if not _gpu_available():
+    if not environment.gpu_available():
         console.print("[red]No CUDA GPU is visible: sweep times kernels and needs one.[/] "
                       "Run `cupykern check` to compile every kernel without a GPU.")
         sys.exit(2)
@@ -349,7 +366,7 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
                 if op in row_ops:
                     configs = _row_configs(op, size, dtype, options, tune)
                 elif specs[op].family == "activation":
-                    configs = _row_configs(op, size, dtype, {k: options[k] for k in _ACTIVATION_KEYS}, False)
+                    configs = _crossed({k: options[k] for k in _ACTIVATION_KEYS})
                 else:
                     configs = [None]
                 points += [(op, dtype, size, n, config) for config in configs for n in num_tokens]
@@ -373,19 +390,12 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
                 if not tune:
                     console.print(f"[yellow]skipped {op} {n}x{size} {_dtypes.short_name(dtype)} {config}: {exc}[/]")
                 continue
-            layout = getattr(plan, "layout", None) or plan  # a row plan's layout, or an activation plan
-            row = {**point.as_dict(), "model": model.name,
-                   "threads_per_row": getattr(layout, "threads_per_row", None),
-                   "vec_width": getattr(layout, "vec_width", None),
-                   "vecs_per_thread": getattr(layout, "vecs_per_thread", None),
-                   "rows_per_block": getattr(plan, "rows_per_block", None),
-                   "block_size": getattr(plan, "block_size", None),
-                   "origin": getattr(plan, "origin", None)}
+            row = {**point.as_dict(), "model": model.name, **_plan_fields(plan)}
             rows.append(row)
             failures += not point.check_ok
             if tune and op in row_ops and point.check_ok:
                 measured.setdefault((op, _dtypes.short_name(dtype), size), []).append(tuning.Measured(
-                    layout.threads_per_row, layout.vec_width, layout.vecs_per_thread, plan.rows_per_block, n,
+                    row["threads_per_row"], row["vec_width"], row["vecs_per_thread"], row["rows_per_block"], n,
                     point.median_us))
             if json_path:  # written as it goes, so an interrupted sweep keeps its points
                 _write_json(json_path, env, seed, copy_gbps, rows)

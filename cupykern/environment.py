@@ -20,14 +20,22 @@ def git_commit() -> str:
         return "unknown"
 
 
+def gpu_problem() -> str | None:
+    """None if CuPy sees a CUDA GPU, else why not (never raises: no driver, no libcuda
+    and no device all mean "no GPU")."""
+    try:
+        import cupy
+
+        if cupy.cuda.is_available():
+            return None
+        return "CuPy sees no CUDA GPU"
+    except Exception as exc:  # noqa: BLE001
+        return f"CuPy cannot use CUDA ({type(exc).__name__}: {exc})"
+
+
 def gpu_available() -> bool:
     """Whether CuPy sees a CUDA GPU (False, not an exception, without a driver)."""
-    import cupy
-
-    try:
-        return cupy.cuda.is_available()
-    except Exception:  # noqa: BLE001 - no driver, no GPU
-        return False
+    return gpu_problem() is None
 
 
 def describe(with_gpu: bool = True) -> dict:

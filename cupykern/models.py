@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 #: The preset ``cupykern sweep`` uses when no ``--model`` is given.
 DEFAULT_MODEL = "llama-3.1-8b"
+#: num_tokens of a default `cupykern sweep` and of bench/peers.py: decode (1-64) to prefill.
+NUM_TOKENS_LADDER = (1, 16, 64, 256, 1024, 4096, 16384)
 
 #: Activation of the gated MLP -> (registry op, ``approximate`` of gelu_and_mul).
 ACTIVATIONS = {"silu": ("silu_and_mul", None), "gelu_tanh": ("gelu_and_mul", "tanh")}

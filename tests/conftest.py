@@ -18,16 +18,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `import tests.helpers`
 
 
-def _gpu_available() -> bool:
-    try:
-        import cupy
+from cupykern import environment  # noqa: E402 - after the path insert
 
-        return cupy.cuda.is_available()
-    except Exception:  # noqa: BLE001 - any import or driver failure means no GPU
-        return False
-
-
-HAS_GPU = _gpu_available()
+HAS_GPU = environment.gpu_available()
 
 
 def pytest_addoption(parser):

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import cupy
 import numpy as np
 
+from cupykern import _dtypes
 from cupykern.reference._common import host
 from tests.tolerances import tolerance
 
-try:
-    import cupy
-except ImportError:  # pragma: no cover - cupy is a dependency
-    cupy = None
+#: The storage dtypes every op takes, and their short names as pytest ids.
+DTYPES = _dtypes.DTYPES
+DTYPE_IDS = [_dtypes.short_name(d) for d in DTYPES]
 
 #: Value written around and into outputs before a kernel runs: any element the kernel
 #: fails to write stays NaN and fails the comparison.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import cupy
 import numpy as np
 import pytest
 
@@ -18,15 +19,8 @@ from cupykern import _arrays, _dtypes, jit, launch, reference
 from cupykern.launch import H200_LIMITS, DeviceLimits
 from cupykern.ops import activation
 from cupykern.reference._common import round_to
-from tests.helpers import Guarded, assert_close, poisoned, random_device
+from tests.helpers import DTYPES, DTYPE_IDS, Guarded, assert_close, poisoned, random_device
 
-try:
-    import cupy
-except ImportError:  # pragma: no cover
-    cupy = None
-
-DTYPES = _dtypes.DTYPES
-DTYPE_IDS = [_dtypes.short_name(d) for d in DTYPES]
 #: d (outputs per row): tiny, odd, prime-ish, and the intermediate sizes of real models
 #: (Llama-2-7B 11008, Llama-3-8B 14336, Qwen2-7B 18944, Llama-3-70B 28672, ...).
 D_SIZES = [1, 3, 127, 2816, 5632, 11008, 13824, 14336, 18944, 28672, 53248]

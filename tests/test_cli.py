@@ -46,7 +46,7 @@ def test_usage_errors_are_not_tracebacks(args, message):
 
 
 def test_sweep_without_gpu_says_so(monkeypatch):
-    monkeypatch.setattr(cli, "_gpu_available", lambda: False)
+    monkeypatch.setattr(environment, "gpu_available", lambda: False)
     for args in (["sweep"], ["sweep", "rms_norm", "--model", "qwen3-8b", "--tune"]):
         result = invoke(*args)
         assert result.exit_code != 0
@@ -105,7 +105,7 @@ def fake_gpu(monkeypatch):
         return measure.Point(spec.name, impl, num_tokens, size, "bf16", median, median, median, "fake", 1000, 1.0,
                              0.1, "ok", True)
 
-    monkeypatch.setattr(cli, "_gpu_available", lambda: True)
+    monkeypatch.setattr(environment, "gpu_available", lambda: True)
     monkeypatch.setattr(launch.DeviceLimits, "of_device", staticmethod(lambda device_id=None: H200_LIMITS))
     monkeypatch.setattr(timing, "copy_bandwidth", lambda: 4000.0)
     monkeypatch.setattr(environment, "describe", lambda: {"date": "2026-11-30T00:00:00+00:00", "commit": "test",
@@ -244,6 +244,6 @@ def test_check_rejects_bad_arch(args, message):
 
 
 def test_check_skip_compile_without_gpu_is_a_usage_error(monkeypatch):
-    monkeypatch.setattr(cli, "_gpu_available", lambda: False)
+    monkeypatch.setattr(environment, "gpu_available", lambda: False)
     result = CliRunner().invoke(cli.main, ["check", "--skip-compile"])
     assert result.exit_code == 2 and "nothing to do without a GPU" in result.output

@@ -6,21 +6,15 @@ fresh seeded inputs, outputs poisoned and guarded, over dtypes, shapes and layou
 
 from __future__ import annotations
 
+import cupy
 import numpy as np
 import pytest
 
 import cupykern
 from cupykern import _dtypes, launch, reference
 from cupykern.reference._common import round_to
-from tests.helpers import Guarded, assert_close, poisoned, random_device
+from tests.helpers import DTYPES, DTYPE_IDS, Guarded, assert_close, poisoned, random_device
 
-try:
-    import cupy
-except ImportError:  # pragma: no cover
-    cupy = None
-
-DTYPES = _dtypes.DTYPES
-DTYPE_IDS = [_dtypes.short_name(d) for d in DTYPES]
 NUM_TOKENS = [0, 1, 3, 64, 4097]
 HIDDEN_SIZES = [1, 5, 64, 127, 128, 4096, 5120, 8192, 16384, 65536]
 

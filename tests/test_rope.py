@@ -15,21 +15,15 @@ import re
 from concurrent.futures import ProcessPoolExecutor
 from functools import lru_cache
 
+import cupy
 import numpy as np
 import pytest
 
 import cupykern
 from cupykern import _dtypes, jit, launch, reference, rope_scaling
 from cupykern.ops import rope as rope_ops
-from tests.helpers import assert_close, random_device
+from tests.helpers import DTYPES, DTYPE_IDS, assert_close, random_device
 
-try:
-    import cupy
-except ImportError:  # pragma: no cover
-    cupy = None
-
-DTYPES = _dtypes.DTYPES
-DTYPE_IDS = [_dtypes.short_name(d) for d in DTYPES]
 HEAD_DIMS = [64, 80, 96, 128, 256]
 #: (num_q_heads, num_kv_heads): Llama-3 GQA, 8:1 GQA, MHA with one head.
 HEADS = [(32, 8), (8, 1), (1, 1)]

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
+import cupy
 import numpy as np
 import pytest
 
 import cupykern
 from cupykern import _dtypes, reference
-from tests.helpers import assert_close, random_device
+from tests.helpers import DTYPES, DTYPE_IDS, assert_close, random_device
 
-try:
-    import cupy
-except ImportError:  # pragma: no cover
-    cupy = None
-
-DTYPES = _dtypes.DTYPES
-DTYPE_IDS = [_dtypes.short_name(d) for d in DTYPES]
 OPS = ["sum", "mean", "sumsq", "max", "min"]
 SHAPES = [(0, 16), (1, 1), (3, 5), (64, 127), (4097, 4096), (3, 131072), (70_000, 3)]
 

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
+import cupy
 import numpy as np
 import pytest
 
 import cupykern
 from cupykern import _dtypes, reference
-from tests.helpers import Guarded, assert_close, random_device
+from tests.helpers import DTYPES, DTYPE_IDS, Guarded, assert_close, random_device
 
-try:
-    import cupy
-except ImportError:  # pragma: no cover
-    cupy = None
-
-DTYPES = _dtypes.DTYPES
-DTYPE_IDS = [_dtypes.short_name(d) for d in DTYPES]
 SHAPES = [(0, 128), (1, 1), (1, 5), (3, 127), (64, 4096), (4097, 128), (3, 65536), (2, 131072), (257, 32000)]
 
 

@@ -12,19 +12,9 @@ import sys
 
 import click
 
+from cupykern import environment
+
 DEFAULT_PROMPT = "Once upon a time, there was a little"
-
-
-def _gpu_problem() -> str | None:
-    """None if CuPy sees a CUDA GPU, else why not."""
-    try:
-        import cupy
-
-        if cupy.cuda.is_available():
-            return None
-        return "CuPy sees no CUDA GPU"
-    except Exception as exc:  # noqa: BLE001 - no driver, no libcuda: all mean "no GPU"
-        return f"CuPy cannot use CUDA ({type(exc).__name__}: {exc})"
 
 
 @click.command("fetch-model")
@@ -100,7 +90,7 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
 
     console = Console(stderr=True)
     if not reference:
-        problem = _gpu_problem()
+        problem = environment.gpu_problem()
         if problem:
             raise click.ClickException(f"no GPU: {problem}. `cupykern generate` runs the model on an NVIDIA GPU; "
                                        "pass --reference to run the float64 forward on the CPU instead (slow).")
