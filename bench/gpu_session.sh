@@ -53,6 +53,7 @@ pack() {
   cp "$RES/summary.txt" "$OUT/" 2>/dev/null
   cp "$RES/pytest_gpu.log" "$OUT/" 2>/dev/null
   tar czf "$OUT/results.tar.gz" -C "$RES" .
+  rm -rf "$RES"
 }
 trap pack EXIT
 
