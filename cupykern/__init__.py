@@ -1,6 +1,8 @@
 """cupykern: fused GPU kernels for LLM inference, CUDA C++ driven from CuPy.
 
-Families (the family name is the grep key in all five places):
+Families (the family name is the grep key in all five places; the list is
+``cupykern.families.FAMILIES``, and the public ops below are every family module's
+``__all__``):
 
 ======================  =====================  ==========================  ==================
 family                  kernels_cu/            cupykern/                   reference
@@ -12,19 +14,20 @@ activation              activation.cu          ops/activation.py           refer
 rope                    rope.cu                ops/rope.py                 reference/rope.py
 ======================  =====================  ==========================  ==================
 
-Shared pieces: ``jit`` (compile), ``launch`` (launch plans), ``_arrays`` (argument
-intake), ``timing`` (CUDA-event timing), ``registry`` (op specs for checks,
-sweeps and benches), ``cli``.
+Shared pieces: ``launcher`` (the one launch path: argument signature -> cached plan ->
+launch), ``_arrays`` (argument intake), ``plans`` (launch plan rules), ``jit``
+(compile), ``timing`` (CUDA-event timing), ``registry`` (op specs for checks, sweeps and
+benches), ``sweep`` (the sweep engine), ``cli``.
 """
 
+from cupykern import families as _families
 from cupykern._dtypes import bfloat16
-from cupykern.ops.activation import gelu_and_mul, silu_and_mul, swiglu
-from cupykern.ops.norm import fused_add_rms_norm, layer_norm, rms_norm
-from cupykern.ops.rope import apply_rope, qk_rms_norm_rope, rope_cos_sin_cache
-from cupykern.ops.row_reduce import row_reduce
-from cupykern.ops.softmax import softmax
 
 __version__ = "0.1.0"
 
-__all__ = ["apply_rope", "bfloat16", "fused_add_rms_norm", "gelu_and_mul", "layer_norm", "qk_rms_norm_rope",
-           "rms_norm", "rope_cos_sin_cache", "row_reduce", "silu_and_mul", "softmax", "swiglu"]
+# apply_rope, fused_add_rms_norm, gelu_and_mul, layer_norm, qk_rms_norm_rope, rms_norm,
+# rope_cos_sin_cache, row_reduce, silu_and_mul, softmax, swiglu, ...
+_OPS = _families.public_names("ops")
+globals().update(_OPS)
+
+__all__ = sorted(["bfloat16", *_OPS])

@@ -1,21 +1,56 @@
-"""Argument intake: foreign arrays to CuPy, row geometry, and the checks that raise.
+"""Argument intake: what each argument of an op must be, checked on its signature.
 
-Every public op funnels its arguments through here, so the error messages are uniform:
-they name the argument and say what was expected and what was given. The geometry
-helpers work on plain tuples and need no GPU, so CPU tests exercise them directly.
+The launcher (cupykern/launcher.py) hands an op's intake spec a :class:`Sig` per array
+argument, never the array: shape, strides in bytes, dtype and the address modulo 16.
+Everything checked here depends on that alone, so it is checked once per call
+signature and the answer cached; checks that depend on the addresses themselves
+(overlap, done per call by the launcher) use the geometry computed here. Every error
+names the argument and says what was expected and what was given. Nothing here needs
+a GPU, so CPU tests build signatures by hand (:meth:`Sig.contiguous`).
+
+:func:`as_device_array` is the one place foreign arrays (DLPack, CUDA array interface)
+become CuPy arrays and host arrays are refused.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
-import cupy
 import numpy as np
 
 from cupykern import _dtypes
 
 _DLPACK_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged
+
+
+class Sig(NamedTuple):
+    """What the intake checks may look at of one array: its call signature."""
+
+    shape: tuple
+    strides: tuple  # bytes
+    dtype: np.dtype
+    align: int  # the data address modulo 16, in bytes
+
+    @staticmethod
+    def contiguous(shape, dtype, align: int = 0) -> "Sig":
+        """The signature of a C-contiguous array (CPU tests; freshly allocated outputs)."""
+        dtype = np.dtype(dtype)
+        shape = tuple(int(n) for n in shape)
+        strides, step = [], dtype.itemsize
+        for n in reversed(shape):
+            strides.append(step)
+            step *= max(n, 1)
+        return Sig(shape, tuple(reversed(strides)), dtype, align)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
 
 
 @dataclass(frozen=True)
@@ -31,60 +66,8 @@ class Rows:
     row_stride: int
 
 
-#: rows_view's answers for geometries seen before (only valid ones: errors name the
-#: argument). An op call asks 2 to 4 times; each answer cost ~4 us of Python.
-_GEOMETRIES: dict = {}
-_MAX_GEOMETRIES = 4096
-
-
-def rows_view(shape, strides, itemsize: int, name: str) -> Rows:
-    """Row geometry of an array from its shape and byte strides.
-
-    Raises:
-        ValueError: no axes; a non-unit stride along the last axis; leading axes that
-            do not collapse into a single row stride; strides not a multiple of the
-            item size.
-    """
-    shape, strides = tuple(shape), tuple(strides)
-    key = (shape, strides, itemsize)
-    found = _GEOMETRIES.get(key)
-    if found is None:
-        found = _rows_view(shape, strides, itemsize, name)
-        if len(_GEOMETRIES) >= _MAX_GEOMETRIES:
-            _GEOMETRIES.clear()
-        _GEOMETRIES[key] = found
-    return found
-
-
-def _rows_view(shape: tuple, strides: tuple, itemsize: int, name: str) -> Rows:
-    if not shape:
-        raise ValueError(f"{name}: expected at least one axis (..., hidden_size), got a 0-d array")
-    if 0 in shape:  # nothing to address: CuPy reports zero strides for empty arrays
-        return Rows(math.prod(shape[:-1]), shape[-1], shape[-1])
-    if any(s % itemsize for s in strides):
-        raise ValueError(f"{name}: strides {strides} are not multiples of the item size {itemsize}")
-    hidden_size = shape[-1]
-    if hidden_size > 1 and strides[-1] != itemsize:
-        raise ValueError(
-            f"{name}: the last axis must be unit-stride (stride {itemsize} bytes), got stride "
-            f"{strides[-1]} bytes; pass cupy.ascontiguousarray({name})")
-    num_rows = math.prod(shape[:-1])
-    lead = [(n, s // itemsize) for n, s in zip(shape[:-1], strides[:-1]) if n != 1]
-    for (_, outer), (n_inner, inner) in zip(lead, lead[1:]):
-        if outer != n_inner * inner:
-            raise ValueError(
-                f"{name}: leading axes of shape {shape[:-1]} with strides {strides[:-1]} do not flatten "
-                f"into rows with one stride; pass cupy.ascontiguousarray({name})")
-    row_stride = lead[-1][1] if lead else hidden_size
-    return Rows(num_rows, hidden_size, row_stride)
-
-
-def rows_of(arr, name: str) -> Rows:
-    """:func:`rows_view` of a CuPy array."""
-    return rows_view(arr.shape, arr.strides, arr.itemsize, name)
-
-
-def as_device_array(obj, name: str) -> cupy.ndarray:
+# ----------------------------------------------------------------- foreign arrays
+def as_device_array(obj, name: str):
     """``obj`` as a ``cupy.ndarray`` on the current device, without copying.
 
     Accepts ``cupy.ndarray``, objects with ``__dlpack__`` on a CUDA device (JAX, PyTorch,
@@ -94,6 +77,8 @@ def as_device_array(obj, name: str) -> cupy.ndarray:
         TypeError: a NumPy array or any host object, or an object that is not an array.
         ValueError: the array lives on another GPU than the current device.
     """
+    import cupy
+
     if isinstance(obj, cupy.ndarray):
         arr = obj
     elif isinstance(obj, (np.ndarray, np.generic)):
@@ -109,98 +94,196 @@ def as_device_array(obj, name: str) -> cupy.ndarray:
         arr = cupy.asarray(obj)
     else:
         raise TypeError(f"{name}: expected a device array (cupy.ndarray), got {type(obj).__name__}")
-    current = cupy.cuda.Device().id
-    if arr.device.id != current:
-        raise ValueError(
-            f"{name}: array is on GPU {arr.device.id} but the current device is GPU {current}; "
-            f"call inside `with cupy.cuda.Device({arr.device.id}):`")
+    check_device(arr.data.device_id, cupy.cuda.runtime.getDevice(), name)
     return arr
 
 
-def check_dtype(arr, dtype, name: str, what: str) -> None:
-    """Raises TypeError unless ``arr.dtype == dtype``; ``what`` says where it comes from."""
-    if arr.dtype != dtype:
-        raise TypeError(f"{name}: expected dtype {dtype} ({what}), got {arr.dtype}")
+def check_device(array_device: int, current_device: int, name: str) -> None:
+    """ValueError unless the array lives on the current device."""
+    if array_device != current_device:
+        raise ValueError(
+            f"{name}: array is on GPU {array_device} but the current device is GPU {current_device}; "
+            f"call inside `with cupy.cuda.Device({array_device}):`")
 
 
-def check_shape(arr, shape, name: str) -> None:
-    """Raises ValueError unless ``arr.shape == shape``."""
-    if tuple(arr.shape) != tuple(shape):
-        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(arr.shape)}")
+# ----------------------------------------------------------------- arrays
+def required(sig: Sig | None, name: str, expected: str = "a device array") -> Sig:
+    """``sig``, or TypeError if the argument was None."""
+    if sig is None:
+        raise TypeError(f"{name}: expected {expected}, got None")
+    return sig
 
 
-def check_hidden_size(rows: Rows, name: str) -> None:
+def supported_dtype(sig: Sig, name: str) -> np.dtype:
+    """The array's dtype if it is float32, float16 or bfloat16, else TypeError."""
+    return _dtypes.check_supported(sig.dtype, name)
+
+
+def check_dtype(sig: Sig, dtype, name: str, what: str) -> None:
+    """TypeError unless the array has ``dtype``; ``what`` says where that comes from."""
+    if sig.dtype != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype} ({what}), got {sig.dtype}")
+
+
+def check_shape(sig: Sig, shape, name: str) -> None:
+    """ValueError unless the array has ``shape``."""
+    if tuple(sig.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(sig.shape)}")
+
+
+def rows_view(shape, strides, itemsize: int, name: str) -> Rows:
+    """Row geometry of an array from its shape and byte strides.
+
+    Raises:
+        ValueError: no axes; a non-unit stride along the last axis; leading axes that
+            do not collapse into a single row stride; strides not a multiple of the
+            item size.
+    """
+    shape, strides = tuple(shape), tuple(strides)
+    if not shape:
+        raise ValueError(f"{name}: expected at least one axis (..., hidden_size), got a 0-d array")
+    if 0 in shape:  # nothing to address: CuPy reports zero strides for empty arrays
+        return Rows(math.prod(shape[:-1]), shape[-1], shape[-1])
+    if any(s % itemsize for s in strides):
+        raise ValueError(f"{name}: strides {strides} are not multiples of the item size {itemsize}")
+    hidden_size = shape[-1]
+    if hidden_size > 1 and strides[-1] != itemsize:
+        raise ValueError(
+            f"{name}: the last axis must be unit-stride (stride {itemsize} bytes), got stride "
+            f"{strides[-1]} bytes; pass cupy.ascontiguousarray({name})")
+    lead = [(n, s // itemsize) for n, s in zip(shape[:-1], strides[:-1]) if n != 1]
+    row_stride = collapse(shape[:-1], [s // itemsize for s in strides[:-1]], name, "leading")
+    return Rows(math.prod(shape[:-1]), hidden_size, row_stride if lead else hidden_size)
+
+
+def collapse(shape, strides, name: str, what: str) -> int:
+    """The one element stride that walks axes ``shape`` (row-major) in order; ValueError
+    if they do not flatten (size-1 axes are ignored). 0 when no axis is longer than 1."""
+    lead = [(n, s) for n, s in zip(shape, strides) if n != 1]
+    for (_, outer), (n_inner, inner) in zip(lead, lead[1:]):
+        if outer != n_inner * inner:
+            raise ValueError(f"{name}: {what} axes of shape {tuple(shape)} with strides {tuple(strides)} "
+                             f"(elements) do not flatten into one stride; pass cupy.ascontiguousarray({name})")
+    return lead[-1][1] if lead else 0
+
+
+def row_input(sig: Sig | None, name: str = "x") -> tuple[Sig, Rows]:
+    """A row-wise input ``(..., hidden_size)``: a device array of a supported dtype whose
+    rows share one stride and are not empty."""
+    sig = required(sig, name, "a device array (..., hidden_size)")
+    supported_dtype(sig, name)
+    rows = rows_view(sig.shape, sig.strides, sig.itemsize, name)
     if rows.hidden_size < 1:
         raise ValueError(f"{name}: the last axis must have at least one element, got shape (..., 0)")
+    return sig, rows
 
 
-def output(out, shape, dtype, name: str = "out") -> cupy.ndarray:
-    """``out`` checked against the expected shape and dtype, or a new array if None."""
-    if out is None:
-        return cupy.empty(shape, dtype=dtype)
-    out = as_device_array(out, name)
-    check_shape(out, shape, name)
-    check_dtype(out, dtype, name, "the result dtype")
-    return out
+def output(sig: Sig | None, name: str, shape, dtype) -> Sig:
+    """An output checked against the expected shape and dtype; None (the op allocates
+    one) gives the signature of a fresh C-contiguous array."""
+    if sig is None:
+        return Sig.contiguous(shape, dtype)
+    check_shape(sig, shape, name)
+    check_dtype(sig, dtype, name, "the result dtype")
+    return sig
 
 
-def byte_extent(arr) -> tuple[int, int]:
-    """[lowest, highest + 1) byte address an array's elements occupy."""
-    lo = hi = arr.data.ptr
-    for n, s in zip(arr.shape, arr.strides):
-        if n == 0:
-            return lo, lo
-        lo += min(0, (n - 1) * s)
-        hi += max(0, (n - 1) * s)
-    return lo, hi + arr.itemsize
+def rows_of(sig: Sig, name: str) -> Rows:
+    """:func:`rows_view` of a signature."""
+    return rows_view(sig.shape, sig.strides, sig.itemsize, name)
 
 
-def same_view(a, b) -> bool:
-    """True when ``a`` and ``b`` are the same elements in the same order."""
-    return a.data.ptr == b.data.ptr and a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
+def vector(sig: Sig | None, name: str, dtype, length: int, *, what: str, optional: bool = False) -> Sig | None:
+    """A per-element parameter such as a norm weight or bias: ``(length,)`` of ``dtype``,
+    unit-stride. ``what`` names where the dtype comes from (``"the dtype of x"``)."""
+    if sig is None:
+        if optional:
+            return None
+        raise TypeError(f"{name}: expected a device array of shape ({length},), got None")
+    check_dtype(sig, dtype, name, what)
+    check_shape(sig, (length,), name)
+    if length > 1 and sig.strides[0] != sig.itemsize:
+        raise ValueError(f"{name}: must be unit-stride, got stride {sig.strides[0]} bytes")
+    return sig
 
 
-def rows_overlap(a_ptr: int, a_rows: Rows, a_itemsize: int, b_ptr: int, b_rows: Rows, b_itemsize: int,
-                 a_extent: tuple[int, int], b_extent: tuple[int, int]) -> bool:
-    """Whether two row views may touch a common byte (exact for equal row strides)."""
-    if a_extent[1] <= b_extent[0] or b_extent[1] <= a_extent[0]:
-        return False
-    stride = a_rows.row_stride * a_itemsize
-    if a_rows.num_rows > 1 and b_rows.num_rows > 1 and stride == b_rows.row_stride * b_itemsize and stride > 0:
-        # Rows of both repeat with the same period: disjoint iff b's rows sit in the
-        # gap between a's rows (e.g. two column slices of one wide buffer).
-        offset = (b_ptr - a_ptr) % stride
-        a_width = a_rows.hidden_size * a_itemsize
-        b_width = b_rows.hidden_size * b_itemsize
-        return not (offset >= a_width and offset + b_width <= stride)
-    return True
+def vector_aligned(vec_width: int, *sigs_and_strides) -> bool:
+    """Whether ``vec_width``-element accesses are aligned for every (signature, row_stride).
 
-
-def check_no_overlap(a, a_name: str, b, b_name: str, *, allow_same: bool) -> None:
-    """Raises ValueError if ``a`` and ``b`` share memory, except an exact alias when
-    ``allow_same`` (in-place use); a partial overlap would race inside the kernel."""
-    if allow_same and same_view(a, b):
-        return
-    if a.size == 0 or b.size == 0:
-        return
-    overlap = rows_overlap(a.data.ptr, rows_of(a, a_name), a.itemsize, b.data.ptr, rows_of(b, b_name),
-                           b.itemsize, byte_extent(a), byte_extent(b))
-    if overlap:
-        hint = f" (in place is allowed only as {b_name}={a_name} exactly)" if allow_same else ""
-        raise ValueError(f"{b_name} overlaps {a_name} in memory{hint}")
-
-
-def vector_aligned(vec_width: int, *arrays_and_strides) -> bool:
-    """Whether ``vec_width``-element accesses are aligned for every (array, row_stride).
-
-    Each array's base pointer must be a multiple of ``vec_width * itemsize`` bytes and
-    its row stride a multiple of ``vec_width`` elements, so every row starts aligned.
+    Each array's address must be a multiple of ``vec_width * itemsize`` bytes (at most
+    16, which the signature's address class covers) and its row stride a multiple of
+    ``vec_width`` elements, so every row starts aligned.
     """
-    for arr, row_stride in arrays_and_strides:
-        if arr.data.ptr % (vec_width * arr.itemsize) or row_stride % vec_width:
+    for sig, row_stride in sigs_and_strides:
+        if sig is not None and (sig.align % (vec_width * sig.itemsize) or row_stride % vec_width):
             return False
     return True
 
 
-def check_supported_dtype(arr, name: str):
-    return _dtypes.check_supported(arr.dtype, name)
+# ----------------------------------------------------------------- scalars
+def eps(value, name: str = "eps") -> np.float32:
+    """A finite value >= 0 as the kernel's float32."""
+    eps32 = np.float32(value)
+    if not (np.isfinite(eps32) and eps32 >= 0):
+        raise ValueError(f"{name}: expected a finite value >= 0, got {value!r}")
+    return eps32
+
+
+def choice(value, choices, name: str):
+    """``value`` if it is one of ``choices`` (a dict's keys or a sequence), else ValueError."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name}: expected one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+# ----------------------------------------------------------------- attention heads
+class Heads(NamedTuple):
+    """q or k as ``(num_tokens, num_heads, head_dim)`` with strides in elements."""
+
+    num_tokens: int
+    num_heads: int
+    head_dim: int
+    token_stride: int
+    head_stride: int
+
+
+def heads(sig: Sig | None, name: str) -> Heads:
+    """An attention input ``(num_tokens, num_heads, head_dim)`` or ``(batch, seq_len,
+    num_heads, head_dim)``: head_dim unit-stride, token axes flattening to one stride."""
+    sig = required(sig, name, "a device array (num_tokens, num_heads, head_dim)")
+    shape = sig.shape
+    if len(shape) not in (3, 4):
+        raise ValueError(f"{name}: expected shape (num_tokens, num_heads, head_dim) or (batch, seq_len, num_heads, "
+                         f"head_dim), got {tuple(shape)}")
+    supported_dtype(sig, name)
+    num_tokens = math.prod(shape[:-2])
+    if sig.size == 0:  # nothing to address (CuPy reports zero strides for empty arrays)
+        return Heads(num_tokens, shape[-2], shape[-1], 0, 0)
+    if any(s % sig.itemsize for s in sig.strides):
+        raise ValueError(f"{name}: strides {sig.strides} are not multiples of the item size {sig.itemsize}")
+    strides = [s // sig.itemsize for s in sig.strides]
+    head_dim = shape[-1]
+    if head_dim > 1 and strides[-1] != 1:
+        raise ValueError(f"{name}: the last axis (head_dim) must be unit-stride, got stride {sig.strides[-1]} bytes")
+    token_stride = collapse(shape[:-2], strides[:-2], name, "token")
+    head_stride = strides[-2] if shape[-2] > 1 else 0
+    return Heads(num_tokens, shape[-2], head_dim, token_stride, head_stride)
+
+
+def heads_as_rows(h: Heads) -> Rows | None:
+    """The heads of each token as one row, when they are contiguous within the token."""
+    if h.num_heads == 1 or h.head_stride == h.head_dim:
+        return Rows(h.num_tokens, h.num_heads * h.head_dim, h.token_stride)
+    return None
+
+
+# ----------------------------------------------------------------- memory footprint
+def byte_extent(sig: Sig) -> tuple[int, int]:
+    """[lowest, highest + 1) byte offsets from the array's address that its elements occupy."""
+    lo = hi = 0
+    for n, s in zip(sig.shape, sig.strides):
+        if n == 0:
+            return 0, 0
+        lo += min(0, (n - 1) * s)
+        hi += max(0, (n - 1) * s)
+    return lo, hi + sig.itemsize

@@ -11,9 +11,9 @@
   processes fast. One module per instantiation rather than per family: a family has
   hundreds of instantiations (dtype x layout), and compiling them all on first use
   would take minutes, while one takes a fraction of a second.
-* :func:`instantiations` lists every instantiation the package can launch, and
-  :func:`nvrtc_compile` compiles a batch with NVRTC directly (no GPU or driver
-  needed), with the options CuPy uses at run time; the CPU test suite uses both.
+* :func:`nvrtc_compile` compiles a batch with NVRTC directly (no GPU or driver
+  needed), with the options CuPy uses at run time; the CPU compile test and
+  ``cupykern check`` give it every instantiation of ``cupykern.families.instantiations()``.
 """
 
 from __future__ import annotations
@@ -76,6 +76,8 @@ class KernelTemplate:
 
 
 _lock = threading.Lock()
+#: Compiled kernels by (device, template, arguments). Unbounded on purpose: its keys are
+#: drawn from the finite instantiation space the op modules declare.
 _kernels: dict = {}
 
 
@@ -83,8 +85,6 @@ def get_kernel(template: KernelTemplate, *args):
     """The compiled ``cupy.RawKernel`` for one instantiation on the current device."""
     import cupy
 
-    # Keyed on the arguments themselves: formatting the name expression on every call
-    # cost more than the dict lookup (bench/bench_host_overhead.py).
     key = (cupy.cuda.runtime.getDevice(), template, args)
     kernel = _kernels.get(key)
     if kernel is None:
@@ -100,17 +100,6 @@ def get_kernel(template: KernelTemplate, *args):
 
 
 # ----------------------------------------------------------------- without a GPU
-def instantiations() -> dict[str, list[str]]:
-    """Every instantiation the package can launch, as {source file: [name expressions]}."""
-    from cupykern.ops import FAMILIES
-
-    spaces: dict[str, list[str]] = {}
-    for module in FAMILIES:
-        for template, exprs in module.instantiations().items():
-            spaces.setdefault(template.source, []).extend(exprs)
-    return spaces
-
-
 def cuda_include_dir() -> str:
     """CUDA headers (cuda_fp16.h, cuda_bf16.h) as CuPy finds them: the nvidia-cuda-runtime wheel first."""
     import cuda.pathfinder

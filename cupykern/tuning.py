@@ -1,5 +1,6 @@
 """Tuned launch configurations of the row kernels: the user cache file written by
-``cupykern sweep --tune`` and read by :func:`cupykern.launch.plan_rows`.
+``cupykern sweep --tune`` (cupykern/sweep.py chooses the entries) and read by
+:func:`cupykern.plans.plan_rows`. This module is the file store and the lookup.
 
 One entry per (GPU name, op, dtype, row size) holds
 
@@ -9,8 +10,9 @@ One entry per (GPU name, op, dtype, row size) holds
   the order, but it is kept per entry too);
 * ``rows_per_block`` per num_tokens bucket, which may vary with the batch.
 
-File (JSON), at ``$CUPYKERN_TUNE_FILE`` if set, else ``$XDG_CACHE_HOME/cupykern/tuned.json``,
-else ``~/.cache/cupykern/tuned.json``::
+File (JSON), at ``$CUPYKERN_TUNE_FILE`` if set, else ``tuned.json`` in the cupykern
+cache directory (cupykern/user_cache.py: ``$CUPYKERN_CACHE_DIR``, else
+``~/.cache/cupykern`` on Linux)::
 
     {"format": "cupykern-tuned/1",
      "entries": [{"gpu": "NVIDIA H200", "op": "rms_norm", "dtype": "bf16", "size": 4096,
@@ -23,8 +25,10 @@ batch of r rows takes the first bucket with ``r <= n`` (the last one beyond). An
 whose ``vec_width`` > 1 applies to 16-byte aligned rows only (unaligned rows use the
 heuristic). A missing or unreadable file means no entries. Pure Python, no GPU.
 
-The file is read once per process (and again when the path changes); :func:`save`
-and :func:`clear` update what this process sees.
+The file is read once per process, when an op first plans; :func:`save`, :func:`clear`
+and :func:`reload` (after the file or ``CUPYKERN_TUNE_FILE`` / ``CUPYKERN_CACHE_DIR``
+changed) update what this process sees, and tell the subscribers (the launcher, whose
+cached plans then go).
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from cupykern import user_cache
 
 FORMAT = "cupykern-tuned/1"
 ENV_FILE = "CUPYKERN_TUNE_FILE"
@@ -90,8 +96,7 @@ def path() -> Path:
     explicit = os.environ.get(ENV_FILE)
     if explicit:
         return Path(explicit).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "cupykern" / "tuned.json"
+    return user_cache.cache_dir() / "tuned.json"
 
 
 def load(file: Path | None = None) -> dict[tuple, TunedEntry]:
@@ -142,34 +147,39 @@ def clear(file: Path | None = None) -> bool:
         return False
 
 
-# ----------------------------------------------------------------- lookup (per op call)
-_cache: dict = {"key": None, "entries": {}, "generation": 0}
+# ----------------------------------------------------------------- lookup (at planning time)
+_cache: dict = {"loaded": False, "entries": {}}
 _suspended = [0]
+_subscribers: list = []
+
+
+def subscribe(callback) -> None:
+    """Calls ``callback()`` whenever what :func:`lookup` answers may have changed."""
+    _subscribers.append(callback)
 
 
 def _forget() -> None:
-    _cache["key"] = None
-    _cache["generation"] += 1
+    _cache["loaded"] = False
+    for callback in _subscribers:
+        callback()
 
 
-def state() -> tuple:
-    """What :func:`lookup`'s answers depend on besides its arguments: equal states give
-    equal answers (callers key caches of plans on it)."""
-    return (_suspended[0], os.environ.get(ENV_FILE), os.environ.get("XDG_CACHE_HOME"), _cache["generation"])
+def reload() -> None:
+    """Reads the file again at the next lookup (after it or its path changed outside this process)."""
+    _forget()
 
 
 def lookup(op: str, dtype_name: str, size: int, gpu: str) -> TunedEntry | None:
     """The entry for (op, dtype short name, row size, GPU name), or None.
 
-    Cheap after the first call: the file is parsed once per path; ``CUPYKERN_TUNE_FILE``
-    and ``XDG_CACHE_HOME`` are re-read each call so that a changed path takes effect.
+    The file is parsed at the first lookup after import, :func:`save`, :func:`clear` or
+    :func:`reload`.
     """
     if _suspended[0]:
         return None
-    key = (os.environ.get(ENV_FILE), os.environ.get("XDG_CACHE_HOME"))
-    if _cache["key"] != key:
+    if not _cache["loaded"]:
         _cache["entries"] = load()
-        _cache["key"] = key
+        _cache["loaded"] = True
     return _cache["entries"].get((gpu, op, dtype_name, int(size))) if _cache["entries"] else None
 
 
@@ -177,91 +187,9 @@ def lookup(op: str, dtype_name: str, size: int, gpu: str) -> TunedEntry | None:
 def suspended():
     """No tuned entries are looked up inside (``sweep --tune`` measures the heuristic as is)."""
     _suspended[0] += 1
+    _forget()
     try:
         yield
     finally:
         _suspended[0] -= 1
-
-
-# ----------------------------------------------------------------- choosing (sweep --tune)
-@dataclass(frozen=True)
-class Measured:
-    """One validated timing of a configuration: what :func:`choose` ranks."""
-
-    threads_per_row: int
-    vec_width: int
-    vecs_per_thread: int
-    rows_per_block: int
-    num_tokens: int
-    median_us: float
-
-
-def choose(measured, ladder, *, gpu: str, op: str, dtype: str, size: int, commit: str = "",
-           date: str = "") -> TunedEntry | None:
-    """The entry for one (op, dtype, size) from validated timings, or None.
-
-    A layout competes only if it was measured (and validated) at every num_tokens of
-    ``ladder``. Its score is the mean over the ladder of its time (with its best
-    rows_per_block) divided by the fastest time of any configuration at that
-    num_tokens, so decode and prefill sizes weigh alike; the lowest score wins (ties:
-    lowest total time), and its fastest rows_per_block is kept per num_tokens.
-    """
-    ladder = sorted(set(int(n) for n in ladder))
-    best_at: dict = {}
-    per_layout: dict = {}
-    for m in measured:
-        if m.num_tokens not in ladder:
-            continue
-        layout = (m.threads_per_row, m.vec_width, m.vecs_per_thread)
-        best_at[m.num_tokens] = min(best_at.get(m.num_tokens, float("inf")), m.median_us)
-        slot = per_layout.setdefault(layout, {})
-        if m.num_tokens not in slot or m.median_us < slot[m.num_tokens][0]:
-            slot[m.num_tokens] = (m.median_us, m.rows_per_block)
-    ranked = []
-    for layout, slot in per_layout.items():
-        if set(slot) != set(ladder):
-            continue
-        score = sum(slot[n][0] / best_at[n] for n in ladder) / len(ladder)
-        ranked.append((score, sum(slot[n][0] for n in ladder), layout))
-    if not ranked:
-        return None
-    score, _, layout = min(ranked)
-    slot = per_layout[layout]
-    return TunedEntry(gpu=gpu, op=op, dtype=dtype, size=int(size), threads_per_row=layout[0], vec_width=layout[1],
-                      vecs_per_thread=layout[2], rows_per_block=tuple((n, slot[n][1]) for n in ladder),
-                      score=round(score, 4), median_us=tuple((n, round(slot[n][0], 3)) for n in ladder),
-                      commit=commit, date=date)
-
-
-def _pow2_range(lo: int, hi: int) -> list[int]:
-    out, v = [], 1
-    while v <= hi:
-        if v >= lo:
-            out.append(v)
-        v *= 2
-    return out
-
-
-def candidate_configs(size: int, vec_width: int, *, threads_choices, vecs_choices, min_block: int = 128,
-                      max_block_of=lambda t: max(t, 256), warp_size: int = 32) -> list[dict]:
-    """The default ``--tune`` search space for rows of ``size`` read ``vec_width`` at a time.
-
-    threads_per_row from the fewest that keep at most 32 vectors per thread to the most
-    that still give each thread one; vecs_per_thread up to what the row needs; and
-    rows_per_block giving blocks of ``min_block`` (the heuristic's) and 256 threads.
-    Every dict has the four override keys.
-    """
-    num_vecs = max(1, -(-size // vec_width))
-    next_pow2 = 1 << max(0, (num_vecs - 1).bit_length())
-    lo = max(1, 1 << max(0, (-(-num_vecs // 32) - 1).bit_length()))
-    configs = []
-    for t in _pow2_range(lo, next_pow2):
-        if t not in threads_choices:
-            continue
-        needed = 1 << max(0, (-(-num_vecs // t) - 1).bit_length())
-        vecs = [v for v in vecs_choices if v <= max(needed, min(vecs_choices))]
-        blocks = sorted({b for b in (min_block, 256, t) if b >= t and b % warp_size == 0 and b <= max_block_of(t)})
-        for v in vecs:
-            for b in blocks:
-                configs.append(dict(threads_per_row=t, vec_width=vec_width, vecs_per_thread=v, rows_per_block=b // t))
-    return configs
+        _forget()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from cupykern import _arrays, _dtypes, jit, launch
+from cupykern import _arrays, _dtypes, launcher, plans
 from cupykern.jit import KernelTemplate
+
+__all__ = ["gelu_and_mul", "silu_and_mul", "swiglu"]
 
 ACT_AND_MUL = KernelTemplate("activation.cu", "act_and_mul_kernel")
 
@@ -21,12 +23,10 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
                           for act in ACTIVATIONS.values() for v in sorted({1, _dtypes.vec_width(d)})]}
 
 
-# ----------------------------------------------------------------- checks without a GPU
+# ----------------------------------------------------------------- intake and plan
 def gelu_activation(approximate) -> str:
     """The activation for gelu_and_mul's ``approximate``; ValueError if unknown."""
-    if not isinstance(approximate, str) or approximate not in GELU_APPROXIMATIONS:
-        raise ValueError(f"approximate: expected one of {tuple(GELU_APPROXIMATIONS)}, got {approximate!r}")
-    return GELU_APPROXIMATIONS[approximate]
+    return GELU_APPROXIMATIONS[_arrays.choice(approximate, GELU_APPROXIMATIONS, "approximate")]
 
 
 def gated_output_shape(shape, name: str = "x") -> tuple:
@@ -48,40 +48,71 @@ def check_same_shape(gate_shape, up_shape) -> None:
         raise ValueError(f"gate: expected shape (..., d) with d >= 1, got {tuple(gate_shape)}")
 
 
-# ----------------------------------------------------------------- launch
-def _act_and_mul(activation: str, gate, gate_row_stride: int, up, up_row_stride: int, out) -> None:
-    """Launches act_and_mul_kernel on CuPy's current stream: out = act(gate) * up."""
-    import cupy
-
-    out_rows = _arrays.rows_of(out, "out")
-    dtype = out.dtype
-    aligned = _arrays.vector_aligned(_dtypes.vec_width(dtype), (gate, gate_row_stride), (up, up_row_stride),
+def _act_and_mul_launch(a: launcher.Args, activation: str, gate: _arrays.Sig, gate_rows: _arrays.Rows, gate_pointer,
+                        up: _arrays.Sig, up_rows: _arrays.Rows, up_pointer, out: _arrays.Sig, out_rows: _arrays.Rows,
+                        disjoint: tuple) -> launcher.Launch:
+    """The launch of ``out = act(gate) * up`` once gate, up and out are checked.
+    ``gate_pointer``/``up_pointer`` name their arrays, or (name, byte offset) for the
+    second half of a fused row."""
+    dtype = gate.dtype
+    allocate = (("out", out.shape, dtype),) if a.out is None else ()
+    if out_rows.num_rows == 0:
+        return launcher.Launch(None, allocate=allocate, returns="out")
+    if isinstance(up_pointer, tuple):  # up starts inside gate's row: its alignment follows from gate's
+        up = up._replace(align=(gate.align + up_pointer[1]) % 16)
+    aligned = _arrays.vector_aligned(_dtypes.vec_width(dtype), (gate, gate_rows.row_stride), (up, up_rows.row_stride),
                                      (out, out_rows.row_stride))
-    overrides = launch.current_overrides()
-    plan = launch.plan_activation(out_rows.num_rows, out_rows.hidden_size, dtype, aligned=aligned,
-                                  limits=launch.DeviceLimits.of_device(cupy.cuda.Device().id),
-                                  block_size=overrides.get("block_size"),
-                                  vec_width=overrides.get("vec_width"))
-    kernel = jit.get_kernel(ACT_AND_MUL, _dtypes.c_type(dtype), ACTIVATIONS[activation], plan.vec_width)
-    kernel(plan.grid, plan.block, (
-        out, gate, up, np.int64(out_rows.num_rows), np.int64(out_rows.hidden_size), np.int64(gate_row_stride),
-        np.int64(up_row_stride), np.int64(out_rows.row_stride)))
+    plan = plans.plan_activation(out_rows.num_rows, out_rows.hidden_size, dtype, aligned=aligned, limits=a.limits,
+                                 overrides=a.overrides, op=a.op)
+    return launcher.Launch(
+        ACT_AND_MUL, (_dtypes.c_type(dtype), ACTIVATIONS[activation], plan.vec_width), plan,
+        pointers=("out", gate_pointer, up_pointer),
+        scalars=(np.int64(out_rows.num_rows), np.int64(out_rows.hidden_size), np.int64(gate_rows.row_stride),
+                 np.int64(up_rows.row_stride), np.int64(out_rows.row_stride)),
+        allocate=allocate, returns="out", disjoint=disjoint)
 
 
-def _fused_gate_up(activation: str, x, out):
-    """Validates a fused ``[gate | up]`` input and its output, then launches."""
-    x = _arrays.as_device_array(x, "x")
-    _arrays.check_supported_dtype(x, "x")
-    out_shape = gated_output_shape(x.shape, "x")
-    rows = _arrays.rows_of(x, "x")
-    out = _arrays.output(out, out_shape, x.dtype)
-    _arrays.check_no_overlap(x, "x", out, "out", allow_same=False)
-    if rows.num_rows == 0:
-        return out
-    d = out_shape[-1]
-    # gate and up are the two halves of each row of x: same row stride, up d further on.
-    _act_and_mul(activation, x[..., :d], rows.row_stride, x[..., d:], rows.row_stride, out)
-    return out
+def _prepare_fused(activation: str):
+    """The prepare of silu_and_mul / gelu_and_mul: x = [gate | up] along the last axis."""
+    def prepare(a: launcher.Args) -> launcher.Launch:
+        act = gelu_activation(a.approximate) if activation == "gelu" else activation
+        x = _arrays.required(a.x, "x", "a device array (..., 2 * d)")
+        _arrays.supported_dtype(x, "x")
+        out_shape = gated_output_shape(x.shape, "x")
+        rows = _arrays.rows_of(x, "x")
+        out = _arrays.output(a.out, "out", out_shape, x.dtype)
+        out_rows = _arrays.rows_of(out, "out")
+        d = out_shape[-1]
+        # gate and up are the two halves of each row of x: same row stride, up d further on.
+        half = _arrays.Rows(rows.num_rows, d, rows.row_stride)
+        return _act_and_mul_launch(a, act, x, half, "x", x, half, ("x", d * x.itemsize), out, out_rows,
+                                   (launcher.Disjoint("x", "out", a_rows=rows, b_rows=out_rows),))
+    return prepare
+
+
+def _prepare_swiglu(a: launcher.Args) -> launcher.Launch:
+    gate = _arrays.required(a.gate, "gate", "a device array (..., d)")
+    _arrays.supported_dtype(gate, "gate")
+    up = _arrays.required(a.up, "up", "a device array (..., d)")
+    _arrays.check_dtype(up, gate.dtype, "up", "the dtype of gate")
+    check_same_shape(gate.shape, up.shape)
+    gate_rows, up_rows = _arrays.rows_of(gate, "gate"), _arrays.rows_of(up, "up")
+    out = _arrays.output(a.out, "out", gate.shape, gate.dtype)
+    out_rows = _arrays.rows_of(out, "out")
+    return _act_and_mul_launch(
+        a, "silu", gate, gate_rows, "gate", up, up_rows, "up", out, out_rows,
+        (launcher.Disjoint("gate", "out", allow_same=True, a_rows=gate_rows, b_rows=out_rows),
+         launcher.Disjoint("up", "out", allow_same=True, a_rows=up_rows, b_rows=out_rows)))
+
+
+_SILU_AND_MUL = launcher.Op("silu_and_mul", arrays=("x", "out"),
+                            prepare=_prepare_fused("silu"), plan_kind="activation",
+                            launch_options=plans.ACTIVATION_OVERRIDE_KEYS)
+_GELU_AND_MUL = launcher.Op("gelu_and_mul", arrays=("x", "out"), scalars=("approximate",),
+                            prepare=_prepare_fused("gelu"), plan_kind="activation",
+                            launch_options=plans.ACTIVATION_OVERRIDE_KEYS)
+_SWIGLU = launcher.Op("swiglu", arrays=("gate", "up", "out"), prepare=_prepare_swiglu, plan_kind="activation",
+                      launch_options=plans.ACTIVATION_OVERRIDE_KEYS)
 
 
 # ----------------------------------------------------------------- public API
@@ -125,8 +156,7 @@ def silu_and_mul(x, *, out=None):
         (arXiv:1606.08415); layout and semantics of vLLM's ``silu_and_mul`` and
         FlashInfer's ``silu_and_mul``.
     """
-    return _fused_gate_up("silu", x, out)
-
+    return _SILU_AND_MUL(x, out)
 
 def gelu_and_mul(x, *, approximate: str = "none", out=None):
     """GELU-gated product of a fused gate_up projection (GeGLU's MLP activation).
@@ -166,9 +196,7 @@ def gelu_and_mul(x, *, approximate: str = "none", out=None):
         ``torch.nn.functional.gelu``; the 16-bit erfc, Press et al., Numerical Recipes
         in C, 2nd ed., 1992, sec. 6.2 (``erfcc``).
     """
-    activation = gelu_activation(approximate)
-    return _fused_gate_up(activation, x, out)
-
+    return _GELU_AND_MUL(x, out, approximate)
 
 def swiglu(gate, up, *, out=None):
     """SiLU-gated product of separate gate and up projections.
@@ -202,17 +230,4 @@ def swiglu(gate, up, *, out=None):
         Shazeer, "GLU Variants Improve Transformer", 2020 (arXiv:2002.05202); SiLU,
         Elfwing, Uchibe & Doya 2017 (arXiv:1702.03118).
     """
-    gate = _arrays.as_device_array(gate, "gate")
-    _arrays.check_supported_dtype(gate, "gate")
-    up = _arrays.as_device_array(up, "up")
-    _arrays.check_dtype(up, gate.dtype, "up", "the dtype of gate")
-    check_same_shape(gate.shape, up.shape)
-    gate_rows = _arrays.rows_of(gate, "gate")
-    up_rows = _arrays.rows_of(up, "up")
-    out = _arrays.output(out, gate.shape, gate.dtype)
-    _arrays.check_no_overlap(gate, "gate", out, "out", allow_same=True)
-    _arrays.check_no_overlap(up, "up", out, "out", allow_same=True)
-    if gate_rows.num_rows == 0:
-        return out
-    _act_and_mul("silu", gate, gate_rows.row_stride, up, up_rows.row_stride, out)
-    return out
+    return _SWIGLU(gate, up, out)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from cupykern import _arrays, _dtypes, _rowkernel, launch
+from cupykern import _arrays, _dtypes, launcher, plans
 from cupykern.jit import KernelTemplate
+
+__all__ = ["fused_add_rms_norm", "layer_norm", "rms_norm"]
 
 RMS_NORM = KernelTemplate("norm.cu", "rms_norm_kernel")
 FUSED_ADD_RMS_NORM = KernelTemplate("norm.cu", "fused_add_rms_norm_kernel")
@@ -15,36 +17,91 @@ LAYER_NORM = KernelTemplate("norm.cu", "layer_norm_kernel")
 def instantiations() -> dict[KernelTemplate, list[str]]:
     """Every instantiation of this family: dtype x row layout."""
     return {t: [t.expr(_dtypes.c_type(d), *layout.template_args()) for d in _dtypes.DTYPES
-                for layout in launch.row_layouts(d)]
+                for layout in plans.row_layouts(d)]
             for t in (RMS_NORM, FUSED_ADD_RMS_NORM, LAYER_NORM)}
 
 
-def _checked_weight(weight, name: str, x, hidden_size: int):
-    if weight is None:
-        return None
-    weight = _arrays.as_device_array(weight, name)
-    _arrays.check_dtype(weight, x.dtype, name, "the dtype of x")
-    _arrays.check_shape(weight, (hidden_size,), name)
-    if hidden_size > 1 and weight.strides[0] != weight.itemsize:
-        raise ValueError(f"{name}: must be unit-stride, got stride {weight.strides[0]} bytes")
-    return weight
+# ----------------------------------------------------------------- intake and plan
+def _row_scalars(rows: _arrays.Rows, *row_strides: int) -> tuple:
+    return (np.int64(rows.num_rows), np.int64(rows.hidden_size), *map(np.int64, row_strides))
 
 
-def _input(x, name: str = "x"):
-    x = _arrays.as_device_array(x, name)
-    _arrays.check_supported_dtype(x, name)
-    rows = _arrays.rows_of(x, name)
-    _arrays.check_hidden_size(rows, name)
-    return x, rows
+def _prepare_rms_norm(a: launcher.Args) -> launcher.Launch:
+    x, rows = _arrays.row_input(a.x)
+    weight = _arrays.vector(a.weight, "weight", x.dtype, rows.hidden_size, what="the dtype of x")
+    eps = _arrays.eps(a.eps)
+    out = _arrays.output(a.out, "out", x.shape, x.dtype)
+    out_rows = _arrays.rows_of(out, "out")
+    allocate = (("out", x.shape, x.dtype),) if a.out is None else ()
+    if rows.num_rows == 0:
+        return launcher.Launch(None, allocate=allocate, returns="out")
+    aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride),
+                                     (weight, 0))
+    plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits,
+                           op="rms_norm", overrides=a.overrides)
+    return launcher.Launch(
+        RMS_NORM, (_dtypes.c_type(x.dtype), *plan.layout.template_args()), plan,
+        pointers=("out", "x", "weight"),
+        scalars=(*_row_scalars(rows, rows.row_stride, out_rows.row_stride), eps, np.float32(a.weight_offset)),
+        allocate=allocate, returns="out",
+        disjoint=(launcher.Disjoint("x", "out", allow_same=True, a_rows=rows, b_rows=out_rows),))
 
 
-def _check_eps(eps) -> np.float32:
-    eps32 = np.float32(eps)
-    if not (np.isfinite(eps32) and eps32 >= 0):
-        raise ValueError(f"eps: expected a finite value >= 0, got {eps!r}")
-    return eps32
+def _prepare_fused_add_rms_norm(a: launcher.Args) -> launcher.Launch:
+    x, rows = _arrays.row_input(a.x)
+    residual = _arrays.required(a.residual, "residual")
+    _arrays.check_dtype(residual, x.dtype, "residual", "the dtype of x")
+    _arrays.check_shape(residual, x.shape, "residual")
+    res_rows = _arrays.rows_of(residual, "residual")
+    weight = _arrays.vector(a.weight, "weight", x.dtype, rows.hidden_size, what="the dtype of x")
+    eps = _arrays.eps(a.eps)
+    if rows.num_rows == 0:
+        return launcher.Launch(None, returns=("x", "residual"))
+    aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride),
+                                     (residual, res_rows.row_stride), (weight, 0))
+    plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits,
+                           op="fused_add_rms_norm", overrides=a.overrides)
+    return launcher.Launch(
+        FUSED_ADD_RMS_NORM, (_dtypes.c_type(x.dtype), *plan.layout.template_args()), plan,
+        pointers=("x", "residual", "weight"),
+        scalars=(*_row_scalars(rows, rows.row_stride, res_rows.row_stride), eps, np.float32(a.weight_offset)),
+        returns=("x", "residual"),
+        disjoint=(launcher.Disjoint("x", "residual", a_rows=rows, b_rows=res_rows),))
 
 
+def _prepare_layer_norm(a: launcher.Args) -> launcher.Launch:
+    x, rows = _arrays.row_input(a.x)
+    weight = _arrays.vector(a.weight, "weight", x.dtype, rows.hidden_size, what="the dtype of x", optional=True)
+    bias = _arrays.vector(a.bias, "bias", x.dtype, rows.hidden_size, what="the dtype of x", optional=True)
+    eps = _arrays.eps(a.eps)
+    out = _arrays.output(a.out, "out", x.shape, x.dtype)
+    out_rows = _arrays.rows_of(out, "out")
+    allocate = (("out", x.shape, x.dtype),) if a.out is None else ()
+    if rows.num_rows == 0:
+        return launcher.Launch(None, allocate=allocate, returns="out")
+    aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride),
+                                     (weight, 0), (bias, 0))
+    plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits,
+                           op="layer_norm", overrides=a.overrides)
+    # An absent weight or bias is passed as a null pointer (the kernel skips it).
+    return launcher.Launch(
+        LAYER_NORM, (_dtypes.c_type(x.dtype), *plan.layout.template_args()), plan,
+        pointers=("out", "x", "weight", "bias"),
+        scalars=(*_row_scalars(rows, rows.row_stride, out_rows.row_stride), eps),
+        allocate=allocate, returns="out",
+        disjoint=(launcher.Disjoint("x", "out", allow_same=True, a_rows=rows, b_rows=out_rows),))
+
+
+_RMS_NORM = launcher.Op("rms_norm", arrays=("x", "weight", "out"), scalars=("eps", "weight_offset"),
+                        prepare=_prepare_rms_norm, plan_kind="rows", launch_options=plans.ROW_OVERRIDE_KEYS)
+_FUSED_ADD_RMS_NORM = launcher.Op("fused_add_rms_norm", arrays=("x", "residual", "weight"),
+                                  scalars=("eps", "weight_offset"), prepare=_prepare_fused_add_rms_norm,
+                                  plan_kind="rows", launch_options=plans.ROW_OVERRIDE_KEYS)
+_LAYER_NORM = launcher.Op("layer_norm", arrays=("x", "weight", "bias", "out"), scalars=("eps",),
+                          prepare=_prepare_layer_norm, plan_kind="rows", launch_options=plans.ROW_OVERRIDE_KEYS)
+
+
+# ----------------------------------------------------------------- public API
 def rms_norm(x, weight, eps: float = 1e-6, *, weight_offset: float = 0.0, out=None):
     """Root-mean-square normalisation over the last axis.
 
@@ -81,23 +138,8 @@ def rms_norm(x, weight, eps: float = 1e-6, *, weight_offset: float = 0.0, out=No
         (arXiv:1910.07467); Gemma's offset as in Hugging Face ``GemmaRMSNorm``;
         semantics of vLLM's ``rms_norm`` and FlashInfer's ``rmsnorm``.
     """
-    x, rows = _input(x)
-    weight = _checked_weight(weight, "weight", x, rows.hidden_size)
-    if weight is None:
-        raise TypeError("weight: expected a device array of shape (hidden_size,), got None")
-    eps32 = _check_eps(eps)
-    out = _arrays.output(out, x.shape, x.dtype)
-    _arrays.check_no_overlap(x, "x", out, "out", allow_same=True)
-    if rows.num_rows == 0:
-        return out
-    out_rows = _arrays.rows_of(out, "out")
-    aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride),
-                                     (weight, 0))
-    plan = _rowkernel.plan(rows.num_rows, rows.hidden_size, x.dtype, aligned, op="rms_norm")
-    _rowkernel.run(RMS_NORM, (_dtypes.c_type(x.dtype),), plan, (
-        out, x, weight, np.int64(rows.num_rows), np.int64(rows.hidden_size), np.int64(rows.row_stride),
-        np.int64(out_rows.row_stride), eps32, np.float32(weight_offset)))
-    return out
+    return _RMS_NORM(x, weight, out, eps, weight_offset)
+
 
 
 def fused_add_rms_norm(x, residual, weight, eps: float = 1e-6, *, weight_offset: float = 0.0):
@@ -127,25 +169,8 @@ def fused_add_rms_norm(x, residual, weight, eps: float = 1e-6, *, weight_offset:
         vLLM ``fused_add_rms_norm`` and FlashInfer ``fused_add_rmsnorm`` (same
         semantics); RMSNorm, arXiv:1910.07467.
     """
-    x, rows = _input(x)
-    residual = _arrays.as_device_array(residual, "residual")
-    _arrays.check_dtype(residual, x.dtype, "residual", "the dtype of x")
-    _arrays.check_shape(residual, x.shape, "residual")
-    res_rows = _arrays.rows_of(residual, "residual")
-    _arrays.check_no_overlap(x, "x", residual, "residual", allow_same=False)
-    weight = _checked_weight(weight, "weight", x, rows.hidden_size)
-    if weight is None:
-        raise TypeError("weight: expected a device array of shape (hidden_size,), got None")
-    eps32 = _check_eps(eps)
-    if rows.num_rows == 0:
-        return x, residual
-    aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride),
-                                     (residual, res_rows.row_stride), (weight, 0))
-    plan = _rowkernel.plan(rows.num_rows, rows.hidden_size, x.dtype, aligned, op="fused_add_rms_norm")
-    _rowkernel.run(FUSED_ADD_RMS_NORM, (_dtypes.c_type(x.dtype),), plan, (
-        x, residual, weight, np.int64(rows.num_rows), np.int64(rows.hidden_size), np.int64(rows.row_stride),
-        np.int64(res_rows.row_stride), eps32, np.float32(weight_offset)))
-    return x, residual
+    return _FUSED_ADD_RMS_NORM(x, residual, weight, eps, weight_offset)
+
 
 
 def layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None):
@@ -178,21 +203,4 @@ def layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None):
         Ba, Kiros & Hinton, "Layer Normalization", 2016 (arXiv:1607.06450);
         ``torch.nn.functional.layer_norm`` semantics.
     """
-    x, rows = _input(x)
-    weight = _checked_weight(weight, "weight", x, rows.hidden_size)
-    bias = _checked_weight(bias, "bias", x, rows.hidden_size)
-    eps32 = _check_eps(eps)
-    out = _arrays.output(out, x.shape, x.dtype)
-    _arrays.check_no_overlap(x, "x", out, "out", allow_same=True)
-    if rows.num_rows == 0:
-        return out
-    out_rows = _arrays.rows_of(out, "out")
-    aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride),
-                                     *[(a, 0) for a in (weight, bias) if a is not None])
-    plan = _rowkernel.plan(rows.num_rows, rows.hidden_size, x.dtype, aligned, op="layer_norm")
-    null = np.uint64(0)  # a null pointer for an absent weight or bias
-    _rowkernel.run(LAYER_NORM, (_dtypes.c_type(x.dtype),), plan, (
-        out, x, weight if weight is not None else null, bias if bias is not None else null,
-        np.int64(rows.num_rows), np.int64(rows.hidden_size), np.int64(rows.row_stride),
-        np.int64(out_rows.row_stride), eps32))
-    return out
+    return _LAYER_NORM(x, weight, bias, out, eps)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from cupykern import _arrays, _dtypes, jit, launch
+from cupykern import _arrays, _dtypes, launcher, plans
 from cupykern import rope_scaling as _scaling
 from cupykern.jit import KernelTemplate
+
+__all__ = ["apply_rope", "qk_rms_norm_rope", "rope_cos_sin_cache"]
 
 APPLY_ROPE = KernelTemplate("rope.cu", "apply_rope_kernel")
 QK_RMS_NORM_ROPE = KernelTemplate("rope.cu", "qk_rms_norm_rope_kernel")
@@ -29,132 +31,159 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
             for p in POSITION_TYPES.values():
                 for neox in (True, False):
                     lead = (_dtypes.c_type(d), _dtypes.c_type(c), p, neox)
-                    for w in launch.rope_vec_widths(d, fused_norm=False):
+                    for w in plans.rope_vec_widths(d, fused_norm=False):
                         spaces[APPLY_ROPE].append(APPLY_ROPE.expr(*lead, w))
-                    for w in launch.rope_vec_widths(d, fused_norm=True):
-                        for g in (launch.ROPE_NORM_THREADS_PER_HEAD if w > 1 else (32,)):
+                    for w in plans.rope_vec_widths(d, fused_norm=True):
+                        for g in (plans.ROPE_NORM_THREADS_PER_HEAD if w > 1 else (32,)):
                             spaces[QK_RMS_NORM_ROPE].append(QK_RMS_NORM_ROPE.expr(*lead, w, g))
     return spaces
 
 
-# ----------------------------------------------------------------- checks without a GPU
-def _collapse(shape, strides, name: str, what: str) -> int:
-    """The one element stride that walks axes ``shape`` (row-major) in order; ValueError
-    if they do not flatten (size-1 axes are ignored)."""
-    lead = [(n, s) for n, s in zip(shape, strides) if n != 1]
-    for (_, outer), (n_inner, inner) in zip(lead, lead[1:]):
-        if outer != n_inner * inner:
-            raise ValueError(f"{name}: {what} axes of shape {tuple(shape)} with strides {tuple(strides)} (elements) "
-                             f"do not flatten to one stride; pass a contiguous copy")
-    return lead[-1][1] if lead else 0
+# ----------------------------------------------------------------- intake and plan
+def _qk(a: launcher.Args) -> tuple:
+    """q and k (k may be None) with their head geometry; dtypes, token axes and head_dim agree."""
+    q = _arrays.required(a.q, "q", "a device array (num_tokens, num_q_heads, head_dim)")
+    q_heads = _arrays.heads(q, "q")
+    k = a.k
+    if k is None:
+        return q, q_heads, None, None
+    _arrays.check_dtype(k, q.dtype, "k", "the dtype of q")
+    k_heads = _arrays.heads(k, "k")
+    if k.shape[:-2] != q.shape[:-2]:
+        raise ValueError(f"k: expected the token axes of q {tuple(q.shape[:-2])}, got {tuple(k.shape[:-2])}")
+    if k_heads.head_dim != q_heads.head_dim:
+        raise ValueError(f"k: expected head_dim {q_heads.head_dim} (q's), got {k_heads.head_dim}")
+    return q, q_heads, k, k_heads
 
 
-def _heads(x, name: str) -> tuple[int, int, int, int, int]:
-    """``(num_tokens, num_heads, head_dim, token_stride, head_stride)`` of q or k, strides in elements."""
-    if x.ndim not in (3, 4):
-        raise ValueError(f"{name}: expected shape (num_tokens, num_heads, head_dim) or (batch, seq_len, num_heads, "
-                         f"head_dim), got {tuple(x.shape)}")
-    num_tokens = int(np.prod(x.shape[:-2]))
-    if x.size == 0:  # nothing to address (CuPy reports zero strides for empty arrays)
-        return num_tokens, x.shape[-2], x.shape[-1], 0, 0
-    if any(s % x.itemsize for s in x.strides):
-        raise ValueError(f"{name}: strides {x.strides} are not multiples of the item size {x.itemsize}")
-    strides = [s // x.itemsize for s in x.strides]
-    head_dim = x.shape[-1]
-    if head_dim > 1 and strides[-1] != 1:
-        raise ValueError(f"{name}: the last axis (head_dim) must be unit-stride, got stride {x.strides[-1]} bytes")
-    token_stride = _collapse(x.shape[:-2], strides[:-2], name, "token")
-    head_stride = strides[-2] if x.shape[-2] > 1 else 0
-    return num_tokens, x.shape[-2], head_dim, token_stride, head_stride
+def _qk_disjoint(q_heads, k_heads) -> tuple:
+    # Both are rotated in place by one launch; exact for heads laid out contiguously
+    # within a token (slices of one fused QKV row), conservative otherwise.
+    if k_heads is None:
+        return ()
+    return (launcher.Disjoint("q", "k", a_rows=_arrays.heads_as_rows(q_heads), b_rows=_arrays.heads_as_rows(k_heads)),)
 
 
-def _positions(positions, token_shape, name: str = "positions"):
-    positions = _arrays.as_device_array(positions, name)
-    if positions.dtype not in POSITION_TYPES:
-        raise TypeError(f"{name}: expected dtype int32 or int64, got {positions.dtype}")
-    if tuple(positions.shape) != tuple(token_shape):
-        raise ValueError(f"{name}: expected shape {tuple(token_shape)} (one position per token), got "
-                         f"{tuple(positions.shape)}")
-    stride = _collapse(positions.shape, [s // positions.itemsize for s in positions.strides], name, "token")
-    return positions, stride
+def _positions(sig, token_shape) -> tuple[_arrays.Sig, int]:
+    sig = _arrays.required(sig, "positions", "a device array of int32 or int64 positions")
+    if sig.dtype not in POSITION_TYPES:
+        raise TypeError(f"positions: expected dtype int32 or int64, got {sig.dtype}")
+    if tuple(sig.shape) != tuple(token_shape):
+        raise ValueError(f"positions: expected shape {tuple(token_shape)} (one position per token), got "
+                         f"{tuple(sig.shape)}")
+    stride = _arrays.collapse(sig.shape, [s // sig.itemsize for s in sig.strides], "positions", "token")
+    return sig, stride
 
 
-def _cache(cos_sin_cache, dtype, head_dim: int):
-    cache = _arrays.as_device_array(cos_sin_cache, "cos_sin_cache")
+def _cache(sig, dtype, head_dim: int) -> tuple[_arrays.Sig, int, int]:
+    """The cos/sin table with its rotary_dim and row stride (elements)."""
+    cache = _arrays.required(sig, "cos_sin_cache", "a device array (max_position, rotary_dim)")
     if cache.dtype not in _cache_dtypes(dtype):
         raise TypeError(f"cos_sin_cache: expected dtype float32 or q's dtype {dtype}, got {cache.dtype}")
-    if cache.ndim != 2:
+    if len(cache.shape) != 2:
         raise ValueError(f"cos_sin_cache: expected shape (max_position, rotary_dim), got {tuple(cache.shape)}")
-    rotary_dim = cache.shape[1]
+    rows, rotary_dim = cache.shape
     if rotary_dim < 2 or rotary_dim % 2:
         raise ValueError(f"cos_sin_cache: rotary_dim = shape[1] must be even and >= 2, got {rotary_dim}")
     if rotary_dim > head_dim:
         raise ValueError(f"cos_sin_cache: rotary_dim ({rotary_dim}) must be <= head_dim ({head_dim})")
-    if cache.shape[0] > 1 and cache.strides[1] != cache.itemsize:
+    if rows >= 1 and cache.strides[1] != cache.itemsize:
         raise ValueError(f"cos_sin_cache: the last axis must be unit-stride, got stride {cache.strides[1]} bytes")
     if cache.strides[0] % cache.itemsize:
         raise ValueError(f"cos_sin_cache: row stride {cache.strides[0]} bytes is not a multiple of the item size")
-    cache_stride = cache.strides[0] // cache.itemsize if cache.shape[0] > 1 else rotary_dim
-    return cache, rotary_dim, cache_stride
+    row_stride = cache.strides[0] // cache.itemsize if rows > 1 else rotary_dim
+    return cache, rotary_dim, row_stride
 
 
-def _qk(q, k, name_k: str = "k"):
-    """q and k (or None) as device arrays with their geometry; checks dtypes and shapes agree."""
-    q = _arrays.as_device_array(q, "q")
-    _arrays.check_supported_dtype(q, "q")
-    q_geo = _heads(q, "q")
-    if k is None:
-        return q, q_geo, None, None
-    k = _arrays.as_device_array(k, name_k)
-    _arrays.check_dtype(k, q.dtype, name_k, "the dtype of q")
-    k_geo = _heads(k, name_k)
-    if k.shape[:-2] != q.shape[:-2]:
-        raise ValueError(f"{name_k}: expected the token axes of q {tuple(q.shape[:-2])}, got {tuple(k.shape[:-2])}")
-    if k_geo[2] != q_geo[2]:
-        raise ValueError(f"{name_k}: expected head_dim {q_geo[2]} (q's), got {k_geo[2]}")
-    if q.size and k.size and _heads_overlap(q.data.ptr, q_geo, _arrays.byte_extent(q), k.data.ptr, k_geo,
-                                            _arrays.byte_extent(k), q.itemsize):
-        raise ValueError(f"{name_k} overlaps q in memory: both are rotated in place by one launch")
-    return q, q_geo, k, k_geo
-
-
-def _heads_overlap(q_ptr: int, q_geo, q_extent, k_ptr: int, k_geo, k_extent, itemsize: int) -> bool:
-    """Whether q and k (``_heads`` geometries) may share an element. Exact for heads laid
-    out contiguously within a token (slices of one fused QKV row), conservative otherwise."""
-    def rows(geo):
-        num_tokens, num_heads, head_dim, token_stride, head_stride = geo
-        contiguous = num_heads == 1 or head_stride == head_dim
-        return _arrays.Rows(num_tokens, num_heads * head_dim, token_stride) if contiguous else None
-
-    q_rows, k_rows = rows(q_geo), rows(k_geo)
-    if q_rows is None or k_rows is None:
-        return not (q_extent[1] <= k_extent[0] or k_extent[1] <= q_extent[0])
-    return _arrays.rows_overlap(q_ptr, q_rows, itemsize, k_ptr, k_rows, itemsize, q_extent, k_extent)
-
-
-def _max_vec_width(dtype, fused_norm: bool, cache, cache_stride: int, *arrays_and_strides) -> int:
-    """Widest compiled vector width all pointers and strides allow (the cache is read in
+def _max_vec_width(dtype, fused_norm: bool, cache: _arrays.Sig, cache_stride: int, *sigs_and_strides) -> int:
+    """Widest compiled vector width all addresses and strides allow (the cache is read in
     accesses of at most 16 bytes)."""
-    for w in reversed(launch.rope_vec_widths(dtype, fused_norm=fused_norm)):
+    for w in reversed(plans.rope_vec_widths(dtype, fused_norm=fused_norm)):
         cache_w = max(1, min(w, 16 // cache.itemsize))
-        if (_arrays.vector_aligned(w, *arrays_and_strides)
-                and _arrays.vector_aligned(cache_w, (cache, cache_stride))):
+        if _arrays.vector_aligned(w, *sigs_and_strides) and _arrays.vector_aligned(cache_w, (cache, cache_stride)):
             return w
     return 1
+
+
+def _prepare_apply_rope(a: launcher.Args) -> launcher.Launch:
+    q, qh, k, kh = _qk(a)
+    positions, pos_stride = _positions(a.positions, q.shape[:-2])
+    cache, rotary_dim, cache_stride = _cache(a.cos_sin_cache, q.dtype, qh.head_dim)
+    inplace = bool(a.inplace)
+    num_kv_heads, k_ts, k_hs = (kh.num_heads, kh.token_stride, kh.head_stride) if k is not None else (0, 0, 0)
+    if inplace:
+        names, allocate = ("q", "k"), ()
+        q_out, k_out, qo_ts, qo_hs, ko_ts, ko_hs = q, k, qh.token_stride, qh.head_stride, k_ts, k_hs
+    else:  # new C-contiguous outputs
+        names = ("q_out", "k_out")
+        allocate = (("q_out", q.shape, q.dtype),) + ((("k_out", k.shape, k.dtype),) if k is not None else ())
+        q_out = _arrays.Sig.contiguous(q.shape, q.dtype)
+        k_out = _arrays.Sig.contiguous(k.shape, k.dtype) if k is not None else None
+        qo_ts, qo_hs, ko_ts, ko_hs = qh.num_heads * qh.head_dim, qh.head_dim, num_kv_heads * qh.head_dim, qh.head_dim
+    if qh.num_tokens == 0 or qh.num_heads + num_kv_heads == 0:
+        return launcher.Launch(None, allocate=allocate, returns=names)
+    strided = [(q, qh.token_stride), (q, qh.head_stride), (q_out, qo_ts), (q_out, qo_hs)]
+    if k is not None:
+        strided += [(k, k_ts), (k, k_hs), (k_out, ko_ts), (k_out, ko_hs)]
+    max_vec = _max_vec_width(q.dtype, False, cache, cache_stride, *strided)
+    plan = plans.plan_rope(qh.num_tokens, qh.num_heads + num_kv_heads, qh.head_dim, rotary_dim, q.dtype,
+                           max_vec_width=max_vec, fused_norm=False, limits=a.limits, overrides=a.overrides,
+                           op="apply_rope")
+    return launcher.Launch(
+        APPLY_ROPE, (_dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype), POSITION_TYPES[positions.dtype],
+                     bool(a.is_neox), plan.vec_width), plan,
+        pointers=(*names, "q", "k", "positions", "cos_sin_cache"),
+        scalars=(*map(np.int64, (qh.num_tokens, qh.num_heads, num_kv_heads, qh.head_dim, rotary_dim, cache.shape[0],
+                                 pos_stride, qh.token_stride, qh.head_stride, k_ts, k_hs, qo_ts, qo_hs, ko_ts, ko_hs,
+                                 cache_stride)),
+                 *map(np.int32, (plan.threads_per_head, plan.head_slots, plan.tokens_per_block, 0 if inplace else 1))),
+        allocate=allocate, returns=names, disjoint=_qk_disjoint(qh, kh))
+
+
+def _prepare_qk_rms_norm_rope(a: launcher.Args) -> launcher.Launch:
+    if a.k is None:
+        raise TypeError("k: expected a device array (num_tokens, num_kv_heads, head_dim), got None")
+    q, qh, k, kh = _qk(a)
+    q_weight = _arrays.vector(a.q_weight, "q_weight", q.dtype, qh.head_dim, what="the dtype of q")
+    k_weight = _arrays.vector(a.k_weight, "k_weight", q.dtype, qh.head_dim, what="the dtype of q")
+    positions, pos_stride = _positions(a.positions, q.shape[:-2])
+    cache, rotary_dim, cache_stride = _cache(a.cos_sin_cache, q.dtype, qh.head_dim)
+    eps = _arrays.eps(a.eps)
+    if qh.num_tokens == 0 or qh.num_heads + kh.num_heads == 0:
+        return launcher.Launch(None, returns=("q", "k"))
+    max_vec = _max_vec_width(q.dtype, True, cache, cache_stride, (q, qh.token_stride), (q, qh.head_stride),
+                             (k, kh.token_stride), (k, kh.head_stride), (q_weight, 0), (k_weight, 0))
+    plan = plans.plan_rope(qh.num_tokens, qh.num_heads + kh.num_heads, qh.head_dim, rotary_dim, q.dtype,
+                           max_vec_width=max_vec, fused_norm=True, limits=a.limits, overrides=a.overrides,
+                           op="qk_rms_norm_rope")
+    return launcher.Launch(
+        QK_RMS_NORM_ROPE, (_dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype), POSITION_TYPES[positions.dtype],
+                           bool(a.is_neox), plan.vec_width, plan.threads_per_head), plan,
+        pointers=("q", "k", "q_weight", "k_weight", "positions", "cos_sin_cache"),
+        scalars=(*map(np.int64, (qh.num_tokens, qh.num_heads, kh.num_heads, qh.head_dim, rotary_dim, cache.shape[0],
+                                 pos_stride, qh.token_stride, qh.head_stride, kh.token_stride, kh.head_stride,
+                                 cache_stride)),
+                 eps, np.int32(plan.head_slots), np.int32(plan.tokens_per_block)),
+        returns=("q", "k"), disjoint=_qk_disjoint(qh, kh))
+
+
+_APPLY_ROPE = launcher.Op("apply_rope", arrays=("q", "k", "positions", "cos_sin_cache", "q_out", "k_out"),
+                          scalars=("is_neox", "inplace"), prepare=_prepare_apply_rope, plan_kind="rope")
+_QK_RMS_NORM_ROPE = launcher.Op("qk_rms_norm_rope",
+                                arrays=("q", "k", "q_weight", "k_weight", "positions", "cos_sin_cache"),
+                                scalars=("eps", "is_neox"), prepare=_prepare_qk_rms_norm_rope, plan_kind="rope")
 
 
 def _check_positions_in_range(positions, max_position: int) -> None:
     """ValueError if a position is outside [0, max_position): one min/max reduction and a sync."""
     import cupy
 
+    if positions.size == 0:
+        return
     lo, hi = (int(v) for v in cupy.stack((positions.min(), positions.max())).get())
     if lo < 0 or hi >= max_position:
         raise ValueError(f"positions: expected values in [0, {max_position}) (the rows of cos_sin_cache), got "
                          f"min {lo}, max {hi}; pass check_positions=False to leave such tokens unchanged")
-
-
-def _null():
-    return np.uint64(0)
 
 
 # ----------------------------------------------------------------- public API
@@ -273,52 +302,11 @@ def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, inplace:
         of vLLM's ``rotary_embedding`` and FlashInfer's
         ``apply_rope_with_cos_sin_cache``; GPT-J pairing as llama.cpp's ``rope``.
     """
-    import cupy
-
-    q, (num_tokens, num_q_heads, head_dim, q_ts, q_hs), k, k_geo = _qk(q, k)
-    positions, pos_stride = _positions(positions, q.shape[:-2])
-    cache, rotary_dim, cache_stride = _cache(cos_sin_cache, q.dtype, head_dim)
-    num_kv_heads, k_ts, k_hs = (k_geo[1], k_geo[3], k_geo[4]) if k is not None else (0, 0, 0)
-    if inplace:
-        q_out, k_out, qo_ts, qo_hs, ko_ts, ko_hs = q, k, q_ts, q_hs, k_ts, k_hs
-    else:
-        q_out = cupy.empty(q.shape, q.dtype)
-        k_out = cupy.empty(k.shape, k.dtype) if k is not None else None
-        qo_ts, qo_hs = num_q_heads * head_dim, head_dim
-        ko_ts, ko_hs = num_kv_heads * head_dim, head_dim
-    if num_tokens == 0 or num_q_heads + num_kv_heads == 0:
-        return q_out, k_out
     if check_positions:
-        _check_positions_in_range(positions, cache.shape[0])
-
-    strided = [(q, q_ts), (q, q_hs), (q_out, qo_ts), (q_out, qo_hs)]
-    if k is not None:
-        strided += [(k, k_ts), (k, k_hs), (k_out, ko_ts), (k_out, ko_hs)]
-    max_vec = _max_vec_width(q.dtype, False, cache, cache_stride, *strided)
-    plan = launch.plan_rope(num_tokens, num_q_heads + num_kv_heads, head_dim, rotary_dim, q.dtype,
-                            max_vec_width=max_vec, fused_norm=False,
-                            limits=launch.DeviceLimits.of_device(cupy.cuda.Device().id))
-    kernel = jit.get_kernel(APPLY_ROPE, _dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype),
-                            POSITION_TYPES[positions.dtype], bool(is_neox), plan.vec_width)
-    kernel(plan.grid, plan.block, (
-        q_out, k_out if k is not None else _null(), q, k if k is not None else _null(), positions, cache,
-        np.int64(num_tokens), np.int64(num_q_heads), np.int64(num_kv_heads), np.int64(head_dim),
-        np.int64(rotary_dim), np.int64(cache.shape[0]), np.int64(pos_stride),
-        np.int64(q_ts), np.int64(q_hs), np.int64(k_ts), np.int64(k_hs),
-        np.int64(qo_ts), np.int64(qo_hs), np.int64(ko_ts), np.int64(ko_hs), np.int64(cache_stride),
-        np.int32(plan.threads_per_head), np.int32(plan.head_slots), np.int32(plan.tokens_per_block),
-        np.int32(0 if inplace else 1)))
-    return q_out, k_out
-
-
-def _norm_weight(weight, name: str, dtype, head_dim: int):
-    weight = _arrays.as_device_array(weight, name)
-    _arrays.check_dtype(weight, dtype, name, "the dtype of q")
-    _arrays.check_shape(weight, (head_dim,), name)
-    if head_dim > 1 and weight.strides[0] != weight.itemsize:
-        raise ValueError(f"{name}: must be unit-stride, got stride {weight.strides[0]} bytes")
-    return weight
-
+        q, k, positions, cos_sin_cache, _, _ = _APPLY_ROPE.intake(q, k, positions, cos_sin_cache, None, None, is_neox,
+                                                                  inplace)
+        _check_positions_in_range(positions, cos_sin_cache.shape[0])
+    return _APPLY_ROPE(q, k, positions, cos_sin_cache, None, None, is_neox, inplace)
 
 def qk_rms_norm_rope(q, k, q_weight, k_weight, positions, cos_sin_cache, eps: float = 1e-6, *,
                      is_neox: bool = True, check_positions: bool = True):
@@ -362,34 +350,8 @@ def qk_rms_norm_rope(q, k, q_weight, k_weight, positions, cos_sin_cache, eps: fl
         QK-norm placement as in Hugging Face's Qwen3Attention, Olmo2Attention and
         Gemma3Attention.
     """
-    import cupy
-
-    if k is None:
-        raise TypeError("k: expected a device array (num_tokens, num_kv_heads, head_dim), got None")
-    q, (num_tokens, num_q_heads, head_dim, q_ts, q_hs), k, (_, num_kv_heads, _, k_ts, k_hs) = _qk(q, k)
-    q_weight = _norm_weight(q_weight, "q_weight", q.dtype, head_dim)
-    k_weight = _norm_weight(k_weight, "k_weight", q.dtype, head_dim)
-    positions, pos_stride = _positions(positions, q.shape[:-2])
-    cache, rotary_dim, cache_stride = _cache(cos_sin_cache, q.dtype, head_dim)
-    eps32 = np.float32(eps)
-    if not (np.isfinite(eps32) and eps32 >= 0):
-        raise ValueError(f"eps: expected a finite value >= 0, got {eps!r}")
-    if num_tokens == 0 or num_q_heads + num_kv_heads == 0:
-        return q, k
     if check_positions:
-        _check_positions_in_range(positions, cache.shape[0])
-
-    max_vec = _max_vec_width(q.dtype, True, cache, cache_stride, (q, q_ts), (q, q_hs), (k, k_ts), (k, k_hs),
-                             (q_weight, 0), (k_weight, 0))
-    plan = launch.plan_rope(num_tokens, num_q_heads + num_kv_heads, head_dim, rotary_dim, q.dtype,
-                            max_vec_width=max_vec, fused_norm=True,
-                            limits=launch.DeviceLimits.of_device(cupy.cuda.Device().id))
-    kernel = jit.get_kernel(QK_RMS_NORM_ROPE, _dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype),
-                            POSITION_TYPES[positions.dtype], bool(is_neox), plan.vec_width, plan.threads_per_head)
-    kernel(plan.grid, plan.block, (
-        q, k, q_weight, k_weight, positions, cache,
-        np.int64(num_tokens), np.int64(num_q_heads), np.int64(num_kv_heads), np.int64(head_dim),
-        np.int64(rotary_dim), np.int64(cache.shape[0]), np.int64(pos_stride),
-        np.int64(q_ts), np.int64(q_hs), np.int64(k_ts), np.int64(k_hs), np.int64(cache_stride),
-        eps32, np.int32(plan.head_slots), np.int32(plan.tokens_per_block)))
-    return q, k
+        q, k, q_weight, k_weight, positions, cos_sin_cache = _QK_RMS_NORM_ROPE.intake(
+            q, k, q_weight, k_weight, positions, cos_sin_cache, eps, is_neox)
+        _check_positions_in_range(positions, cos_sin_cache.shape[0])
+    return _QK_RMS_NORM_ROPE(q, k, q_weight, k_weight, positions, cos_sin_cache, eps, is_neox)

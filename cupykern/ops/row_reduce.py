@@ -4,23 +4,53 @@ from __future__ import annotations
 
 import numpy as np
 
-from cupykern import _arrays, _dtypes, _rowkernel, launch
+from cupykern import _arrays, _dtypes, launcher, plans
 from cupykern.jit import KernelTemplate
+
+__all__ = ["row_reduce"]
 
 ROW_REDUCE = KernelTemplate("row_reduce.cu", "row_reduce_kernel")
 
-#: op name -> kOp of the kernel; "mean" is "sum" scaled by 1 / n.
-OPS = {"sum": 0, "mean": 0, "sumsq": 1, "max": 2, "min": 3}
+#: kOp values of row_reduce_kernel (kernels_cu/row_reduce.cu).
+K_SUM, K_SUMSQ, K_MAX, K_MIN = 0, 1, 2, 3
+#: op name -> kOp; "mean" is the sum scaled by 1 / n.
+OPS = {"sum": K_SUM, "mean": K_SUM, "sumsq": K_SUMSQ, "max": K_MAX, "min": K_MIN}
 
 
 def _layouts(dtype):
-    """One-pass kernel: the register cache size does not apply."""
-    return sorted({(lay.threads_per_row, lay.vec_width, lay.warp_size) for lay in launch.row_layouts(dtype)})
+    """The one-pass kernel's layouts: threads per row and vector width (no register cache)."""
+    return sorted({lay.one_pass_template_args() for lay in plans.row_layouts(dtype)})
 
 
 def instantiations() -> dict[KernelTemplate, list[str]]:
     return {ROW_REDUCE: [ROW_REDUCE.expr(k, _dtypes.c_type(d), *layout) for k in sorted(set(OPS.values()))
                          for d in _dtypes.DTYPES for layout in _layouts(d)]}
+
+
+def _prepare(a: launcher.Args) -> launcher.Launch:
+    op = _arrays.choice(a.op, OPS, "op")
+    x, rows = _arrays.row_input(a.x)
+    out = _arrays.output(a.out, "out", x.shape[:-1], _dtypes.float32)
+    allocate = (("out", x.shape[:-1], _dtypes.float32),) if a.out is None else ()
+    if rows.num_rows == 0:
+        return launcher.Launch(None, allocate=allocate, returns="out")
+    # out is (...,) with any strides: view it as rows of one element.
+    out_stride = _arrays.rows_view(out.shape + (1,), out.strides + (out.itemsize,), out.itemsize, "out").row_stride
+    aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride))
+    plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits,
+                           op="row_reduce", overrides=a.overrides)
+    scale = np.float32(1.0 / rows.hidden_size) if op == "mean" else np.float32(1.0)
+    return launcher.Launch(
+        ROW_REDUCE, (OPS[op], _dtypes.c_type(x.dtype), *plan.layout.one_pass_template_args()), plan,
+        pointers=("out", "x"),
+        scalars=(np.int64(rows.num_rows), np.int64(rows.hidden_size), np.int64(rows.row_stride), np.int64(out_stride),
+                 scale),
+        allocate=allocate, returns="out",
+        disjoint=(launcher.Disjoint("x", "out"),))
+
+
+_ROW_REDUCE = launcher.Op("row_reduce", arrays=("x", "out"), scalars=("op",), prepare=_prepare, plan_kind="rows",
+                          launch_options=plans.ROW_OVERRIDE_KEYS)
 
 
 def row_reduce(x, op: str, *, out=None):
@@ -41,7 +71,8 @@ def row_reduce(x, op: str, *, out=None):
 
     Raises:
         TypeError: non-device ``x``/``out``, unsupported dtype, ``out`` not float32.
-        ValueError: unknown ``op``, wrong ``out`` shape, bad strides, n == 0.
+        ValueError: unknown ``op``, wrong ``out`` shape, bad strides, n == 0, ``out``
+            overlapping ``x``.
 
     Notes:
         fp32 accumulation (never in fp16/bf16); max and min propagate NaN as NumPy.
@@ -49,21 +80,4 @@ def row_reduce(x, op: str, *, out=None):
     References:
         ``numpy.sum``/``mean``/``max``/``min`` over ``axis=-1``.
     """
-    if not isinstance(op, str) or op not in OPS:
-        raise ValueError(f"op: expected one of {sorted(OPS)}, got {op!r}")
-    x = _arrays.as_device_array(x, "x")
-    _arrays.check_supported_dtype(x, "x")
-    rows = _arrays.rows_of(x, "x")
-    _arrays.check_hidden_size(rows, "x")
-    out = _arrays.output(out, x.shape[:-1], _dtypes.float32)
-    if rows.num_rows == 0:
-        return out
-    # out is (...,) with any strides: view it as rows of one element.
-    out_stride = _arrays.rows_view(out.shape + (1,), out.strides + (out.itemsize,), out.itemsize, "out").row_stride
-    aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride))
-    plan = _rowkernel.plan(rows.num_rows, rows.hidden_size, x.dtype, aligned, op="row_reduce")
-    scale = np.float32(1.0 / rows.hidden_size) if op == "mean" else np.float32(1.0)
-    _rowkernel.run(ROW_REDUCE, (OPS[op], _dtypes.c_type(x.dtype)), plan, (
-        out, x, np.int64(rows.num_rows), np.int64(rows.hidden_size), np.int64(rows.row_stride),
-        np.int64(out_stride), scale), cache_vectors=False)
-    return out
+    return _ROW_REDUCE(x, out, op)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from cupykern import _arrays, _dtypes, _rowkernel, launch
+from cupykern import _arrays, _dtypes, launcher, plans
 from cupykern.jit import KernelTemplate
+
+__all__ = ["softmax"]
 
 SOFTMAX = KernelTemplate("softmax.cu", "softmax_kernel")
 
@@ -17,7 +19,36 @@ def _dtype_pairs():
 
 def instantiations() -> dict[KernelTemplate, list[str]]:
     return {SOFTMAX: [SOFTMAX.expr(_dtypes.c_type(d), _dtypes.c_type(o), *layout.template_args())
-                      for d, o in _dtype_pairs() for layout in launch.row_layouts(d)]}
+                      for d, o in _dtype_pairs() for layout in plans.row_layouts(d)]}
+
+
+def _prepare(a: launcher.Args) -> launcher.Launch:
+    x, rows = _arrays.row_input(a.x)
+    temperature = np.float32(a.temperature)
+    if not (np.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature: expected a finite value > 0, got {a.temperature!r}")
+    out_dtype = _dtypes.float32 if a.out is None else a.out.dtype
+    if out_dtype not in (_dtypes.float32, x.dtype):
+        raise TypeError(f"out: expected dtype float32 or {x.dtype} (x's), got {out_dtype}")
+    out = _arrays.output(a.out, "out", x.shape, out_dtype)
+    out_rows = _arrays.rows_of(out, "out")
+    allocate = (("out", x.shape, out_dtype),) if a.out is None else ()
+    if rows.num_rows == 0:
+        return launcher.Launch(None, allocate=allocate, returns="out")
+    aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride))
+    plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits, op="softmax",
+                           overrides=a.overrides)
+    return launcher.Launch(
+        SOFTMAX, (_dtypes.c_type(x.dtype), _dtypes.c_type(out_dtype), *plan.layout.template_args()), plan,
+        pointers=("out", "x"),
+        scalars=(np.int64(rows.num_rows), np.int64(rows.hidden_size), np.int64(rows.row_stride),
+                 np.int64(out_rows.row_stride), np.float32(1.0 / temperature)),
+        allocate=allocate, returns="out",
+        disjoint=(launcher.Disjoint("x", "out", allow_same=True, a_rows=rows, b_rows=out_rows),))
+
+
+_SOFTMAX = launcher.Op("softmax", arrays=("x", "out"), scalars=("temperature",), prepare=_prepare, plan_kind="rows",
+                       launch_options=plans.ROW_OVERRIDE_KEYS)
 
 
 def softmax(x, *, temperature: float = 1.0, out=None):
@@ -53,25 +84,4 @@ def softmax(x, *, temperature: float = 1.0, out=None):
         The standard numerically stable softmax (Goodfellow, Bengio & Courville, Deep
         Learning, 2016, sec. 4.1); ``torch.softmax`` semantics.
     """
-    x = _arrays.as_device_array(x, "x")
-    _arrays.check_supported_dtype(x, "x")
-    rows = _arrays.rows_of(x, "x")
-    _arrays.check_hidden_size(rows, "x")
-    temperature32 = np.float32(temperature)
-    if not (np.isfinite(temperature32) and temperature32 > 0):
-        raise ValueError(f"temperature: expected a finite value > 0, got {temperature!r}")
-    if out is not None:
-        out = _arrays.as_device_array(out, "out")
-        if out.dtype not in (_dtypes.float32, x.dtype):
-            raise TypeError(f"out: expected dtype float32 or {x.dtype} (x's), got {out.dtype}")
-    out = _arrays.output(out, x.shape, out.dtype if out is not None else _dtypes.float32)
-    _arrays.check_no_overlap(x, "x", out, "out", allow_same=True)
-    if rows.num_rows == 0:
-        return out
-    out_rows = _arrays.rows_of(out, "out")
-    aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride))
-    plan = _rowkernel.plan(rows.num_rows, rows.hidden_size, x.dtype, aligned, op="softmax")
-    _rowkernel.run(SOFTMAX, (_dtypes.c_type(x.dtype), _dtypes.c_type(out.dtype)), plan, (
-        out, x, np.int64(rows.num_rows), np.int64(rows.hidden_size), np.int64(rows.row_stride),
-        np.int64(out_rows.row_stride), np.float32(1.0 / temperature32)))
-    return out
+    return _SOFTMAX(x, out, temperature)

@@ -2,14 +2,13 @@
 
 They take NumPy or CuPy arrays and return float64 NumPy arrays; in-place ops return
 the tuple of what they would have written. Tests, ``cupykern check``, the sweep and
-the benchmarks validate the kernels against these.
+the benchmarks validate the kernels against these. The names are every
+``cupykern/reference/<family>.py``'s ``__all__`` (families: ``cupykern.families``).
 """
 
-from cupykern.reference.activation import gelu_and_mul, silu_and_mul, swiglu
-from cupykern.reference.norm import fused_add_rms_norm, layer_norm, rms_norm
-from cupykern.reference.rope import apply_rope, qk_rms_norm_rope, rope_cos_sin_cache
-from cupykern.reference.row_reduce import row_reduce
-from cupykern.reference.softmax import softmax
+from cupykern import families as _families
 
-__all__ = ["apply_rope", "fused_add_rms_norm", "gelu_and_mul", "layer_norm", "qk_rms_norm_rope", "rms_norm",
-           "rope_cos_sin_cache", "row_reduce", "silu_and_mul", "softmax", "swiglu"]
+_TWINS = _families.public_names("reference")
+globals().update(_TWINS)
+
+__all__ = sorted(_TWINS)

@@ -15,6 +15,8 @@ import numpy as np
 
 from cupykern.reference._common import f64, host
 
+__all__ = ["gelu_and_mul", "silu_and_mul", "swiglu"]
+
 _SQRT_HALF = math.sqrt(0.5)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _erfc = np.frompyfunc(math.erfc, 1, 1)

@@ -6,6 +6,8 @@ import numpy as np
 
 from cupykern.reference._common import f64, host, round_to
 
+__all__ = ["fused_add_rms_norm", "layer_norm", "rms_norm"]
+
 
 def rms_norm(x, weight, eps: float = 1e-6, *, weight_offset: float = 0.0) -> np.ndarray:
     """``x / sqrt(mean(x**2) + eps) * (weight + weight_offset)`` in float64 (arXiv:1910.07467)."""

@@ -12,6 +12,8 @@ from cupykern import rope_scaling as _scaling
 from cupykern.reference._common import f64, host
 from cupykern.reference.norm import rms_norm
 
+__all__ = ["apply_rope", "qk_rms_norm_rope", "rope_cos_sin_cache"]
+
 
 def rope_cos_sin_cache(max_position: int, rotary_dim: int, base: float = 10000.0, *, rope_scaling=None) -> np.ndarray:
     """The ``(max_position, rotary_dim)`` cos/sin table in float64, unrounded

@@ -6,6 +6,8 @@ import numpy as np
 
 from cupykern.reference._common import f64
 
+__all__ = ["row_reduce"]
+
 _OPS = {
     "sum": lambda x: np.sum(x, axis=-1),
     "mean": lambda x: np.mean(x, axis=-1),

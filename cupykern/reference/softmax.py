@@ -6,6 +6,8 @@ import numpy as np
 
 from cupykern.reference._common import f64
 
+__all__ = ["softmax"]
+
 
 def softmax(x, *, temperature: float = 1.0) -> np.ndarray:
     """Max-subtracted softmax of ``x / temperature`` over the last axis, float64.

@@ -1,8 +1,10 @@
-"""Op registry: one :class:`OpSpec` per public op, the single source of test inputs,
-references, byte counts and default sizes for ``cupykern check``, ``cupykern sweep``
-and the benchmarks (bench/).
+"""Op registry: one :class:`OpSpec` per public op: how ``cupykern check``, the sweep
+engine (cupykern/sweep.py) and the benchmarks (bench/) draw its inputs, run it, check
+it against its float64 reference and count its bytes. Tests draw their own inputs,
+shaped to the property each test checks.
 
-Each family declares its specs in ``cupykern/registry/<family>.py`` as ``SPECS``.
+Each family declares its specs in ``cupykern/registry/<family>.py`` as ``SPECS``;
+:func:`all_specs` gathers them over ``cupykern.families.FAMILIES``.
 
 Model presets (cupykern/models.py): :meth:`OpSpec.size_for_model` gives an op's row
 size for a model (hidden_size for norms, softmax and row_reduce, intermediate_size for
@@ -102,10 +104,6 @@ def random_device(rng: np.random.Generator, shape, dtype, scale: float = 1.0, lo
 
 def all_specs() -> dict[str, OpSpec]:
     """Every registered op by name, in family order."""
-    from cupykern.registry import activation, norm, rope, row_reduce, softmax
+    from cupykern import families
 
-    specs: dict[str, OpSpec] = {}
-    for module in (norm, softmax, row_reduce, activation, rope):
-        for spec in module.SPECS:
-            specs[spec.name] = spec
-    return specs
+    return {spec.name: spec for module in families.modules("registry") for spec in module.SPECS}

@@ -1,27 +1,34 @@
-"""Launch configuration: every choice of threads, vector width and grid lives here.
+"""Plan rules: every choice of threads, vector width and grid lives here.
 
-Split so that batch invariance holds by construction:
+Pure functions of sizes, dtypes, alignment, device limits and explicit overrides (no
+CuPy calls except reading a device's limits), so CPU tests check them against an
+H200's limits built by hand. The launcher (cupykern/launcher.py) calls them once per
+call signature and caches the result.
+
+Row kernels (norm, softmax, row_reduce) are split so that batch invariance holds by
+construction:
 
 * :class:`RowLayout` fixes how one row is reduced (threads per row, vector width; how
   many vectors a thread keeps in registers does not change the order). It is chosen
   by :func:`row_layout` from the row size, dtype and alignment only; no argument
   mentions the number of rows, so a row's bits cannot depend on the batch.
-* :class:`LaunchPlan` adds what may vary with the batch: rows per block and the grid.
+* :class:`RowPlan` adds what may vary with the batch: rows per block and the grid.
 
-Heuristics are the module-level tables below; overrides (CLI sweeps) go through
-:func:`plan_rows` keyword arguments and are validated against :class:`DeviceLimits`.
+The heuristics' constants are named below, each with the measurement behind it (or
+saying that there is none yet). Overrides (``launcher.overrides``, used by sweeps) come
+in as a dict; each plan rule names the keys it takes and rejects the others.
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from cupykern import _dtypes, tuning
 
 WARP_SIZE = 32
-MAX_THREADS_PER_ROW = 1024
+#: Threads of a block on every CUDA GPU so far (sweeps check --block-size against it).
+MAX_BLOCK_SIZE = 1024
 #: Register-cache sizes a kernel is compiled for (vectors per thread).
 VECS_PER_THREAD_CHOICES = (1, 2, 4, 8)
 THREADS_PER_ROW_CHOICES = tuple(2**i for i in range(11))  # 1 .. 1024
@@ -60,7 +67,8 @@ class DeviceLimits:
 
     @staticmethod
     @lru_cache(maxsize=None)
-    def of_device(device_id: int | None = None) -> "DeviceLimits":
+    def of_device(device_id: int) -> "DeviceLimits":
+        """The limits of GPU ``device_id`` (read once per device)."""
         import cupy
 
         device = cupy.cuda.Device(device_id)
@@ -80,6 +88,18 @@ class DeviceLimits:
 H200_LIMITS = DeviceLimits(name="NVIDIA H200", sm_count=132)
 
 
+def check_override_keys(overrides: dict, allowed, what: str) -> None:
+    """ValueError if ``overrides`` has keys ``what``'s plan rule does not take (never ignored)."""
+    unknown = sorted(set(overrides) - set(allowed))
+    if unknown:
+        takes = ", ".join(sorted(allowed)) or "none"
+        raise ValueError(f"launch overrides {unknown} do not apply to {what} (its plan takes: {takes})")
+
+
+def _pow2(n: int) -> bool:
+    return n >= 1 and not n & (n - 1)
+
+
 @dataclass(frozen=True)
 class RowLayout:
     """How the threads of one row group read and reduce their row."""
@@ -90,16 +110,26 @@ class RowLayout:
     warp_size: int = WARP_SIZE
 
     def template_args(self) -> tuple[int, int, int, int]:
-        """(kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize) for the row kernels."""
+        """(kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize) of a two-pass row kernel."""
         return (self.threads_per_row, self.vec_width, self.vecs_per_thread, self.warp_size)
+
+    def one_pass_template_args(self) -> tuple[int, int, int]:
+        """(kThreadsPerRow, kVecWidth, kWarpSize) of a one-pass row kernel (row_reduce),
+        which keeps nothing in registers between passes, so has no kVecsPerThread."""
+        return (self.threads_per_row, self.vec_width, self.warp_size)
 
 
 @dataclass(frozen=True)
-class LaunchPlan:
+class RowPlan:
+    """How a row kernel is launched: the row layout, rows per block and the grid."""
+
     layout: RowLayout
     rows_per_block: int
     grid: tuple[int, int, int]
     origin: str  # "heuristic", "tuned" or "override"
+
+    kind = "rows"
+    shared_mem_bytes = 0
 
     @property
     def block_size(self) -> int:
@@ -108,6 +138,19 @@ class LaunchPlan:
     @property
     def block(self) -> tuple[int, int, int]:
         return (self.block_size, 1, 1)
+
+    def fields(self) -> dict:
+        """The plan as flat fields of a sweep point (:data:`PLAN_FIELDS`)."""
+        layout = self.layout
+        return {**dict.fromkeys(PLAN_FIELDS), "plan_kind": self.kind, "origin": self.origin, "grid": self.grid[0],
+                "block_size": self.block_size, "threads_per_row": layout.threads_per_row,
+                "vec_width": layout.vec_width, "vecs_per_thread": layout.vecs_per_thread,
+                "rows_per_block": self.rows_per_block}
+
+
+#: Every field a plan of any kind reports (None where a kind has no such field).
+PLAN_FIELDS = ("plan_kind", "origin", "grid", "block_size", "vec_width", "threads_per_row", "vecs_per_thread",
+               "rows_per_block", "threads_per_head", "head_slots", "tokens_per_block")
 
 
 def _next_pow2(n: int) -> int:
@@ -134,7 +177,12 @@ def row_layout(hidden_size: int, dtype, aligned: bool) -> RowLayout:
     return RowLayout(threads, vec_width, vecs)
 
 
-def validate(plan: LaunchPlan, dtype, aligned: bool, limits: DeviceLimits) -> LaunchPlan:
+def default_rows_per_block(threads_per_row: int) -> int:
+    """Rows per block of the heuristic: blocks of MIN_BLOCK_SIZE threads, or one row."""
+    return max(1, MIN_BLOCK_SIZE // threads_per_row)
+
+
+def validate(plan: RowPlan, dtype, aligned: bool, limits: DeviceLimits) -> RowPlan:
     """Returns ``plan`` if it can run, else raises ValueError saying what is wrong."""
     layout = plan.layout
     if layout.threads_per_row not in THREADS_PER_ROW_CHOICES:
@@ -147,7 +195,7 @@ def validate(plan: LaunchPlan, dtype, aligned: bool, limits: DeviceLimits) -> La
         raise ValueError(f"vec_width must be one of {allowed} for {_dtypes.short_name(dtype)}{why}, got {layout.vec_width}")
     if layout.warp_size != limits.warp_size:
         raise ValueError(f"layout warp size {layout.warp_size} != device warp size {limits.warp_size}")
-    if plan.rows_per_block < 1 or plan.rows_per_block & (plan.rows_per_block - 1):
+    if not _pow2(plan.rows_per_block):
         raise ValueError(f"rows_per_block must be a power of two, got {plan.rows_per_block}")
     block = plan.block_size
     most = min(limits.max_threads_per_block, max_block_size(layout.threads_per_row))
@@ -160,8 +208,13 @@ def validate(plan: LaunchPlan, dtype, aligned: bool, limits: DeviceLimits) -> La
     return plan
 
 
+def _row_grid(num_rows: int, rows_per_block: int, limits: DeviceLimits) -> tuple[int, int, int]:
+    # Blocks walk the rows grid-stride (rows.cuh), so the grid may stop at the limit.
+    return (min(max(1, -(-num_rows // rows_per_block)), limits.max_grid_x), 1, 1)
+
+
 def _tuned_plan(op: str, num_rows: int, hidden_size: int, dtype, aligned: bool,
-                limits: DeviceLimits) -> LaunchPlan | None:
+                limits: DeviceLimits) -> RowPlan | None:
     """The plan from the user's tuned file (cupykern/tuning.py) for ``op`` on this GPU, or
     None: no entry, a vectorised entry for unaligned rows, or a layout that does not
     validate. A bucket's rows_per_block that does not validate gives way to the default
@@ -170,80 +223,54 @@ def _tuned_plan(op: str, num_rows: int, hidden_size: int, dtype, aligned: bool,
     if entry is None or (entry.vec_width > 1 and not aligned):
         return None
     layout = RowLayout(entry.threads_per_row, entry.vec_width, entry.vecs_per_thread)
-    default = max(1, MIN_BLOCK_SIZE // layout.threads_per_row)
+    default = default_rows_per_block(layout.threads_per_row)
     for rows_per_block in dict.fromkeys((entry.rows_per_block_for(num_rows) or default, default)):
-        blocks = max(1, -(-num_rows // rows_per_block))
         try:
-            return validate(LaunchPlan(layout, rows_per_block, (min(blocks, limits.max_grid_x), 1, 1), "tuned"),
+            return validate(RowPlan(layout, rows_per_block, _row_grid(num_rows, rows_per_block, limits), "tuned"),
                             dtype, aligned, limits)
         except ValueError:
             continue
     return None
 
 
+#: Launch overrides the row kernels take. ``block_size`` sets
+#: ``rows_per_block = block_size / threads_per_row`` (excludes ``rows_per_block``).
+ROW_OVERRIDE_KEYS = ("threads_per_row", "vec_width", "vecs_per_thread", "rows_per_block", "block_size")
+
+
 def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: DeviceLimits,
-              threads_per_row: int | None = None, vec_width: int | None = None,
-              vecs_per_thread: int | None = None, rows_per_block: int | None = None,
-              op: str | None = None) -> LaunchPlan:
+              op: str | None = None, overrides: dict | None = None) -> RowPlan:
     """Plan for a row kernel (rms_norm, fused_add_rms_norm, layer_norm, softmax, row_reduce).
 
-    The keyword overrides replace the heuristic's choices (CLI sweeps); the result is
-    validated. ``num_rows`` only sizes the grid. With ``op`` and no override, an entry
-    of the tuned file for (op, dtype, hidden_size, ``limits.name``) is used first
-    (origin ``"tuned"``; its layout is one per row size, only rows_per_block follows
-    num_rows); otherwise the heuristic below.
+    ``overrides`` (keys :data:`ROW_OVERRIDE_KEYS`) replace the heuristic's choices; the
+    result is validated (ValueError). ``num_rows`` only sizes the grid. With ``op`` and
+    no override, an entry of the tuned file for (op, dtype, hidden_size,
+    ``limits.name``) is used first (origin ``"tuned"``; its layout is one per row size,
+    only rows_per_block follows num_rows); otherwise the heuristic above.
     """
-    if op is not None and threads_per_row is None and vec_width is None and vecs_per_thread is None \
-            and rows_per_block is None:
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    check_override_keys(overrides, ROW_OVERRIDE_KEYS, op or "a row kernel")
+    if op is not None and not overrides:
         tuned = _tuned_plan(op, num_rows, hidden_size, dtype, aligned, limits)
         if tuned is not None:
             return tuned
-    layout = row_layout(hidden_size, dtype, aligned)
-    overrides = {k: v for k, v in dict(threads_per_row=threads_per_row, vec_width=vec_width,
-                                       vecs_per_thread=vecs_per_thread).items() if v is not None}
-    layout = replace(layout, **overrides)
+    layout = replace(row_layout(hidden_size, dtype, aligned),
+                     **{k: overrides[k] for k in ("threads_per_row", "vec_width", "vecs_per_thread") if k in overrides})
+    rows_per_block = overrides.get("rows_per_block")
+    block_size = overrides.get("block_size")
+    if block_size is not None:
+        if rows_per_block is not None:
+            raise ValueError("block_size and rows_per_block set the same thing (block size = threads_per_row x "
+                             "rows_per_block); give one of them")
+        if block_size % layout.threads_per_row:
+            raise ValueError(f"block size {block_size} is not a multiple of threads_per_row {layout.threads_per_row}")
+        rows_per_block = block_size // layout.threads_per_row
+    default = default_rows_per_block(layout.threads_per_row)
     if rows_per_block is None:
-        rows_per_block = max(1, MIN_BLOCK_SIZE // layout.threads_per_row)
-    blocks = max(1, -(-num_rows // rows_per_block))
-    origin = "override" if overrides or rows_per_block != max(1, MIN_BLOCK_SIZE // layout.threads_per_row) else "heuristic"
-    plan = LaunchPlan(layout, rows_per_block, (min(blocks, limits.max_grid_x), 1, 1), origin)
-    return validate(plan, dtype, aligned, limits)
-
-
-# ----------------------------------------------------------------- sweep overrides
-_override_state = threading.local()
-
-
-#: Row kernels read the first four; the activation kernel reads vec_width and block_size.
-OVERRIDE_KEYS = frozenset({"threads_per_row", "vec_width", "vecs_per_thread", "rows_per_block", "block_size"})
-
-
-class overrides:
-    """Context manager that forces launch choices in this thread (keys: OVERRIDE_KEYS).
-
-    ``with launch.overrides(threads_per_row=256, rows_per_block=1): rms_norm(x, w)``
-    is how ``cupykern sweep`` tries configurations; an illegal combination raises
-    ValueError from :func:`validate` at the call. Layout choices change only how a row
-    is reduced (results differ by rounding at most), never what is computed.
-    """
-
-    def __init__(self, **choices):
-        unknown = set(choices) - OVERRIDE_KEYS
-        if unknown:
-            raise TypeError(f"unknown launch overrides: {sorted(unknown)}")
-        self.choices = {k: v for k, v in choices.items() if v is not None}
-
-    def __enter__(self):
-        self._saved = getattr(_override_state, "choices", {})
-        _override_state.choices = {**self._saved, **self.choices}
-        return self
-
-    def __exit__(self, *exc):
-        _override_state.choices = self._saved
-
-
-def current_overrides() -> dict:
-    return dict(getattr(_override_state, "choices", {}))
+        rows_per_block = default
+    origin = "override" if overrides else "heuristic"
+    return validate(RowPlan(layout, rows_per_block, _row_grid(num_rows, rows_per_block, limits), origin),
+                    dtype, aligned, limits)
 
 
 # ----------------------------------------------------------------- activation family
@@ -265,14 +292,28 @@ ACTIVATION_MIN_BLOCK_SIZE = 64
 
 @dataclass(frozen=True)
 class ActivationPlan:
+    """How act_and_mul_kernel is launched: a 1-D block, a vector width, a 1-D grid."""
+
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     vec_width: int
     origin: str  # "heuristic" or "override"
 
+    kind = "activation"
+    shared_mem_bytes = 0
+
     @property
     def block_size(self) -> int:
         return self.block[0]
+
+    def fields(self) -> dict:
+        """The plan as flat fields of a sweep point (:data:`PLAN_FIELDS`)."""
+        return {**dict.fromkeys(PLAN_FIELDS), "plan_kind": self.kind, "origin": self.origin, "grid": self.grid[0],
+                "block_size": self.block_size, "vec_width": self.vec_width}
+
+
+#: Launch overrides the activation kernel takes.
+ACTIVATION_OVERRIDE_KEYS = ("block_size", "vec_width")
 
 
 def activation_chunks(num_rows: int, d: int, block_size: int, vec_width: int) -> int:
@@ -282,17 +323,20 @@ def activation_chunks(num_rows: int, d: int, block_size: int, vec_width: int) ->
 
 
 def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: DeviceLimits,
-                    block_size: int | None = None, vec_width: int | None = None) -> ActivationPlan:
+                    overrides: dict | None = None, op: str = "act_and_mul") -> ActivationPlan:
     """Plan for act_and_mul_kernel (silu_and_mul, gelu_and_mul, swiglu) on rows of ``d`` outputs.
 
     16-byte vectors when ``aligned``; ACTIVATION_BLOCK_SIZE threads, fewer for narrow
     rows (no more threads than vectors, a power of two from one warp) and halved down
     to ACTIVATION_MIN_BLOCK_SIZE while there are fewer work items than SMs. The grid
     covers every work item, capped at ``limits.max_grid_x`` (the kernel walks the rest
-    grid-stride). ``block_size``/``vec_width`` override the heuristic; the result is
-    validated (ValueError).
+    grid-stride). ``overrides`` (keys :data:`ACTIVATION_OVERRIDE_KEYS`) replace the
+    heuristic's choices; the result is validated (ValueError).
     """
-    origin = "heuristic" if block_size is None and vec_width is None else "override"
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    check_override_keys(overrides, ACTIVATION_OVERRIDE_KEYS, op)
+    block_size, vec_width = overrides.get("block_size"), overrides.get("vec_width")
+    origin = "override" if overrides else "heuristic"
     allowed = (1, _dtypes.vec_width(dtype)) if aligned else (1,)
     if vec_width is None:
         vec_width = allowed[-1]
@@ -310,8 +354,8 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
         raise ValueError(f"block_size must be a multiple of {limits.warp_size} and at most {most}, got {block_size}")
     chunks = activation_chunks(num_rows, d, block_size, vec_width)
     # One wave of resident blocks walking the chunks grid-stride: a block per chunk
-    # made large shapes launch ~10^5 one-vector blocks (16384 x 14336 bf16 ran at 78%
-    # of copy, bench/results/2026-11-29_activation_NVIDIA-H200_dd63fc0.json).
+    # made large shapes launch ~10^5 one-vector blocks (16384 x 14336 bf16 ran at 77.6%
+    # of copy before, 86.1% after: bench/results/NOTES.md, item 4).
     resident = limits.sm_count * max(1, limits.max_threads_per_sm // block_size)
     grid = (max(1, min(chunks, resident, limits.max_grid_x)), 1, 1)
     return ActivationPlan(grid, (block_size, 1, 1), vec_width, origin)
@@ -360,12 +404,23 @@ def rope_norm_threads_per_head(vec_width: int, head_dim: int, rotary_dim: int) -
 
 @dataclass(frozen=True)
 class RopePlan:
+    """How apply_rope_kernel / qk_rms_norm_rope_kernel are launched (the grouping above)."""
+
     vec_width: int
     threads_per_head: int
     head_slots: int
     tokens_per_block: int
     grid: tuple[int, int, int]
-    origin: str = "heuristic"
+    origin: str = "heuristic"  # the rope rule takes no overrides and has no tuned file
+
+    kind = "rope"
+    shared_mem_bytes = 0
+
+    def fields(self) -> dict:
+        """The plan as flat fields of a sweep point (:data:`PLAN_FIELDS`)."""
+        return {**dict.fromkeys(PLAN_FIELDS), "plan_kind": self.kind, "origin": self.origin, "grid": self.grid[0],
+                "block_size": self.block_size, "vec_width": self.vec_width, "threads_per_head": self.threads_per_head,
+                "head_slots": self.head_slots, "tokens_per_block": self.tokens_per_block}
 
     @property
     def block_size(self) -> int:
@@ -379,7 +434,7 @@ class RopePlan:
 
 
 def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, dtype, *, max_vec_width: int,
-              fused_norm: bool, limits: DeviceLimits) -> RopePlan:
+              fused_norm: bool, limits: DeviceLimits, overrides: dict | None = None, op: str = "apply_rope") -> RopePlan:
     """Plan for apply_rope_kernel (``fused_norm=False``) or qk_rms_norm_rope_kernel.
 
     ``num_heads`` counts q and k heads; ``max_vec_width`` is the widest access every

@@ -1,0 +1,36 @@
+"""The one list of kernel families, and what is derived from it.
+
+A family is five files named after it (README, "Adding an op"): ``kernels_cu/<family>.cu``,
+``cupykern/ops/<family>.py`` (the ops: intake spec, plan rule, kernel templates, public
+functions in ``__all__``, ``instantiations()``), ``cupykern/reference/<family>.py`` (the
+float64 twins, in ``__all__``), ``cupykern/registry/<family>.py`` (``SPECS``) and
+``tests/test_<family>.py``. :data:`FAMILIES` is the only other place a family is named:
+the package's exports, the reference's exports, the registry, ``cupykern check`` and the
+compile tests all derive from it.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+#: The kernel families, in the order tables list them.
+FAMILIES = ("norm", "softmax", "row_reduce", "activation", "rope")
+
+
+def modules(kind: str) -> list:
+    """The ``cupykern.<kind>.<family>`` module of each family (kind: ops, reference, registry)."""
+    return [importlib.import_module(f"cupykern.{kind}.{family}") for family in FAMILIES]
+
+
+def public_names(kind: str) -> dict:
+    """``{name: object}`` of every family module's ``__all__`` (kind: ops or reference)."""
+    return {name: getattr(module, name) for module in modules(kind) for name in module.__all__}
+
+
+def instantiations() -> dict[str, list[str]]:
+    """Every kernel instantiation the package can launch, as {source file: [name expressions]}."""
+    spaces: dict[str, list[str]] = {}
+    for module in modules("ops"):
+        for template, exprs in module.instantiations().items():
+            spaces.setdefault(template.source, []).extend(exprs)
+    return spaces

@@ -1,0 +1,396 @@
+"""The one launch path of every op: call signature -> cached recipe -> kernel launch.
+
+An op is declared once, in its family module (``cupykern/ops/<family>.py``), as an
+:class:`Op`: the names of its array and scalar arguments, its plan kind, and a
+``prepare(args) -> Launch`` function that is the op's intake spec and plan rule. It
+sees each array only as an :class:`~cupykern._arrays.Sig` (shape, strides, dtype,
+address modulo 16), raises TypeError/ValueError naming a bad argument, and returns a
+declarative :class:`Launch`: the kernel template and its arguments, the plan, which
+array goes in which pointer slot, the scalar arguments, what to allocate, what to
+return and which arrays must not overlap.
+
+A call builds its key (every array's signature, the scalars, the launch overrides in
+force and, with several GPUs, the devices), finds the recipe in a bounded LRU cache
+(:data:`CACHE_SIZE` per op) and launches the cached ``cupy.cuda.Function`` with the
+call's arrays. On a miss, ``prepare`` runs once for that key: the checks that depend
+on the signature alone, the plan, the kernel lookup (compiling it on first use). Per
+call there remain the overlap checks, which depend on the addresses (integer compares),
+and the allocation of outputs the caller did not give. Foreign arrays (DLPack, CUDA
+array interface) are converted first, then take the same path; host arrays are refused.
+
+The tuned-config file is read at planning time: the caches are emptied when it changes
+through cupykern.tuning (``save``, ``clear``, ``reload``, ``suspended``).
+
+:func:`recording` collects what was launched (op, plan, grid, block, arguments), for
+sweeps that report the plan a point ran with and for the host-overhead benchmark.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import NamedTuple
+
+import cupy
+import numpy as np
+
+from cupykern import _arrays, jit, plans, tuning
+
+#: Recipes kept per op (an LRU cache). A serving loop sees a handful of call
+#: signatures, a sweep a few hundred; a recipe holds a few hundred bytes.
+CACHE_SIZE = 1024
+
+_ndarray = cupy.ndarray
+_empty = cupy.empty
+_FOREIGN = object()  # key entry of an array argument that is not a cupy.ndarray
+
+
+class _NeedsConversion(Exception):
+    """The intake reached an argument that must be converted to a CuPy array first."""
+
+
+# ----------------------------------------------------------------- what prepare returns
+class Disjoint(NamedTuple):
+    """Arrays ``a`` and ``b`` must not share memory (a kernel would race), except ``b``
+    being exactly ``a`` when ``allow_same`` (in place). With both row geometries, two
+    interleaved row views of one buffer (column slices, fused QKV) are told apart exactly."""
+
+    a: str
+    b: str
+    allow_same: bool = False
+    a_rows: _arrays.Rows | None = None
+    b_rows: _arrays.Rows | None = None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What an op's intake spec and plan rule decide for one call signature.
+
+    Arrays are named as in :attr:`Op.arrays`. ``template`` None means nothing to
+    launch (zero rows): outputs are still allocated and returned.
+    """
+
+    template: jit.KernelTemplate | None
+    template_args: tuple = ()
+    plan: object = None  # a cupykern.plans plan: grid, block, shared_mem_bytes, fields()
+    pointers: tuple = ()  # kernel pointer arguments in order: a name, or (name, byte offset)
+    scalars: tuple = ()  # the scalar kernel arguments after the pointers (NumPy scalars)
+    allocate: tuple = ()  # (name, shape, dtype) of outputs to allocate on each call
+    returns: str | tuple = ()  # the name, or names, of the arrays returned
+    disjoint: tuple = ()  # Disjoint rules
+
+
+class Args:
+    """What ``prepare`` sees: each array's Sig (or None), each scalar, and the context.
+
+    ``device`` is the current GPU (None without one); :attr:`limits` its limits (a
+    RuntimeError without a GPU, raised only once the argument checks have passed);
+    ``overrides`` the launch overrides in force. CPU tests build one by hand.
+    """
+
+    def __init__(self, op: str, values: dict, *, device: int | None = None, limits=None,
+                 overrides: dict | None = None):
+        self.op = op
+        self._values = values
+        self.device = device
+        self._limits = limits
+        self.overrides = overrides or {}
+
+    def __getattr__(self, name):
+        try:
+            value = self._values[name]
+        except KeyError:
+            raise AttributeError(f"{self.op} has no argument {name!r}") from None
+        if value is _FOREIGN:
+            raise _NeedsConversion(name)
+        return value
+
+    @property
+    def limits(self) -> plans.DeviceLimits:
+        if self._limits is None:
+            if self.device is None:
+                raise RuntimeError(f"{self.op}: no CUDA GPU is visible to launch on")
+            self._limits = plans.DeviceLimits.of_device(self.device)
+        return self._limits
+
+
+class Launched(NamedTuple):
+    """One launch seen by :func:`recording`."""
+
+    op: str
+    plan: object
+    function: object  # cupy.cuda.Function
+    grid: tuple
+    block: tuple
+    args: tuple
+
+
+class _Recipe(NamedTuple):
+    function: object  # cupy.cuda.Function, or None: nothing to launch
+    grid: tuple
+    block: tuple
+    shared_mem: int
+    pick: object  # the pointer arguments, from the call's arrays
+    offsets: tuple  # (position, byte offset) of pointers into the middle of an array
+    scalars: tuple
+    allocate: tuple  # (index, shape, dtype)
+    overlaps: tuple  # (i, j, a_lo, a_hi, b_lo, b_hi, period, a_width, b_width, allow_same, message)
+    result: object  # picks what the op returns from the call's arrays
+    plan: object
+
+
+# ----------------------------------------------------------------- per-process state
+_OPS: dict[str, "Op"] = {}
+_recording: list | None = None
+_multi_gpu = False  # set at the first build: only then do keys carry devices
+_devices_known = False
+
+_local = threading.local()
+_overrides_lock = threading.Lock()
+_overrides_in_use = 0  # override contexts open in any thread: only then do calls read their thread's
+
+
+def ops() -> dict[str, "Op"]:
+    """Every declared op by name (the family modules declare them on import)."""
+    return dict(_OPS)
+
+
+def clear_caches() -> None:
+    """Forgets every cached recipe (the tuned file changed, or a test wants cold calls)."""
+    for op in _OPS.values():
+        op._recipes.cache_clear()
+
+
+tuning.subscribe(clear_caches)
+
+
+class overrides:
+    """Context manager that forces launch choices in this thread.
+
+    ``with launcher.overrides(threads_per_row=256, rows_per_block=1): rms_norm(x, w)`` is
+    how sweeps try configurations. Keys: the union of the plan rules' (cupykern/plans.py);
+    a rule given a key it does not take raises ValueError at the call, and so does an
+    illegal combination. Layout choices change only how a row is reduced (results differ
+    by rounding at most), never what is computed.
+    """
+
+    KEYS = frozenset(plans.ROW_OVERRIDE_KEYS) | frozenset(plans.ACTIVATION_OVERRIDE_KEYS)
+
+    def __init__(self, **choices):
+        unknown = set(choices) - self.KEYS
+        if unknown:
+            raise TypeError(f"unknown launch overrides: {sorted(unknown)}; known: {sorted(self.KEYS)}")
+        self.choices = {k: v for k, v in choices.items() if v is not None}
+
+    def __enter__(self):
+        global _overrides_in_use
+        self._saved = getattr(_local, "choices", {})
+        _local.choices = {**self._saved, **self.choices}
+        with _overrides_lock:
+            _overrides_in_use += 1
+        return self
+
+    def __exit__(self, *exc):
+        global _overrides_in_use
+        _local.choices = self._saved
+        with _overrides_lock:
+            _overrides_in_use -= 1
+
+
+def current_overrides() -> dict:
+    """The launch overrides in force in this thread."""
+    return dict(getattr(_local, "choices", {}))
+
+
+def _override_items() -> tuple:
+    return tuple(sorted(getattr(_local, "choices", {}).items()))
+
+
+@contextmanager
+def recording():
+    """Collects every launch made inside (any thread) as :class:`Launched` records."""
+    global _recording
+    saved, _recording = _recording, []
+    try:
+        yield _recording
+    finally:
+        _recording = saved
+
+
+def _current_device() -> int | None:
+    try:
+        return cupy.cuda.runtime.getDevice()
+    except cupy.cuda.runtime.CUDARuntimeError:
+        return None
+
+
+def _devices(arrays) -> tuple:
+    """The current device and each array's, for keys on a machine with several GPUs."""
+    return (_current_device(), *[a.data.device_id if isinstance(a, _ndarray) else None for a in arrays])
+
+
+def _tuple_getter(indices):
+    """Picks ``indices`` of a sequence as a tuple (itemgetter returns a bare item for one)."""
+    if len(indices) == 1:
+        (i,) = indices
+        return lambda seq: (seq[i],)
+    return itemgetter(*indices)
+
+
+def _sig_of(a):
+    """An array argument's key entry (any cupy.ndarray, subclasses included)."""
+    if a is None:
+        return None
+    return (a.shape, a.strides, a.dtype, a.data.ptr & 15)
+
+
+# ----------------------------------------------------------------- the op
+class Op:
+    """One public op's launch path (see the module docstring).
+
+    ``arrays`` and ``scalars`` name the arguments in the order the public function
+    passes them to :meth:`__call__`; ``plan_kind`` is ``"rows"``, ``"activation"`` or
+    ``"rope"`` (the rule in cupykern/plans.py), ``launch_options`` the override keys it
+    takes.
+    """
+
+    def __init__(self, name: str, *, arrays: tuple, scalars: tuple = (), prepare, plan_kind: str,
+                 launch_options: tuple = ()):
+        self.name = name
+        self.arrays = tuple(arrays)
+        self.scalars = tuple(scalars)
+        self.plan_kind = plan_kind
+        self.launch_options = tuple(launch_options)
+        self.prepare = prepare
+        self._num_arrays = len(self.arrays)
+        self._index = {a: i for i, a in enumerate(self.arrays)}
+        self._recipes = functools.lru_cache(maxsize=CACHE_SIZE)(self._build)
+        _OPS[name] = self
+
+    def __call__(self, *args):
+        """Checks, plans (once per signature) and launches; returns what the op returns."""
+        n = self._num_arrays
+        arrays = args[:n]
+        key = [(a.shape, a.strides, a.dtype, a.data.ptr & 15) if type(a) is _ndarray
+               else (None if a is None else _FOREIGN) for a in arrays]
+        key.append(args[n:])
+        key.append(_override_items() if _overrides_in_use else ())
+        key.append(_devices(arrays) if _multi_gpu else 0)
+        try:
+            recipe = self._recipes(tuple(key))
+        except _NeedsConversion:
+            return self._call_converted(args)
+        except TypeError:  # an unhashable scalar, or the intake's own TypeError (raised again)
+            try:
+                recipe = self._build(tuple(key))
+            except _NeedsConversion:
+                return self._call_converted(args)
+        return self._launch(recipe, arrays)
+
+    def intake(self, *args) -> tuple:
+        """Checks the arguments as a call would (cached the same way), launches nothing;
+        returns the array arguments as CuPy arrays (foreign ones converted)."""
+        arrays = self._converted(args[:self._num_arrays])
+        self._recipe_for(arrays, args[self._num_arrays:])
+        return arrays
+
+    def plan_for(self, *args):
+        """The plan a call with these arguments launches (None for zero rows)."""
+        arrays = self._converted(args[:self._num_arrays])
+        return self._recipe_for(arrays, args[self._num_arrays:]).plan
+
+    # ------------------------------------------------------------- internals
+    def _converted(self, arrays) -> list:
+        return [a if a is None or isinstance(a, _ndarray) else _arrays.as_device_array(a, name)
+                for a, name in zip(arrays, self.arrays)]
+
+    def _recipe_for(self, arrays, scalars) -> _Recipe:
+        key = (*map(_sig_of, arrays), tuple(scalars), _override_items() if _overrides_in_use else (),
+               _devices(arrays) if _multi_gpu else 0)
+        try:
+            return self._recipes(key)
+        except TypeError:
+            return self._build(key)
+
+    def _call_converted(self, args):
+        arrays = self._converted(args[:self._num_arrays])
+        return self._launch(self._recipe_for(arrays, args[self._num_arrays:]), arrays)
+
+    def _launch(self, recipe: _Recipe, arrays):
+        if recipe.allocate:
+            arrays = list(arrays)
+            for i, shape, dtype in recipe.allocate:
+                arrays[i] = _empty(shape, dtype)
+        for i, j, a_lo, a_hi, b_lo, b_hi, period, a_width, b_width, allow_same, message in recipe.overlaps:
+            pa, pb = arrays[i].data.ptr, arrays[j].data.ptr
+            if pa + a_lo < pb + b_hi and pb + b_lo < pa + a_hi and not (allow_same and pa == pb):
+                offset = (pb - pa) % period if period else 0
+                if not (period and offset >= a_width and offset + b_width <= period):
+                    raise ValueError(message)
+        if recipe.function is not None:
+            kargs = recipe.pick(arrays)
+            if recipe.offsets:
+                kargs = list(kargs)
+                for position, offset in recipe.offsets:
+                    kargs[position] = np.uint64(kargs[position].data.ptr + offset)
+                kargs = tuple(kargs)
+            kargs += recipe.scalars
+            recipe.function(recipe.grid, recipe.block, kargs, recipe.shared_mem)
+            if _recording is not None:
+                _recording.append(Launched(self.name, recipe.plan, recipe.function, recipe.grid, recipe.block, kargs))
+        return recipe.result(arrays)
+
+    def _build(self, key: tuple) -> _Recipe:
+        """The recipe for one key: the intake, the plan and the kernel (a cache miss)."""
+        global _multi_gpu, _devices_known
+        n = self._num_arrays
+        device = _current_device()
+        if not _devices_known and device is not None:
+            _multi_gpu = cupy.cuda.runtime.getDeviceCount() > 1
+            _devices_known = True
+        values = {name: _arrays.Sig(*s) if type(s) is tuple else s for name, s in zip(self.arrays, key[:n])}
+        values.update(zip(self.scalars, key[n]))
+        if _multi_gpu and key[n + 2]:
+            for name, array_device in zip(self.arrays, key[n + 2][1:]):
+                if array_device is not None:
+                    _arrays.check_device(array_device, device, name)
+        launch = self.prepare(Args(self.name, values, device=device, overrides=dict(key[n + 1])))
+        if any(v is _FOREIGN for v in values.values()):  # an array the intake never looked at
+            raise _NeedsConversion()
+        return self._recipe(launch, values)
+
+    def _recipe(self, launch: Launch, values: dict) -> _Recipe:
+        index = self._index
+        allocate = tuple((index[name], tuple(shape), dtype) for name, shape, dtype in launch.allocate)
+        allocated = {name for name, _, _ in launch.allocate}
+        result = itemgetter(index[launch.returns]) if isinstance(launch.returns, str) else \
+            _tuple_getter([index[name] for name in launch.returns])
+        if launch.template is None:
+            return _Recipe(None, (), (), 0, None, (), (), allocate, (), result, None)
+        names = [p if isinstance(p, str) else p[0] for p in launch.pointers]
+        offsets = tuple((position, p[1]) for position, p in enumerate(launch.pointers) if not isinstance(p, str))
+        overlaps = []
+        for rule in launch.disjoint:
+            a, b = values[rule.a], values[rule.b]
+            if a is None or b is None or rule.a in allocated or rule.b in allocated or not a.size or not b.size:
+                continue
+            (a_lo, a_hi), (b_lo, b_hi) = _arrays.byte_extent(a), _arrays.byte_extent(b)
+            period = a_width = b_width = 0
+            ra, rb = rule.a_rows, rule.b_rows
+            if (ra is not None and rb is not None and ra.num_rows > 1 and rb.num_rows > 1
+                    and ra.row_stride * a.itemsize == rb.row_stride * b.itemsize > 0):
+                # Rows of both repeat with one period: disjoint iff b's rows sit in the gaps
+                # between a's rows (two column slices of one wide buffer, say).
+                period, a_width, b_width = ra.row_stride * a.itemsize, ra.hidden_size * a.itemsize, \
+                    rb.hidden_size * b.itemsize
+            hint = f" (in place is allowed only as {rule.b}={rule.a} exactly)" if rule.allow_same else ""
+            overlaps.append((index[rule.a], index[rule.b], a_lo, a_hi, b_lo, b_hi, period, a_width, b_width,
+                             rule.allow_same and a == b, f"{rule.b} overlaps {rule.a} in memory{hint}"))
+        function = jit.get_kernel(launch.template, *launch.template_args).kernel
+        plan = launch.plan
+        return _Recipe(function, tuple(plan.grid), tuple(plan.block), int(plan.shared_mem_bytes),
+                       _tuple_getter([index[name] for name in names]), offsets, tuple(launch.scalars), allocate,
+                       tuple(overlaps), result, plan)
