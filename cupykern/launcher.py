@@ -118,10 +118,12 @@ class Args:
 
 
 class Launched(NamedTuple):
-    """One launch seen by :func:`recording`."""
+    """One launch seen by :func:`recording`: the same launch can be repeated bare as
+    ``kernel(grid, block, args)`` (``cupy.RawKernel``) or ``function(grid, block, args)``."""
 
     op: str
     plan: object
+    kernel: object  # cupy.RawKernel
     function: object  # cupy.cuda.Function
     grid: tuple
     block: tuple
@@ -129,7 +131,8 @@ class Launched(NamedTuple):
 
 
 class _Recipe(NamedTuple):
-    function: object  # cupy.cuda.Function, or None: nothing to launch
+    kernel: object  # cupy.RawKernel, or None: nothing to launch
+    function: object  # its cupy.cuda.Function on the key's device
     grid: tuple
     block: tuple
     shared_mem: int
@@ -340,7 +343,7 @@ class Op:
             kargs += recipe.scalars
             recipe.function(recipe.grid, recipe.block, kargs, recipe.shared_mem)
             if _recording is not None:
-                _recording.append(Launched(self.name, recipe.plan, recipe.function, recipe.grid, recipe.block, kargs))
+                _recording.append(Launched(self.name, recipe.plan, recipe.kernel, recipe.function, recipe.grid, recipe.block, kargs))
         return recipe.result(arrays)
 
     def _build(self, key: tuple) -> _Recipe:
@@ -369,7 +372,7 @@ class Op:
         result = itemgetter(index[launch.returns]) if isinstance(launch.returns, str) else \
             _tuple_getter([index[name] for name in launch.returns])
         if launch.template is None:
-            return _Recipe(None, (), (), 0, None, (), (), allocate, (), result, None)
+            return _Recipe(None, None, (), (), 0, None, (), (), allocate, (), result, None)
         names = [p if isinstance(p, str) else p[0] for p in launch.pointers]
         offsets = tuple((position, p[1]) for position, p in enumerate(launch.pointers) if not isinstance(p, str))
         overlaps = []
@@ -389,8 +392,8 @@ class Op:
             hint = f" (in place is allowed only as {rule.b}={rule.a} exactly)" if rule.allow_same else ""
             overlaps.append((index[rule.a], index[rule.b], a_lo, a_hi, b_lo, b_hi, period, a_width, b_width,
                              rule.allow_same and a == b, f"{rule.b} overlaps {rule.a} in memory{hint}"))
-        function = jit.get_kernel(launch.template, *launch.template_args).kernel
+        kernel = jit.get_kernel(launch.template, *launch.template_args)
         plan = launch.plan
-        return _Recipe(function, tuple(plan.grid), tuple(plan.block), int(plan.shared_mem_bytes),
+        return _Recipe(kernel, kernel.kernel, tuple(plan.grid), tuple(plan.block), int(plan.shared_mem_bytes),
                        _tuple_getter([index[name] for name in names]), offsets, tuple(launch.scalars), allocate,
                        tuple(overlaps), result, plan)
