@@ -221,9 +221,19 @@ def vector_aligned(vec_width: int, *sigs_and_strides) -> bool:
 
 
 # ----------------------------------------------------------------- scalars
+def real(value, name: str) -> np.float32:
+    """A real number (Python, NumPy or 0-d array) as the kernel's float32; TypeError otherwise."""
+    if isinstance(value, (str, bytes, complex, np.complexfloating)) or np.ndim(value) != 0:
+        raise TypeError(f"{name}: expected a real number, got {value!r}")
+    try:
+        return np.float32(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected a real number, got {value!r}") from None
+
+
 def eps(value, name: str = "eps") -> np.float32:
     """A finite value >= 0 as the kernel's float32."""
-    eps32 = np.float32(value)
+    eps32 = real(value, name)
     if not (np.isfinite(eps32) and eps32 >= 0):
         raise ValueError(f"{name}: expected a finite value >= 0, got {value!r}")
     return eps32

@@ -442,7 +442,9 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     widest compiled one that also divides rotary_dim / 2 and head_dim. For
     qk_rms_norm_rope the row group (threads_per_head) depends on head_dim, rotary_dim
     and the vector width only, so a head's reduction order never depends on the batch.
+    The rule takes no launch overrides: any raise ValueError (never ignored).
     """
+    check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
     half = rotary_dim // 2
     vec_width = max(w for w in rope_vec_widths(dtype, fused_norm=fused_norm)
                     if w <= max_vec_width and half % w == 0 and head_dim % w == 0)

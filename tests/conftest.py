@@ -55,12 +55,14 @@ def rng(request) -> SeededRng:
 
 
 @pytest.fixture
-def tune_file(tmp_path, monkeypatch):
-    """An empty tuned-config file for this test (cupykern/tuning.py), forgotten afterwards."""
+def tune_file(tmp_path):
+    """An empty tuned-config file for this test (cupykern/tuning.py); afterwards the
+    process sees the user's file again."""
     from cupykern import tuning
 
     path = tmp_path / "tuned.json"
-    monkeypatch.setenv(tuning.ENV_FILE, str(path))
-    tuning._forget()
-    yield path
-    tuning._forget()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(tuning.ENV_FILE, str(path))
+        tuning.reload()
+        yield path
+    tuning.reload()  # the variable is restored: read the user's file at the next lookup

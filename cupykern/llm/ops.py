@@ -14,12 +14,11 @@ fp32 summation order inside a reduction). Each set has:
 * ``softmax(x) -> float32`` over the last axis (attention probabilities).
 
 ``KERNELS`` runs one cupykern launch per op; ``PLAIN`` is the same math as several
-CuPy elementwise/reduction launches (the way one would write it without cupykern).
+CuPy elementwise/reduction launches (the way one would write it without cupykern),
+taken from :mod:`cupykern.compositions`.
 """
 
 from __future__ import annotations
-
-import numpy as np
 
 
 class KernelOps:
@@ -60,64 +59,45 @@ class KernelOps:
         return cupykern.softmax(x)
 
 
-def _f32(a):
-    return a.astype(np.float32)
-
-
-def _rms(xf, weight, eps):
-    import cupy
-
-    return xf * cupy.reciprocal(cupy.sqrt(cupy.mean(xf * xf, axis=-1, keepdims=True) + np.float32(eps))) * _f32(weight)
-
-
-def _rotate_pairs(t, cos, sin):
-    """In place: adjacent pairs (2i, 2i+1) of t ``(T, heads, D)`` rotated by cos/sin ``(T, rotary_dim/2)``."""
-    rotary = 2 * cos.shape[-1]
-    even, odd = _f32(t[..., 0:rotary:2]), _f32(t[..., 1:rotary:2])
-    c, s = cos[:, None, :], sin[:, None, :]
-    t[..., 0:rotary:2] = (even * c - odd * s).astype(t.dtype)
-    t[..., 1:rotary:2] = (odd * c + even * s).astype(t.dtype)
-
-
 class PlainOps:
-    """The same ops as CuPy compositions (several launches each, fp32 temporaries)."""
+    """The same ops as CuPy compositions (several launches each, fp32 temporaries):
+    :mod:`cupykern.compositions`, the one copy of that baseline (the benchmarks time
+    the same functions), called with the model's arguments."""
 
     name = "plain CuPy"
 
+    # cupykern.compositions is imported per call, as cupykern is by KernelOps: it imports
+    # CuPy at module level, and importing this module (model.py does) must not need CuPy.
     @staticmethod
     def rms_norm(x, weight, eps):
-        return _rms(_f32(x), weight, eps).astype(x.dtype)
+        from cupykern import compositions
+
+        return compositions.rms_norm(x, weight, eps)
 
     @staticmethod
     def fused_add_rms_norm(x, residual, weight, eps):
-        residual[...] = (_f32(x) + _f32(residual)).astype(x.dtype)
-        x[...] = _rms(_f32(residual), weight, eps).astype(x.dtype)
-        return x, residual
+        from cupykern import compositions
+
+        return compositions.fused_add_rms_norm(x, residual, weight, eps)
 
     @staticmethod
     def apply_rope(q, k, positions, cos_sin_cache):
-        half = cos_sin_cache.shape[1] // 2
-        rows = _f32(cos_sin_cache[positions])
-        cos, sin = rows[:, :half], rows[:, half:]
-        _rotate_pairs(q, cos, sin)
-        _rotate_pairs(k, cos, sin)
-        return q, k
+        from cupykern import compositions
+
+        # GGUF's permuted q/k rows: adjacent (GPT-J) pairs, as KernelOps.apply_rope.
+        return compositions.apply_rope(q, k, positions, cos_sin_cache, is_neox=False)
 
     @staticmethod
     def silu_and_mul(x):
-        import cupy
+        from cupykern import compositions
 
-        d = x.shape[-1] // 2
-        gate, up = _f32(x[..., :d]), _f32(x[..., d:])
-        return (gate / (1 + cupy.exp(-gate)) * up).astype(x.dtype)
+        return compositions.silu_and_mul(x)
 
     @staticmethod
     def softmax(x):
-        import cupy
+        from cupykern import compositions
 
-        xf = _f32(x)
-        e = cupy.exp(xf - cupy.max(xf, axis=-1, keepdims=True))
-        return e / cupy.sum(e, axis=-1, keepdims=True)
+        return compositions.softmax(x)
 
 
 KERNELS = KernelOps()

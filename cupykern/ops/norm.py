@@ -42,7 +42,7 @@ def _prepare_rms_norm(a: launcher.Args) -> launcher.Launch:
     return launcher.Launch(
         RMS_NORM, (_dtypes.c_type(x.dtype), *plan.layout.template_args()), plan,
         pointers=("out", "x", "weight"),
-        scalars=(*_row_scalars(rows, rows.row_stride, out_rows.row_stride), eps, np.float32(a.weight_offset)),
+        scalars=(*_row_scalars(rows, rows.row_stride, out_rows.row_stride), eps, _arrays.real(a.weight_offset, "weight_offset")),
         allocate=allocate, returns="out",
         disjoint=(launcher.Disjoint("x", "out", allow_same=True, a_rows=rows, b_rows=out_rows),))
 
@@ -64,7 +64,7 @@ def _prepare_fused_add_rms_norm(a: launcher.Args) -> launcher.Launch:
     return launcher.Launch(
         FUSED_ADD_RMS_NORM, (_dtypes.c_type(x.dtype), *plan.layout.template_args()), plan,
         pointers=("x", "residual", "weight"),
-        scalars=(*_row_scalars(rows, rows.row_stride, res_rows.row_stride), eps, np.float32(a.weight_offset)),
+        scalars=(*_row_scalars(rows, rows.row_stride, res_rows.row_stride), eps, _arrays.real(a.weight_offset, "weight_offset")),
         returns=("x", "residual"),
         disjoint=(launcher.Disjoint("x", "residual", a_rows=rows, b_rows=res_rows),))
 

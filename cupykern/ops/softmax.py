@@ -24,7 +24,7 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
 
 def _prepare(a: launcher.Args) -> launcher.Launch:
     x, rows = _arrays.row_input(a.x)
-    temperature = np.float32(a.temperature)
+    temperature = _arrays.real(a.temperature, "temperature")
     if not (np.isfinite(temperature) and temperature > 0):
         raise ValueError(f"temperature: expected a finite value > 0, got {a.temperature!r}")
     out_dtype = _dtypes.float32 if a.out is None else a.out.dtype

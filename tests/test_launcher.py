@@ -1,0 +1,308 @@
+"""CPU: the one launch path (cupykern/launcher.py) with stand-in arrays and kernels.
+
+The launcher keys on what a CuPy array exposes (shape, strides, dtype, data.ptr), so a
+small stand-in class takes its place here, and jit.get_kernel returns a recorder: the
+whole path (key, cache, intake, plan, overlap checks, allocation, argument order)
+runs without a GPU.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import cupykern
+from cupykern import _dtypes, jit, launcher, plans, tuning
+
+PACKAGE = Path(cupykern.__file__).resolve().parent
+
+
+class FakeArray:
+    """What the launcher reads of a cupy.ndarray: shape, strides (bytes), dtype, data.ptr."""
+
+    def __init__(self, shape, dtype, ptr=1 << 20, strides=None):
+        self.dtype = np.dtype(dtype)
+        self.shape = tuple(shape)
+        if strides is None:
+            strides, step = [], self.dtype.itemsize
+            for n in reversed(self.shape):
+                strides.append(step)
+                step *= n
+            strides = tuple(reversed(strides))
+        self.strides = tuple(strides)
+        self.data = SimpleNamespace(ptr=ptr, device_id=0)
+        self.size = int(np.prod(self.shape))
+        self.itemsize = self.dtype.itemsize
+
+
+class FakeKernel:
+    """jit.get_kernel's stand-in: ``.kernel`` is the per-device function, recording its launches."""
+
+    def __init__(self, template, args, launches):
+        self.template, self.args = template, args
+        self.kernel = lambda grid, block, kargs, shared_mem=0: launches.append(
+            SimpleNamespace(template=template, template_args=args, grid=grid, block=block, args=kargs))
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch, tmp_path):
+    """Stand-in arrays, kernels and device for the launcher; returns the list of launches."""
+    launches = []
+    allocations = iter(range(1 << 30, 1 << 40, 1 << 24))
+    monkeypatch.setattr(launcher, "_ndarray", FakeArray)
+    monkeypatch.setattr(launcher, "_empty", lambda shape, dtype: FakeArray(shape, dtype, ptr=next(allocations)))
+    monkeypatch.setattr(launcher, "_current_device", lambda: 0)
+    monkeypatch.setattr(launcher, "_devices_known", True)
+    monkeypatch.setattr(launcher, "_multi_gpu", False)
+    monkeypatch.setattr(jit, "get_kernel", lambda template, *args: FakeKernel(template, args, launches))
+    monkeypatch.setattr(plans.DeviceLimits, "of_device", staticmethod(lambda device_id: plans.H200_LIMITS))
+    monkeypatch.setenv(tuning.ENV_FILE, str(tmp_path / "tuned.json"))
+    tuning.reload()
+    yield launches
+    tuning.reload()  # forgets the stand-in recipes too (the launcher subscribes)
+
+
+def _counting(monkeypatch, op_name):
+    op = launcher.ops()[op_name]
+    calls = []
+    prepare = op.prepare
+
+    def counted(args):
+        calls.append(args)
+        return prepare(args)
+
+    monkeypatch.setattr(op, "prepare", counted)
+    return calls
+
+
+bf16 = _dtypes.bfloat16
+
+
+def test_rms_norm_launches_with_the_kernel_argument_order(fake_gpu):
+    x, w, out = FakeArray((3, 4096), bf16), FakeArray((4096,), bf16, ptr=1 << 22), FakeArray((3, 4096), bf16, ptr=1 << 23)
+    assert cupykern.rms_norm(x, w, 1e-5, out=out) is out
+    (launch,) = fake_gpu
+    assert launch.template.name == "rms_norm_kernel"
+    assert launch.template_args == ("__nv_bfloat16", 128, 8, 4, 32)  # the heuristic layout of 4096 bf16
+    assert launch.args[:3] == (out, x, w)
+    assert [type(a) for a in launch.args[3:7]] == [np.int64] * 4
+    assert launch.args[3:7] == (3, 4096, 4096, 4096)
+    assert launch.args[7] == np.float32(1e-5) and launch.args[8] == np.float32(0.0)
+    assert launch.grid == (3, 1, 1) and launch.block == (128, 1, 1)
+
+
+def test_second_call_with_the_same_signature_hits_the_cache(fake_gpu, monkeypatch):
+    prepared = _counting(monkeypatch, "rms_norm")
+    w = FakeArray((4096,), bf16, ptr=1 << 22)
+    for ptr in (1 << 24, 1 << 25, 1 << 26):  # new arrays, same signature
+        cupykern.rms_norm(FakeArray((3, 4096), bf16, ptr=ptr), w, out=FakeArray((3, 4096), bf16, ptr=ptr + 65536))
+    assert len(prepared) == 1 and len(fake_gpu) == 3
+    # Another alignment class, another eps, another shape: each is planned once.
+    cupykern.rms_norm(FakeArray((3, 4096), bf16, ptr=(1 << 24) + 2), w, out=FakeArray((3, 4096), bf16, ptr=1 << 27))
+    cupykern.rms_norm(FakeArray((3, 4096), bf16, ptr=1 << 24), w, 1e-5, out=FakeArray((3, 4096), bf16, ptr=1 << 27))
+    cupykern.rms_norm(FakeArray((5, 4096), bf16, ptr=1 << 24), w, out=FakeArray((5, 4096), bf16, ptr=1 << 27))
+    assert len(prepared) == 4
+    assert fake_gpu[3].template_args[2] == 1  # the misaligned x takes the scalar path
+
+
+def test_out_none_allocates_and_returns_it(fake_gpu):
+    x, w = FakeArray((2, 64), np.float32), FakeArray((64,), np.float32, ptr=1 << 22)
+    y = cupykern.rms_norm(x, w)
+    assert isinstance(y, FakeArray) and y.shape == (2, 64) and y.data.ptr >= 1 << 30
+    assert fake_gpu[0].args[0] is y
+
+
+def test_overlap_is_checked_per_call(fake_gpu):
+    w = FakeArray((64,), np.float16, ptr=1 << 22)
+    x = FakeArray((4, 64), np.float16, ptr=1 << 24)
+    cupykern.rms_norm(x, w, out=x)  # exactly in place: allowed
+    with pytest.raises(ValueError, match="out overlaps x"):
+        cupykern.rms_norm(x, w, out=FakeArray((4, 64), np.float16, ptr=(1 << 24) + 2))
+    # Same signatures, disjoint addresses: the cached recipe launches.
+    cupykern.rms_norm(x, w, out=FakeArray((4, 64), np.float16, ptr=1 << 25))
+    assert len(fake_gpu) == 2
+
+
+def test_interleaved_column_slices_are_disjoint(fake_gpu):
+    """x and residual as the two halves of one (tokens, 2 * hidden) buffer."""
+    w = FakeArray((64,), np.float16, ptr=1 << 22)
+    x = FakeArray((8, 64), np.float16, ptr=1 << 24, strides=(256, 2))
+    residual = FakeArray((8, 64), np.float16, ptr=(1 << 24) + 128, strides=(256, 2))
+    assert cupykern.fused_add_rms_norm(x, residual, w) == (x, residual)
+    shifted = FakeArray((8, 64), np.float16, ptr=(1 << 24) + 126, strides=(256, 2))
+    with pytest.raises(ValueError, match="residual overlaps x"):
+        cupykern.fused_add_rms_norm(x, shifted, w)
+
+
+def test_fused_gate_up_passes_up_as_an_address_inside_x(fake_gpu):
+    x = FakeArray((2, 2 * 11), np.float32, ptr=1 << 24)
+    out = cupykern.silu_and_mul(x)
+    (launch,) = fake_gpu
+    assert launch.args[0] is out and launch.args[1] is x
+    assert launch.args[2] == np.uint64((1 << 24) + 11 * 4) and launch.args[2].dtype == np.uint64
+    assert launch.template_args == ("float", 0, 1)  # d = 11: rows do not stay 16-byte aligned
+
+
+def test_foreign_and_host_arrays(fake_gpu):
+    w = FakeArray((8,), np.float32)
+    with pytest.raises(TypeError, match="x: expected a device array.*NumPy"):
+        cupykern.rms_norm(np.ones((2, 8), np.float32), w)
+    with pytest.raises(TypeError, match="x: expected a device array"):
+        cupykern.rms_norm(None, w)
+    with pytest.raises(ValueError, match="op: expected one of"):  # the op is checked before x is looked at
+        cupykern.row_reduce(np.ones(3, np.float32), "median")
+
+
+def test_unhashable_scalars_are_checked_and_launched_uncached(fake_gpu):
+    x, w = FakeArray((2, 8), np.float32), FakeArray((8,), np.float32, ptr=1 << 22)
+    with pytest.raises(TypeError):
+        cupykern.rms_norm(x, w, [1e-6])
+    cupykern.rms_norm(x, w, np.array(1e-6))  # a 0-d array: unhashable, but a valid eps
+    assert fake_gpu[-1].args[-2] == np.float32(1e-6)
+
+
+def test_errors_name_the_argument_every_time(fake_gpu):
+    x = FakeArray((2, 8), np.float32)
+    for _ in range(2):  # errors are not cached: the second call raises the same
+        with pytest.raises(ValueError, match=r"weight: expected shape \(8,\)"):
+            cupykern.rms_norm(x, FakeArray((7,), np.float32))
+        with pytest.raises(ValueError, match="eps"):
+            cupykern.rms_norm(x, FakeArray((8,), np.float32), -1.0)
+
+
+def test_zero_rows_launch_nothing(fake_gpu):
+    x, w = FakeArray((0, 64), np.float32), FakeArray((64,), np.float32)
+    assert cupykern.rms_norm(x, w).shape == (0, 64)
+    q = FakeArray((0, 4, 64), np.float32)
+    assert cupykern.apply_rope(q, None, FakeArray((0,), np.int64), FakeArray((16, 64), np.float32),
+                               check_positions=False) == (q, None)
+    assert not fake_gpu
+
+
+def test_overrides_reach_the_plan_and_the_key(fake_gpu, monkeypatch):
+    prepared = _counting(monkeypatch, "rms_norm")
+    x, w = FakeArray((8, 4096), bf16), FakeArray((4096,), bf16, ptr=1 << 22)
+    out = FakeArray((8, 4096), bf16, ptr=1 << 23)
+    cupykern.rms_norm(x, w, out=out)
+    with launcher.overrides(block_size=256):  # 128 threads per row: 2 rows per block
+        cupykern.rms_norm(x, w, out=out)
+    cupykern.rms_norm(x, w, out=out)
+    assert [lc.block for lc in fake_gpu] == [(128, 1, 1), (256, 1, 1), (128, 1, 1)]
+    assert len(prepared) == 2
+    with launcher.overrides(block_size=64):
+        with pytest.raises(ValueError, match="not a multiple of threads_per_row 128"):
+            cupykern.rms_norm(x, w, out=out)
+    q, k = FakeArray((4, 8, 64), bf16), FakeArray((4, 2, 64), bf16, ptr=1 << 23)
+    positions, cache = FakeArray((4,), np.int64, ptr=1 << 25), FakeArray((128, 64), np.float32, ptr=1 << 26)
+    with launcher.overrides(vec_width=1):
+        with pytest.raises(ValueError, match=r"launch overrides \['vec_width'\] do not apply to apply_rope"):
+            cupykern.apply_rope(q, k, positions, cache, check_positions=False)
+    with pytest.raises(TypeError, match="unknown launch overrides"):
+        launcher.overrides(block=3)
+
+
+def test_a_tuned_file_change_empties_the_caches(fake_gpu, monkeypatch):
+    prepared = _counting(monkeypatch, "softmax")
+    x = FakeArray((2, 32), np.float32)
+    cupykern.softmax(x)
+    cupykern.softmax(x)
+    tuning.reload()
+    cupykern.softmax(x)
+    assert len(prepared) == 2
+
+
+def test_recording_reads_back_the_launched_plan(fake_gpu):
+    q, k = FakeArray((4, 8, 64), bf16), FakeArray((4, 2, 64), bf16, ptr=1 << 23)
+    positions, cache = FakeArray((4,), np.int64, ptr=1 << 25), FakeArray((128, 64), np.float32, ptr=1 << 26)
+    with launcher.recording() as seen:
+        cupykern.apply_rope(q, k, positions, cache, check_positions=False)
+        cupykern.silu_and_mul(FakeArray((4, 64), bf16, ptr=1 << 27))
+    assert [r.op for r in seen] == ["apply_rope", "silu_and_mul"]
+    rope_plan = seen[0].plan
+    assert isinstance(rope_plan, plans.RopePlan) and rope_plan.fields()["origin"] == "heuristic"
+    assert rope_plan.fields()["threads_per_head"] == rope_plan.threads_per_head
+    assert seen[0].args[:6] == (q, k, q, k, positions, cache)
+    assert isinstance(seen[1].plan, plans.ActivationPlan)
+
+
+def test_out_of_place_rope_allocates_both_outputs(fake_gpu):
+    q, k = FakeArray((4, 8, 64), bf16), FakeArray((4, 2, 64), bf16, ptr=1 << 23)
+    positions, cache = FakeArray((4,), np.int32, ptr=1 << 25), FakeArray((128, 32), np.float32, ptr=1 << 26)
+    q_out, k_out = cupykern.apply_rope(q, k, positions, cache, inplace=False, check_positions=False)
+    assert q_out.shape == q.shape and k_out.shape == k.shape and q_out is not q
+    assert fake_gpu[0].args[:4] == (q_out, k_out, q, k)
+    with pytest.raises(ValueError, match="k overlaps q"):
+        cupykern.apply_rope(q, FakeArray((4, 2, 64), bf16, ptr=(1 << 20) + 64), positions, cache,
+                            check_positions=False)
+
+
+def test_a_hit_goes_through_the_op_module_and_the_launcher_only(fake_gpu):
+    """After its first call, one rms_norm call runs Python code of two package modules
+    (ops/norm.py and launcher.py; the kernel itself is CuPy's)."""
+    x, w = FakeArray((1, 4096), bf16), FakeArray((4096,), bf16, ptr=1 << 22)
+    out = FakeArray((1, 4096), bf16, ptr=1 << 23)
+    cupykern.rms_norm(x, w, out=out)
+    seen = set()
+
+    def profile(frame, event, arg):
+        if event == "call":
+            seen.add(frame.f_code.co_filename)
+
+    sys.setprofile(profile)
+    try:
+        cupykern.rms_norm(x, w, out=out)
+    finally:
+        sys.setprofile(None)
+    ours = {Path(f).resolve().relative_to(PACKAGE).as_posix() for f in seen if Path(f).resolve().is_relative_to(PACKAGE)}
+    assert ours == {"ops/norm.py", "launcher.py"}
+
+
+def _package_imports() -> dict[str, set[str]]:
+    """module -> the package modules it imports (anywhere in the file, lazy imports included)."""
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        targets = graph.setdefault(name, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names if a.name.startswith("cupykern"))
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("cupykern"):
+                for a in node.names:  # `from cupykern import jit` names a module; `from cupykern.jit import X` not
+                    targets.add(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in _module_names() else
+                                node.module)
+    return {m: {t for t in ts if t != m} for m, ts in graph.items()}
+
+
+def _module_names() -> set[str]:
+    names = set()
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        names.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+def test_the_package_has_no_import_cycle():
+    graph = _package_imports()
+    # The package face (cupykern/__init__) and its re-exports load families by name; they
+    # are the roots, so leave them out of the cycle search.
+    graph = {m: ts - {"cupykern"} for m, ts in graph.items() if m != "cupykern"}
+    state: dict[str, int] = {}
+
+    def visit(module, path):
+        state[module] = 1
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == 1:
+                raise AssertionError(f"import cycle: {' -> '.join(path + [module, target])}")
+            if not state.get(target):
+                visit(target, path + [module])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if not state.get(module):
+            visit(module, [])

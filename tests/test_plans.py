@@ -1,0 +1,224 @@
+"""CPU: plan rules (cupykern/plans.py) against an H200's limits, and the launcher's
+override context (cupykern/launcher.py)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from cupykern import _dtypes, families, launcher, plans
+from cupykern.plans import H200_LIMITS, DeviceLimits
+
+HIDDEN_SIZES = [1, 5, 64, 127, 128, 4096, 5120, 8192, 14336, 16384, 65536, 131072]
+
+
+@pytest.mark.parametrize("hidden_size", HIDDEN_SIZES)
+@pytest.mark.parametrize("dtype", _dtypes.DTYPES, ids=_dtypes.short_name)
+@pytest.mark.parametrize("aligned", [True, False])
+def test_plan_rows_is_valid_and_compiled(hidden_size, dtype, aligned):
+    plan = plans.plan_rows(3, hidden_size, dtype, aligned=aligned, limits=H200_LIMITS)
+    assert plan.layout in plans.row_layouts(dtype)
+    assert plan.block_size % 32 == 0 and plan.block_size <= plans.max_block_size(plan.layout.threads_per_row)
+    if not aligned:
+        assert plan.layout.vec_width == 1
+    # The chosen instantiation is in the declared (and CPU-compiled) space.
+    from cupykern.ops import norm
+
+    expr = norm.RMS_NORM.expr(_dtypes.c_type(dtype), *plan.layout.template_args())
+    assert expr in families.instantiations()["norm.cu"]
+
+
+@pytest.mark.parametrize("hidden_size", HIDDEN_SIZES)
+def test_row_layout_does_not_depend_on_num_rows(hidden_size):
+    """Batch invariance by construction: only rows_per_block and the grid vary with rows."""
+    layouts = {plans.plan_rows(n, hidden_size, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS).layout
+               for n in (1, 7, 64, 4097, 100_000)}
+    assert len(layouts) == 1
+
+
+def test_large_row_counts_fit_the_grid():
+    small = DeviceLimits(name="tiny", sm_count=2, max_grid_x=65535)
+    plan = plans.plan_rows(10_000_000, 4096, _dtypes.float16, aligned=True, limits=small)
+    assert plan.grid[0] == 65535  # the kernel walks the remaining rows grid-stride
+
+
+def test_row_layout_heuristic_examples():
+    # 8192 bf16 = 1024 vectors: 128 threads, 4 vectors each cached, 4 re-read.
+    assert plans.row_layout(8192, _dtypes.bfloat16, True) == plans.RowLayout(128, 8, 4)
+    # 1024 bf16 = 128 vectors: 32 threads x 4 vectors, 4 rows per 128-thread block.
+    plan = plans.plan_rows(10, 1024, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
+    assert plan.layout == plans.RowLayout(32, 8, 4) and plan.rows_per_block == 4
+    # Unaligned rows fall back to scalar accesses.
+    assert plans.row_layout(8192, _dtypes.bfloat16, False).vec_width == 1
+    # Tiny rows share a 128-thread block.
+    plan = plans.plan_rows(100, 5, _dtypes.float32, aligned=False, limits=H200_LIMITS)
+    assert plan.layout.threads_per_row == 2 and plan.rows_per_block == 64
+
+
+def test_row_layout_template_args():
+    layout = plans.RowLayout(64, 8, 2)
+    assert layout.template_args() == (64, 8, 2, 32)
+    assert layout.one_pass_template_args() == (64, 8, 32)  # row_reduce keeps no register cache
+
+
+@pytest.mark.parametrize("choices, message", [
+    (dict(threads_per_row=48), "threads_per_row"),
+    (dict(vec_width=8), "vec_width"),
+    (dict(vecs_per_thread=3), "vecs_per_thread"),
+    (dict(threads_per_row=1024, rows_per_block=2), "block size"),
+    (dict(threads_per_row=1, rows_per_block=8), "block size"),
+    (dict(rows_per_block=3), "rows_per_block"),
+    (dict(threads_per_row=64, block_size=96), "block size 96 is not a multiple of threads_per_row 64"),
+    (dict(threads_per_row=64, block_size=2048), "block size"),
+])
+def test_illegal_overrides_raise(choices, message):
+    with pytest.raises(ValueError, match=message):
+        plans.plan_rows(4, 4096, _dtypes.float32, aligned=False, limits=H200_LIMITS, overrides=choices)
+
+
+def test_plan_rows_overrides_are_a_dict():
+    plan = plans.plan_rows(4, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS,
+                           overrides={"threads_per_row": 256, "vecs_per_thread": 2, "rows_per_block": 1})
+    assert plan.layout == plans.RowLayout(256, 8, 2) and plan.rows_per_block == 1 and plan.origin == "override"
+    # None values are "not given": the heuristic's plan.
+    plan = plans.plan_rows(4, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS,
+                           overrides={"threads_per_row": None})
+    assert plan.origin == "heuristic"
+    assert "overrides" in inspect.signature(plans.plan_rows).parameters
+    with pytest.raises(TypeError):
+        plans.plan_rows(4, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, threads_per_row=64)
+
+
+@pytest.mark.parametrize("threads_per_row, block_size", [(32, 256), (64, 256), (256, 256), (128, 128), (1, 32)])
+def test_block_size_override_sets_rows_per_block(threads_per_row, block_size):
+    """A row op takes block_size = threads_per_row x rows_per_block (sweeps' --block-size)."""
+    plan = plans.plan_rows(1000, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS,
+                           overrides={"threads_per_row": threads_per_row, "block_size": block_size})
+    assert plan.rows_per_block == block_size // threads_per_row
+    assert plan.block_size == block_size and plan.block == (block_size, 1, 1)
+    assert plan.origin == "override"
+
+
+def test_block_size_override_with_the_heuristic_layout():
+    layout = plans.row_layout(4096, _dtypes.bfloat16, True)
+    plan = plans.plan_rows(1000, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS,
+                           overrides={"block_size": 256})
+    assert plan.layout == layout and plan.rows_per_block == 256 // layout.threads_per_row
+
+
+def test_block_size_and_rows_per_block_together_raise():
+    with pytest.raises(ValueError, match="block_size and rows_per_block"):
+        plans.plan_rows(1000, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS,
+                        overrides={"threads_per_row": 64, "block_size": 256, "rows_per_block": 4})
+
+
+@pytest.mark.parametrize("key, value", [("threads_per_row", 64), ("rows_per_block", 2), ("vecs_per_thread", 2)])
+def test_activation_plan_rejects_row_override_keys(key, value):
+    with pytest.raises(ValueError, match=key):
+        plans.plan_activation(4, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, overrides={key: value},
+                              op="silu_and_mul")
+
+
+def test_unknown_row_override_key_raises():
+    with pytest.raises(ValueError, match=r"\['head_slots'\] do not apply to rms_norm"):
+        plans.plan_rows(4, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm",
+                        overrides={"head_slots": 2})
+
+
+def test_check_override_keys():
+    plans.check_override_keys({}, (), "apply_rope")
+    plans.check_override_keys({"vec_width": 1}, plans.ACTIVATION_OVERRIDE_KEYS, "swiglu")
+    with pytest.raises(ValueError, match=r"\['block_size'\] do not apply to apply_rope \(its plan takes: none\)"):
+        plans.check_override_keys({"block_size": 64}, (), "apply_rope")
+
+
+# ----------------------------------------------------------------- rope plans
+@pytest.mark.parametrize("fused_norm, op", [(False, "apply_rope"), (True, "qk_rms_norm_rope")])
+@pytest.mark.parametrize("key, value", [("block_size", 128), ("vec_width", 1), ("threads_per_row", 32),
+                                        ("rows_per_block", 1), ("vecs_per_thread", 1)])
+def test_rope_plan_rejects_every_override(fused_norm, op, key, value):
+    """The rope rule takes no overrides: any key is an error naming it, never ignored."""
+    with pytest.raises(ValueError, match=key):
+        plans.plan_rope(64, 40, 128, 128, _dtypes.bfloat16, max_vec_width=8, fused_norm=fused_norm,
+                        limits=H200_LIMITS, overrides={key: value}, op=op)
+
+
+def test_rope_plan_without_overrides():
+    for overrides in (None, {}):
+        plan = plans.plan_rope(64, 40, 128, 128, _dtypes.bfloat16, max_vec_width=8, fused_norm=False,
+                               limits=H200_LIMITS, overrides=overrides)
+        assert plan.origin == "heuristic"
+
+
+def test_rope_plan_fields():
+    plan = plans.plan_rope(16384, 40, 128, 128, _dtypes.bfloat16, max_vec_width=8, fused_norm=False,
+                           limits=H200_LIMITS)
+    fields = plan.fields()
+    assert set(fields) == set(plans.PLAN_FIELDS)
+    assert fields["plan_kind"] == "rope" and fields["origin"] == "heuristic"
+    assert fields["vec_width"] == plan.vec_width == 8
+    assert fields["threads_per_head"] == plan.threads_per_head
+    assert fields["head_slots"] == plan.head_slots
+    assert fields["tokens_per_block"] == plan.tokens_per_block
+    assert fields["grid"] == plan.grid[0] and fields["block_size"] == plan.block_size
+    assert fields["threads_per_row"] is None and fields["rows_per_block"] is None
+    assert None not in (fields["threads_per_head"], fields["head_slots"], fields["tokens_per_block"])
+
+
+def test_row_and_activation_plan_fields():
+    row = plans.plan_rows(10, 1024, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
+    assert row.fields() == {**dict.fromkeys(plans.PLAN_FIELDS), "plan_kind": "rows", "origin": "heuristic",
+                            "grid": row.grid[0], "block_size": 128, "threads_per_row": 32, "vec_width": 8,
+                            "vecs_per_thread": 4, "rows_per_block": 4}
+    act = plans.plan_activation(4096, 14336, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
+    fields = act.fields()
+    assert set(fields) == set(plans.PLAN_FIELDS)
+    assert (fields["plan_kind"], fields["origin"], fields["block_size"], fields["vec_width"]) == \
+        ("activation", "heuristic", 256, 8)
+    assert fields["threads_per_row"] is None and fields["threads_per_head"] is None
+
+
+# ----------------------------------------------------------------- device limits
+def test_device_limits_of_device_requires_a_device_id():
+    """Limits are per GPU: no default id (it used to cache device 0's under None)."""
+    parameter = inspect.signature(DeviceLimits.of_device).parameters["device_id"]
+    assert parameter.default is inspect.Parameter.empty
+    with pytest.raises(TypeError):
+        DeviceLimits.of_device()
+
+
+def test_limits_constants():
+    assert plans.MAX_BLOCK_SIZE == 1024 and not hasattr(plans, "MAX_THREADS_PER_ROW")
+    assert H200_LIMITS.sm_count == 132 and H200_LIMITS.max_threads_per_block == plans.MAX_BLOCK_SIZE
+
+
+# ----------------------------------------------------------------- launcher override context
+def test_override_context_is_scoped():
+    with launcher.overrides(threads_per_row=64):
+        assert launcher.current_overrides() == {"threads_per_row": 64}
+        with launcher.overrides(rows_per_block=2):
+            assert launcher.current_overrides() == {"threads_per_row": 64, "rows_per_block": 2}
+        assert launcher.current_overrides() == {"threads_per_row": 64}
+    assert launcher.current_overrides() == {}
+    with pytest.raises(TypeError):
+        launcher.overrides(block=3)
+
+
+def test_override_context_keys():
+    assert launcher.overrides.KEYS == {"threads_per_row", "vec_width", "vecs_per_thread", "rows_per_block",
+                                       "block_size"}
+    with launcher.overrides(block_size=256, vec_width=None):  # None: not given
+        assert launcher.current_overrides() == {"block_size": 256}
+    assert launcher.current_overrides() == {}
+
+
+def test_override_context_is_per_thread():
+    import threading
+
+    seen = {}
+    with launcher.overrides(threads_per_row=64):
+        thread = threading.Thread(target=lambda: seen.setdefault("other", launcher.current_overrides()))
+        thread.start()
+        thread.join()
+    assert seen["other"] == {}
