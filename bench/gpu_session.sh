@@ -61,6 +61,24 @@ trap pack EXIT
   python3 -c "import cupy, numpy; print('cupy', cupy.__version__, 'numpy', numpy.__version__)"; \
   echo "commit ${CUPYKERN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"; } 2>&1 | tee "$RES/environment.txt"
 
+if [ -n "${GOLDEN:-}" ]; then
+  step golden_old env PYTHONPATH="$GOLDEN:$PYTHONPATH" python3 tests/golden_outputs.py --write "$RES/golden_old.json"
+  step golden_new python3 tests/golden_outputs.py --write "$RES/golden_new.json"
+  step golden_compare python3 -c "
+import json, sys
+old, new = (json.load(open(sys.argv[i]))['digests'] for i in (1, 2))
+changed = sorted(k for k in old if new.get(k) != old[k])
+print(len(old), 'cases,', len(changed), 'changed', changed[:20])
+sys.exit(1 if changed or set(old) != set(new) else 0)" "$RES/golden_old.json" "$RES/golden_new.json"
+  cp "$RES/golden_old.json" "$OUT/" 2>/dev/null
+fi
+
+if [ -n "${SANITIZE:-}" ]; then
+  for tool in memcheck racecheck; do
+    step "sanitize_$tool" /usr/local/cuda/bin/compute-sanitizer --tool "$tool" --error-exitcode 3 python3 bench/sanitize.py
+  done
+fi
+
 if [ -n "${TESTS// }" ]; then
   # shellcheck disable=SC2086
   step pytest_gpu python3 -m pytest -m gpu -q -p no:cacheprovider --maxfail=50 --durations=10 $PYTEST_ARGS $TESTS

@@ -91,9 +91,9 @@ class Args:
     ``overrides`` the launch overrides in force. CPU tests build one by hand.
     """
 
-    def __init__(self, op: str, values: dict, *, device: int | None = None, limits=None,
+    def __init__(self, op_name: str, values: dict, *, device: int | None = None, limits=None,
                  overrides: dict | None = None):
-        self.op = op
+        self.op_name = op_name
         self._values = values
         self.device = device
         self._limits = limits
@@ -103,7 +103,7 @@ class Args:
         try:
             value = self._values[name]
         except KeyError:
-            raise AttributeError(f"{self.op} has no argument {name!r}") from None
+            raise AttributeError(f"{self.op_name} has no argument {name!r}") from None
         if value is _FOREIGN:
             raise _NeedsConversion(name)
         return value
@@ -112,7 +112,7 @@ class Args:
     def limits(self) -> plans.DeviceLimits:
         if self._limits is None:
             if self.device is None:
-                raise RuntimeError(f"{self.op}: no CUDA GPU is visible to launch on")
+                raise RuntimeError(f"{self.op_name}: no CUDA GPU is visible to launch on")
             self._limits = plans.DeviceLimits.of_device(self.device)
         return self._limits
 

@@ -63,7 +63,7 @@ def _act_and_mul_launch(a: launcher.Args, activation: str, gate: _arrays.Sig, ga
     aligned = _arrays.vector_aligned(_dtypes.vec_width(dtype), (gate, gate_rows.row_stride), (up, up_rows.row_stride),
                                      (out, out_rows.row_stride))
     plan = plans.plan_activation(out_rows.num_rows, out_rows.hidden_size, dtype, aligned=aligned, limits=a.limits,
-                                 overrides=a.overrides, op=a.op)
+                                 overrides=a.overrides, op=a.op_name)
     return launcher.Launch(
         ACT_AND_MUL, (_dtypes.c_type(dtype), ACTIVATIONS[activation], plan.vec_width), plan,
         pointers=("out", gate_pointer, up_pointer),

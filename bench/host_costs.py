@@ -1,0 +1,73 @@
+"""What the pieces of one launch cost on this host, in nanoseconds (the launcher's budget).
+
+The launcher's per-call work is a handful of attribute reads, a key, a cache lookup and
+a kernel launch; bench/bench_host_overhead.py measures the whole against a bare launch,
+this script the parts, so that a change can be predicted before it is made:
+
+    python bench/host_costs.py
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from operator import itemgetter
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def per_call_ns(fn, calls: int = 20000) -> float:
+    for _ in range(200):
+        fn()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t0) / calls * 1e9
+
+
+def main() -> None:
+    import cupy
+
+    import cupykern
+    from cupykern import _dtypes, launcher
+
+    x = cupy.ones((1, 4096), dtype=_dtypes.bfloat16)
+    w = cupy.ones(4096, dtype=_dtypes.bfloat16)
+    out = cupy.empty_like(x)
+    cupykern.rms_norm(x, w, out=out)
+    with launcher.recording() as seen:
+        cupykern.rms_norm(x, w, out=out)
+    record = seen[-1]
+    key = ((x.shape, x.strides, x.dtype, 0), (w.shape, w.strides, w.dtype, 0), (out.shape, out.strides, out.dtype, 0),
+           (1e-6, 0.0), (), 0)
+    cached = functools.lru_cache(maxsize=1024)(lambda k: k)
+    cached(key)
+    pick = itemgetter(2, 0, 1)
+    arrays = (x, w, out)
+    rows = [
+        ("x.shape", lambda: x.shape),
+        ("x.strides", lambda: x.strides),
+        ("x.dtype", lambda: x.dtype),
+        ("x.data.ptr & 15", lambda: x.data.ptr & 15),
+        ("type(x) is ndarray", lambda: type(x) is cupy.ndarray),
+        ("runtime.getDevice()", cupy.cuda.runtime.getDevice),
+        ("key of 3 arrays (list + tuple)", lambda: tuple([(a.shape, a.strides, a.dtype, a.data.ptr & 15)
+                                                           for a in arrays])),
+        ("lru_cache hit on an rms_norm key", lambda: cached(key)),
+        ("itemgetter(2, 0, 1)(arrays) + scalars", lambda: pick(arrays) + record.args[3:]),
+        ("cupy.empty((1, 4096), bf16)", lambda: cupy.empty((1, 4096), dtype=_dtypes.bfloat16)),
+        ("Function(grid, block, args)", lambda: record.function(record.grid, record.block, record.args)),
+        ("RawKernel(grid, block, args)", lambda: record.kernel(record.grid, record.block, record.args)),
+        ("cupykern.rms_norm(x, w, out=out)", lambda: cupykern.rms_norm(x, w, out=out)),
+    ]
+    for name, fn in rows:
+        print(f"{name:45s} {per_call_ns(fn):9.0f} ns")
+        cupy.cuda.get_current_stream().synchronize()
+
+
+if __name__ == "__main__":
+    main()
