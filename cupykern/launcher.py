@@ -244,10 +244,20 @@ def _tuple_getter(indices):
 
 
 def _sig_of(a):
-    """An array argument's key entry (any cupy.ndarray, subclasses included)."""
+    """An array argument's key entry (any cupy.ndarray, subclasses included), as Op.__call__ builds it."""
     if a is None:
         return None
+    if a._c_contiguous:
+        return (a.shape, a.dtype, a.data.ptr & 15)
     return (a.shape, a.strides, a.dtype, a.data.ptr & 15)
+
+
+def _sig(entry) -> _arrays.Sig:
+    """The Sig of a key entry: (shape, dtype, align) of a C-contiguous array, else (shape, strides, dtype, align)."""
+    if len(entry) == 3:
+        shape, dtype, align = entry
+        return _arrays.Sig.contiguous(shape, dtype, align)
+    return _arrays.Sig(*entry)
 
 
 # ----------------------------------------------------------------- the op
@@ -277,8 +287,10 @@ class Op:
         """Checks, plans (once per signature) and launches; returns what the op returns."""
         n = self._num_arrays
         arrays = args[:n]
-        key = [(a.shape, a.strides, a.dtype, a.data.ptr & 15) if type(a) is _ndarray
-               else (None if a is None else _FOREIGN) for a in arrays]
+        # A C-contiguous array's strides follow from its shape and dtype: skip reading them.
+        key = [((a.shape, a.dtype, a.data.ptr & 15) if a._c_contiguous else (a.shape, a.strides, a.dtype,
+                                                                              a.data.ptr & 15))
+               if type(a) is _ndarray else (None if a is None else _FOREIGN) for a in arrays]
         key.append(args[n:])
         key.append(_override_items() if _overrides_in_use else ())
         key.append(_devices(arrays) if _multi_gpu else 0)
@@ -323,28 +335,30 @@ class Op:
         return self._launch(self._recipe_for(arrays, args[self._num_arrays:]), arrays)
 
     def _launch(self, recipe: _Recipe, arrays):
-        if recipe.allocate:
+        # One unpacking: a named field read per use cost more (bench/host_costs.py).
+        kernel, function, grid, block, shared_mem, pick, offsets, scalars, allocate, overlaps, result, plan = recipe
+        if allocate:
             arrays = list(arrays)
-            for i, shape, dtype in recipe.allocate:
+            for i, shape, dtype in allocate:
                 arrays[i] = _empty(shape, dtype)
-        for i, j, a_lo, a_hi, b_lo, b_hi, period, a_width, b_width, allow_same, message in recipe.overlaps:
+        for i, j, a_lo, a_hi, b_lo, b_hi, period, a_width, b_width, allow_same, message in overlaps:
             pa, pb = arrays[i].data.ptr, arrays[j].data.ptr
             if pa + a_lo < pb + b_hi and pb + b_lo < pa + a_hi and not (allow_same and pa == pb):
                 offset = (pb - pa) % period if period else 0
                 if not (period and offset >= a_width and offset + b_width <= period):
                     raise ValueError(message)
-        if recipe.function is not None:
-            kargs = recipe.pick(arrays)
-            if recipe.offsets:
+        if function is not None:
+            kargs = pick(arrays)
+            if offsets:
                 kargs = list(kargs)
-                for position, offset in recipe.offsets:
+                for position, offset in offsets:
                     kargs[position] = np.uint64(kargs[position].data.ptr + offset)
                 kargs = tuple(kargs)
-            kargs += recipe.scalars
-            recipe.function(recipe.grid, recipe.block, kargs, recipe.shared_mem)
+            kargs += scalars
+            function(grid, block, kargs, shared_mem)
             if _recording is not None:
-                _recording.append(Launched(self.name, recipe.plan, recipe.kernel, recipe.function, recipe.grid, recipe.block, kargs))
-        return recipe.result(arrays)
+                _recording.append(Launched(self.name, plan, kernel, function, grid, block, kargs))
+        return result(arrays)
 
     def _build(self, key: tuple) -> _Recipe:
         """The recipe for one key: the intake, the plan and the kernel (a cache miss)."""
@@ -354,7 +368,7 @@ class Op:
         if not _devices_known and device is not None:
             _multi_gpu = cupy.cuda.runtime.getDeviceCount() > 1
             _devices_known = True
-        values = {name: _arrays.Sig(*s) if type(s) is tuple else s for name, s in zip(self.arrays, key[:n])}
+        values = {name: _sig(s) if type(s) is tuple else s for name, s in zip(self.arrays, key[:n])}
         values.update(zip(self.scalars, key[n]))
         if _multi_gpu and key[n + 2]:
             for name, array_device in zip(self.arrays, key[n + 2][1:]):

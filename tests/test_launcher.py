@@ -18,12 +18,14 @@ import pytest
 
 import cupykern
 from cupykern import _dtypes, jit, launcher, plans, tuning
+from cupykern._arrays import Sig
 
 PACKAGE = Path(cupykern.__file__).resolve().parent
 
 
 class FakeArray:
-    """What the launcher reads of a cupy.ndarray: shape, strides (bytes), dtype, data.ptr."""
+    """What the launcher reads of a cupy.ndarray: shape, strides (bytes), dtype, data.ptr,
+    and CuPy's C-contiguity flag."""
 
     def __init__(self, shape, dtype, ptr=1 << 20, strides=None):
         self.dtype = np.dtype(dtype)
@@ -38,6 +40,8 @@ class FakeArray:
         self.data = SimpleNamespace(ptr=ptr, device_id=0)
         self.size = int(np.prod(self.shape))
         self.itemsize = self.dtype.itemsize
+        contiguous = Sig.contiguous(self.shape, self.dtype).strides
+        self._c_contiguous = all(n == 1 or s == c for n, s, c in zip(self.shape, self.strides, contiguous))
 
 
 class FakeKernel:
@@ -106,7 +110,11 @@ def test_second_call_with_the_same_signature_hits_the_cache(fake_gpu, monkeypatc
     cupykern.rms_norm(FakeArray((3, 4096), bf16, ptr=(1 << 24) + 2), w, out=FakeArray((3, 4096), bf16, ptr=1 << 27))
     cupykern.rms_norm(FakeArray((3, 4096), bf16, ptr=1 << 24), w, 1e-5, out=FakeArray((3, 4096), bf16, ptr=1 << 27))
     cupykern.rms_norm(FakeArray((5, 4096), bf16, ptr=1 << 24), w, out=FakeArray((5, 4096), bf16, ptr=1 << 27))
-    assert len(prepared) == 4
+    # The same shape as rows of a wider buffer: its strides are part of the key.
+    strided = FakeArray((3, 4096), bf16, ptr=1 << 24, strides=(2 * 8192, 2))
+    assert not strided._c_contiguous
+    cupykern.rms_norm(strided, w, out=FakeArray((3, 4096), bf16, ptr=1 << 27))
+    assert len(prepared) == 5 and fake_gpu[-1].args[5] == 8192  # x's row stride in elements
     assert fake_gpu[3].template_args[2] == 1  # the misaligned x takes the scalar path
 
 
