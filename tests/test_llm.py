@@ -3,10 +3,11 @@
 CPU: the model file (SHA-256, cache dir), GGUF config and weight shapes, the tokenizer
 against llama.cpp's prompt ids (shared/REFERENCE_VALUES.md) and round trips, the chat
 template, and the float64 reference forward against llama.cpp's greedy tokens
-(teacher-forced over all 16, and free-running through the KV cache), argument errors
-and the CLI without a GPU. GPU (marked): logits of the fp16/bf16 forward, with
-cupykern's kernels and with plain-CuPy compositions, against the float64 reference;
-greedy tokens; the KV-cache decode path; per-stage timing; the CLI.
+(teacher-forced over all 16, and free-running through the KV cache), argument errors,
+the memory accounting of ``generate`` on NumPy stand-ins, and the CLI without a GPU.
+GPU (marked): logits of the fp16/bf16 forward, with cupykern's kernels and with
+plain-CuPy compositions, against the float64 reference; greedy tokens; the KV-cache
+decode path; per-stage timing; the CLI.
 
 The model file is fetched on first use (``cupykern fetch-model smollm2``; CI fetches it
 in ``.ci/run``); without network and without a cached copy these tests skip.
@@ -22,8 +23,9 @@ pytest.importorskip("tokenizers", reason="the llm extra is not installed (pip in
 
 from click.testing import CliRunner  # noqa: E402
 
-from cupykern import _dtypes  # noqa: E402
-from cupykern.llm import cli, fetch, generate, gguf_weights, stage_timer, tokenizer  # noqa: E402
+from cupykern import _dtypes, user_cache  # noqa: E402
+from cupykern.llm import cli, fetch, generate, gguf_weights, memory, stage_timer, tokenizer  # noqa: E402
+from cupykern.llm.kv_cache import KVCache  # noqa: E402
 from cupykern.llm.reference import ReferenceLlama  # noqa: E402
 from tests.conftest import HAS_GPU  # noqa: E402
 
@@ -106,14 +108,14 @@ def top2_gaps(logits: np.ndarray) -> np.ndarray:
 def test_fetch_model_is_verified_in_cache_dir(model_file):
     src = fetch.source("smollm2")
     assert model_file == fetch.model_path("smollm2")
-    assert model_file.parent == fetch.cache_dir() / "models"
+    assert model_file.parent == user_cache.cache_dir() / "models"
     assert model_file.stat().st_size == src.size == 98_362_432
     assert fetch.sha256_of(model_file) == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 
 def test_cache_dir_env_override(monkeypatch, tmp_path):
-    monkeypatch.setenv(fetch.CACHE_ENV, str(tmp_path / "c"))
-    assert fetch.cache_dir() == tmp_path / "c"
+    # The rule itself (and the tuned file beside the models) is tests/test_user_cache.py's.
+    monkeypatch.setenv(user_cache.CACHE_ENV, str(tmp_path / "c"))
     assert fetch.model_path("smollm2") == tmp_path / "c" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -220,6 +222,8 @@ def test_reference_free_running_uses_kv_cache(ref_model, ref_logits):
     steps = []
     out = generate.generate(ref_model, PROMPT_IDS, 3, on_token=steps.append)
     assert out.new_ids == steps == EXPECTED_IDS[:3] and not out.stopped
+    # The cache it used comes back: room for prompt + 3, filled through the second new token.
+    assert out.cache.max_tokens == len(PROMPT_IDS) + 3 and out.cache.length == len(PROMPT_IDS) + 2
     cache = ref_model.new_cache(12)
     first = ref_model.forward(PROMPT_IDS, cache)
     second = ref_model.forward([EXPECTED_IDS[0]], cache)
@@ -282,6 +286,48 @@ def test_cpu_stage_timer_sums_stages(ref_model):
     totals = timer.totals_ms()
     assert set(totals) == {"norm", "rope", "activation", "matmul", "attention", "other"}
     assert all(v >= 0 for v in totals.values()) and totals["matmul"] > 0
+
+
+# ----------------------------------------------------------------- CPU: memory accounting
+def _stand_in_weights(dtype, tied):
+    """LlamaWeights of NumPy arrays shaped like a 2-layer model (nbytes as on the device)."""
+    cfg = gguf_weights.LlamaConfig(num_layers=2, hidden_size=8, num_heads=2, num_kv_heads=1, head_dim=4,
+                                   intermediate_size=12, vocab_size=10, context_length=16, rope_base=1e4,
+                                   rotary_dim=4, rms_norm_eps=1e-5, tied_embeddings=tied)
+    z = lambda *shape: np.zeros(shape, dtype)  # noqa: E731
+    layers = [gguf_weights.LayerWeights(attn_norm=z(8), qkv=z(cfg.qkv_size, 8), o=z(8, 8), ffn_norm=z(8),
+                                        gate_up=z(24, 8), down=z(8, 12)) for _ in range(2)]
+    embed = z(10, 8)
+    return gguf_weights.LlamaWeights(config=cfg, embed=embed, layers=layers, final_norm=z(8),
+                                     lm_head=embed if tied else z(10, 8))
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_weights_nbytes_counts_every_array_and_a_tied_head_once(tied):
+    w = _stand_in_weights(np.float16, tied)
+    per_layer = 2 * (8 + 16 * 8 + 8 * 8 + 8 + 24 * 8 + 8 * 12)  # fp16: 2 bytes per element
+    want = 2 * per_layer + 2 * 10 * 8 + 2 * 8 + (0 if tied else 2 * 10 * 8)
+    assert memory.weights_nbytes(w) == want
+
+
+def test_kv_cache_nbytes_is_k_and_v_of_every_layer():
+    cache = KVCache([np.zeros((5, 3, 4), np.float16) for _ in range(7)],
+                    [np.zeros((5, 3, 4), np.float16) for _ in range(7)], length=2)
+    assert memory.kv_cache_nbytes(cache) == 2 * 7 * 5 * 3 * 4 * 2  # capacity, not the 2 filled rows
+
+
+def test_memory_report_in_mib_with_one_decimal():
+    text = memory.report(3 * 2**20 + 2**19, 2**20, 10 * 2**20 + 123, dtype_name="fp16", num_layers=30,
+                         max_tokens=41, tables=2**21)
+    assert text.splitlines() == [
+        "device memory:",
+        "  weights                  3.5 MiB  fp16, tied LM head counted once",
+        "  f32 LM head + RoPE       2.0 MiB  the model's float32 tables",
+        "  KV cache                 1.0 MiB  k and v, 30 layers x 41 positions",
+        "  pool peak (held)        10.0 MiB  CuPy's pool: load, warm-up, generation",
+    ]
+    assert "LM head +" not in memory.report(1, 1, 1, dtype_name="bf16", num_layers=1, max_tokens=1)
+    assert memory.mib(1536 * 2**20) == "1536.0 MiB"
 
 
 # ----------------------------------------------------------------- CPU: CLI
@@ -441,11 +487,23 @@ def test_gpu_stage_timer_changes_timing_not_results(device_weights):
 
 
 @pytest.mark.gpu
+def test_gpu_memory_counts_device_arrays(device_weights, weights64):
+    """On CuPy arrays: the tied head stays one array through to_device and counts once."""
+    model = gpu_model(device_weights, "fp16", "plain")
+    assert model.weights.lm_head is model.weights.embed
+    assert memory.weights_nbytes(model.weights) == memory.weights_nbytes(weights64) // 4  # float64 -> fp16
+    out = generate.generate(model, PROMPT_IDS, 2)
+    assert memory.kv_cache_nbytes(out.cache) == 2 * 30 * (len(PROMPT_IDS) + 2) * 3 * 64 * 2
+
+
+@pytest.mark.gpu
 def test_gpu_cli_generate_prints_text_and_speeds(model_file):
     result = CliRunner().invoke(cli.generate_command, ["--max-new-tokens", "8", "--dtype", "fp16", "--model",
                                                        str(model_file)])
     assert result.exit_code == 0, result.output
     assert PROMPT + " girl named Emma who" in result.output
     assert "prefill: 9 tokens" in result.output and "tokens/s" in result.output
+    assert "device memory:" in result.output and "KV cache" in result.output
+    assert "pool peak (held)" in result.output
     for stage in ("norm", "rope", "activation", "matmul", "attention"):
         assert stage in result.output

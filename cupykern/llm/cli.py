@@ -3,7 +3,8 @@
 ``cupykern fetch-model smollm2`` downloads, verifies and caches the GGUF;
 ``cupykern generate [PROMPT]`` streams a completion from SmolLM2-135M-Instruct on the
 GPU (or, with ``--reference``, from the float64 CPU forward), then prints prefill and
-decode tokens/s and the time per stage between CUDA events.
+decode tokens/s, the device memory (weights, KV cache, CuPy pool peak; GPU only) and
+the time per stage between CUDA events.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ DEFAULT_PROMPT = "Once upon a time, there was a little"
 def fetch_model_command(name, force):
     """Download NAME's GGUF (default smollm2) into the cache and check its SHA-256.
 
-    The cache is $CUPYKERN_CACHE_DIR or the platform's user cache dir (~/.cache/cupykern
-    on Linux). Prints the file's path.
+    The file goes in models/ of the cupykern cache dir: $CUPYKERN_CACHE_DIR if set, else
+    the platform's user cache dir (~/.cache/cupykern on Linux). CUPYKERN_CACHE_DIR moves
+    both the tuned file and the models. Prints the file's path.
     """
     from cupykern.llm import fetch
 
@@ -80,13 +82,15 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
                      model_path):
     """Generate text after PROMPT with SmolLM2-135M-Instruct (greedy by default).
 
-    Streams the text, then prints prefill and decode tokens/s and the time per stage
-    (norm, rope, activation, matmul, attention). Needs a CUDA GPU unless --reference.
+    Streams the text, then prints prefill and decode tokens/s, the device memory
+    (weights, KV cache, and the peak bytes CuPy's memory pool held during the run) and
+    the time per stage (norm, rope, activation, matmul, attention). Needs a CUDA GPU
+    unless --reference.
     """
     from rich.console import Console
 
     from cupykern import _dtypes
-    from cupykern.llm import fetch, generate, gguf_weights, stage_timer, tokenizer
+    from cupykern.llm import fetch, generate, gguf_weights, memory, stage_timer, tokenizer
 
     console = Console(stderr=True)
     if not reference:
@@ -113,9 +117,15 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
             model = ReferenceLlama(gguf_weights.load_weights(path, reader=reader, dtype="float64"))
             make_timer, what = stage_timer.CpuStageTimer, "float64 NumPy on the CPU"
         else:
+            import cupy
+
             from cupykern.llm.model import LlamaModel, to_device
             from cupykern.llm.ops import OP_SETS
 
+            # Empty the pool first, so what it holds after the generation is the most this
+            # run held at once (the pool keeps freed blocks until free_all_blocks).
+            pool = cupy.get_default_memory_pool()
+            pool.free_all_blocks()
             weights = to_device(gguf_weights.load_weights(path, reader=reader), _dtypes.parse(dtype))
             model = LlamaModel(weights, ops=OP_SETS[ops_name])
             make_timer, what = stage_timer.CudaStageTimer, f"{dtype} on the GPU, {OP_SETS[ops_name].name} ops"
@@ -153,6 +163,13 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
     console.print(f"prefill: {len(result.prompt_ids)} tokens in {result.prefill_s * 1e3:.1f} ms "
                   f"({result.prefill_tokens_per_s:.1f} tokens/s); decode: {len(result.new_ids) - 1} tokens in "
                   f"{result.decode_s * 1e3:.1f} ms ({result.decode_tokens_per_s:.1f} tokens/s)")
+    if not reference:
+        pool_peak = pool.total_bytes()  # before the stage replay below allocates its own cache
+        console.print(memory.report(memory.weights_nbytes(model.weights), memory.kv_cache_nbytes(result.cache),
+                                    pool_peak, dtype_name=dtype, num_layers=len(result.cache.k),
+                                    max_tokens=result.cache.max_tokens,
+                                    tables=model.lm_head_f32.nbytes + model.cos_sin_cache.nbytes))
+    result.cache = None  # measured: let the replay reuse its blocks
     if stage_times:
         prefill_ms, decode_ms = generate.profile_stages(model, make_timer, result.prompt_ids, result.new_ids)
         kind = "wall time" if reference else "CUDA events around each stage"

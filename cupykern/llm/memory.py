@@ -52,20 +52,25 @@ def mib(nbytes: int) -> str:
 
 def report(weights: int, kv_cache: int, pool_peak: int, *, dtype_name: str, num_layers: int,
            max_tokens: int, tables: int = 0) -> str:
-    """The ``generate`` memory line (all sizes in bytes).
+    """The ``generate`` memory block: a heading and one line per item (sizes in bytes).
 
     Parameters:
         weights: :func:`weights_nbytes` of the device weights.
         kv_cache: :func:`kv_cache_nbytes` of the generation's cache.
-        pool_peak: bytes held by CuPy's default memory pool after the run.
+        pool_peak: bytes held by CuPy's default memory pool after the run (emptied
+            before the weights were loaded).
         dtype_name: the weights' dtype as the user named it (``"fp16"``).
         num_layers, max_tokens: the cache's shape, for the reader.
         tables: the model's own device arrays beside the weights (the float32 copy of
-            the LM head and the RoPE cos/sin table); 0 leaves that item out.
+            the LM head and the RoPE cos/sin table); 0 leaves that line out.
+
+    Returns:
+        Lines under 80 characters (so an 80-column terminal does not wrap them),
+        joined by newlines, no trailing newline.
     """
-    parts = [f"weights {mib(weights)} ({dtype_name}, tied LM head counted once)"]
+    rows = [("weights", weights, f"{dtype_name}, tied LM head counted once")]
     if tables:
-        parts.append(f"float32 LM head copy + RoPE table {mib(tables)}")
-    parts.append(f"KV cache {mib(kv_cache)} (k and v of {num_layers} layers, {max_tokens} positions)")
-    parts.append(f"CuPy pool peak (held) {mib(pool_peak)}")
-    return "device memory: " + "; ".join(parts)
+        rows.append(("f32 LM head + RoPE", tables, "the model's float32 tables"))
+    rows.append(("KV cache", kv_cache, f"k and v, {num_layers} layers x {max_tokens} positions"))
+    rows.append(("pool peak (held)", pool_peak, "CuPy's pool: load, warm-up, generation"))
+    return "\n".join(["device memory:"] + [f"  {label:<20} {mib(n):>11}  {note}" for label, n, note in rows])

@@ -61,8 +61,8 @@ class KernelOps:
 
 class PlainOps:
     """The same ops as CuPy compositions (several launches each, fp32 temporaries):
-    :mod:`cupykern.compositions`, the one copy of that baseline (the benchmarks time
-    the same functions), called with the model's arguments."""
+    :mod:`cupykern.compositions`, the one copy of that baseline, called with the
+    model's arguments."""
 
     name = "plain CuPy"
 
