@@ -22,7 +22,7 @@
 //              when gate, up and out pointers are 16-byte aligned and every row stride
 //              is a multiple of kVecWidth; the last d % kVecWidth elements of a row go
 //              through a scalar tail.
-// Launch contract (planned by cupykern/launch.py::plan_activation): 1-D block of
+// Launch contract (planned by cupykern/plans.py::plan_activation): 1-D block of
 // block_size threads (a multiple of 32, at most kActMaxBlockSize); 1-D grid of any size
 // over (row, chunk) work items, walked grid-stride, so any number of rows fits. A row
 // is ceil(d / kVecWidth) slots (the last may be the scalar tail); a chunk is
@@ -32,7 +32,7 @@
 
 using namespace cupykern;
 
-// __launch_bounds__ of the kernel; cupykern/launch.py::ACTIVATION_MAX_BLOCK_SIZE mirrors it.
+// __launch_bounds__ of the kernel; cupykern/plans.py::ACTIVATION_MAX_BLOCK_SIZE mirrors it.
 constexpr int kActMaxBlockSize = 1024;
 
 // ---------------------------------------------------------------- act_and_mul

@@ -23,7 +23,7 @@
 //   kVecWidth       1 or 16 / sizeof(T): elements per memory access
 //   kVecsPerThread  1, 2, 4, 8: vectors per thread kept in registers between passes
 //   kWarpSize       32
-// Launch contract (planned by cupykern/launch.py::plan_rows): 1-D block of
+// Launch contract (planned by cupykern/plans.py::plan_rows): 1-D block of
 // rows_per_block * kThreadsPerRow threads (a multiple of kWarpSize, at most 1024),
 // 1-D grid of any size (blocks walk the rows grid-stride), no dynamic shared memory.
 #include <cupykern/vec.cuh>

@@ -48,7 +48,7 @@
 //                     1 or 16 / sizeof(T) (qk_rms_norm_rope). Every pointer and stride
 //                     is aligned to it and rotary_dim/2 and head_dim are multiples of it.
 //   kThreadsPerHead   8, 16, 32 (qk_rms_norm_rope: the row group that reduces a head)
-// Launch contract (planned by cupykern/launch.py::plan_rope): 1-D block of at most
+// Launch contract (planned by cupykern/plans.py::plan_rope): 1-D block of at most
 // kRopeMaxBlockSize threads, tokens_per_block * threads_per_head * head_slots of them
 // active, rounded up to a multiple of 32; 1-D grid of any size; no dynamic shared
 // memory. qk_rms_norm_rope needs threads_per_head = kThreadsPerHead.
@@ -58,7 +58,7 @@
 
 using namespace cupykern;
 
-// Largest block; cupykern/launch.py::ROPE_MAX_BLOCK_SIZE mirrors it.
+// Largest block; cupykern/plans.py::ROPE_MAX_BLOCK_SIZE mirrors it.
 constexpr int kRopeMaxBlockSize = 256;
 // Heads whose loads apply_rope issues before their stores: 32 bytes of q/k per thread
 // in flight (two heads of 8-byte vectors, one of 16-byte vectors; two heads of
@@ -67,7 +67,7 @@ template <typename T, int kVecWidth>
 constexpr int heads_per_step() { return kVecWidth * sizeof(T) >= 16 ? 1 : 2; }
 // Blocks of kRopeMaxBlockSize per SM the register budget must allow: 4 x 256 threads
 // (64 registers each), meant to keep enough loads in flight to saturate HBM (the
-// estimate is in cupykern/launch.py::ROPE_HEADS_PER_THREAD; not yet measured).
+// estimate is in cupykern/plans.py::ROPE_HEADS_PER_THREAD; not yet measured).
 constexpr int kRopeMinBlocksPerSm = 4;
 
 // ---------------------------------------------------------------- shared pieces

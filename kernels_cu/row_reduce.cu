@@ -8,26 +8,33 @@
 // x_row_stride elements apart; out is float32 [num_rows], out_stride elements apart.
 // Mutates `out` only.
 //
-// Template parameters: kOp (0 sum, 1 sumsq, 2 max, 3 min); T, kThreadsPerRow,
+// Template parameters: kOp (kRowSum, kRowSumSq, kRowMax, kRowMin below; cupykern/ops/
+// row_reduce.py names the same values K_SUM, K_SUMSQ, K_MAX, K_MIN); T, kThreadsPerRow,
 // kVecWidth, kWarpSize as in norm.cu (one pass, so nothing is kept in registers).
-// Launch contract: norm.cu's (cupykern/launch.py::plan_rows).
+// Launch contract: norm.cu's (cupykern/plans.py::plan_rows).
 #include <cupykern/vec.cuh>
 #include <cupykern/reduce.cuh>
 #include <cupykern/rows.cuh>
 
 using namespace cupykern;
 
+// The reductions kOp selects (an int template argument, so Python spells it as a number).
+constexpr int kRowSum = 0;
+constexpr int kRowSumSq = 1;
+constexpr int kRowMax = 2;
+constexpr int kRowMin = 3;
+
 template <int kOp> struct RowReduceOp;
-template <> struct RowReduceOp<0> : SumOp {
+template <> struct RowReduceOp<kRowSum> : SumOp {
   __device__ __forceinline__ static float term(float v) { return v; }
 };
-template <> struct RowReduceOp<1> : SumOp {
+template <> struct RowReduceOp<kRowSumSq> : SumOp {
   __device__ __forceinline__ static float term(float v) { return v * v; }
 };
-template <> struct RowReduceOp<2> : MaxOp {
+template <> struct RowReduceOp<kRowMax> : MaxOp {
   __device__ __forceinline__ static float term(float v) { return v; }
 };
-template <> struct RowReduceOp<3> : MinOp {
+template <> struct RowReduceOp<kRowMin> : MinOp {
   __device__ __forceinline__ static float term(float v) { return v; }
 };
 

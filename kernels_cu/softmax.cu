@@ -17,7 +17,7 @@
 //
 // Template parameters: T (input) and TOut (output): float, __half, __nv_bfloat16;
 // kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize as in norm.cu. The launch
-// contract is norm.cu's (cupykern/launch.py::plan_rows).
+// contract is norm.cu's (cupykern/plans.py::plan_rows).
 #include <cupykern/vec.cuh>
 #include <cupykern/reduce.cuh>
 #include <cupykern/rows.cuh>

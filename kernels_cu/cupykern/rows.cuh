@@ -16,7 +16,7 @@ namespace cupykern {
 
 // Largest block a row kernel is compiled for: kThreadsPerRow for wide rows, else 256
 // (rows_per_block groups of kThreadsPerRow). Used in __launch_bounds__ so that the
-// register budget matches the block; cupykern/launch.py::max_block_size mirrors it.
+// register budget matches the block; cupykern/plans.py::max_block_size mirrors it.
 template <int kThreadsPerRow>
 constexpr int max_block_size() { return kThreadsPerRow > 256 ? kThreadsPerRow : 256; }
 

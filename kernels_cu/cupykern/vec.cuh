@@ -6,7 +6,7 @@
 //
 // A "vector" is kVecWidth consecutive elements read or written with one access.
 // kVecWidth * sizeof(T) is 16 bytes on the vectorised path and 1 element on the
-// scalar path; the caller (cupykern/launch.py) only picks the 16-byte width when
+// scalar path; the caller (cupykern/plans.py) only picks the 16-byte width when
 // the base pointer and every row stride are 16-byte aligned.
 #pragma once
 #include <cuda_fp16.h>
