@@ -23,10 +23,11 @@ MAX_POSITION = 131072
 
 
 @lru_cache(maxsize=4)
-def _host_cache(head_dim: int, max_position: int = MAX_POSITION, base: float = BASE,
+def _host_cache(rotary_dim: int, max_position: int = MAX_POSITION, base: float = BASE,
                 scaling_items: tuple = ()) -> np.ndarray:
-    """The float32 cos/sin table (built once per shape: 64 MiB at 131072 x 128)."""
-    return rope_scaling.cos_sin_table(max_position, head_dim, base, dict(scaling_items) or None, dtype=np.float32)
+    """The float32 cos/sin table, ``(max_position, rotary_dim)`` (built once per shape: 64 MiB
+    at 131072 x 128)."""
+    return rope_scaling.cos_sin_table(max_position, rotary_dim, base, dict(scaling_items) or None, dtype=np.float32)
 
 
 def _rope_inputs(rng, num_tokens, head_dim, dtype, *, with_weights=False, model=None):
