@@ -22,6 +22,7 @@ DTYPES = ("bf16", "fp16")
 
 
 def cases(quick: bool = False):
+    """(op, num_tokens, hidden_size, dtype) of the table; ``quick``: bf16 only."""
     for op in OPS:
         for dtype in DTYPES[:1] if quick else DTYPES:
             for hidden in HIDDEN_SIZES:

@@ -3,7 +3,8 @@
 For each op of the registry, at the sweep's num_tokens ladder (1 to 16384) with the
 row sizes and constants of a model preset (default llama-3.1-8b), bf16:
 
-* cupykern itself and the plain-CuPy composition of bench/compositions.py (always);
+* cupykern itself and the plain-CuPy composition (bench/common.py's COMPOSITIONS over
+  cupykern/compositions.py; always);
 * PyTorch eager (fp32 math, one rounding, as the references), torch.compile of the
   same functions, torch.nn.functional.rms_norm, Liger-Kernel and FlashInfer, each only
   if importable (none is a dependency; torch is imported here only, guarded).
@@ -11,32 +12,34 @@ row sizes and constants of a model preset (default llama-3.1-8b), bf16:
 Every implementation's output is checked against the same float64 reference
 (cupykern.validation on the registry's inputs, shared through DLPack without copies)
 before it is timed the same way: CUDA-graph replay for decode sizes (torch peers
-through torch.cuda.graph), cold-L2 CUDA events otherwise, on one stream. The table
-gives peer time / cupykern time (> 1: cupykern is faster); the JSON goes to
-bench/results/ (and --out).
+through torch.cuda.graph), cold-L2 CUDA events otherwise, on one stream. Every point
+has the sweep engine's schema (cupykern/sweep.py): errors against the reference,
+device memory one call allocates (torch peers: torch's allocator), and for cupykern
+the plan it launched (None for peers). The table gives peer time / cupykern time
+(> 1: cupykern is faster); the JSON goes to bench/results/ (and --out).
 
     python bench/peers.py [--model NAME] [--num-tokens 1,16,64,...] [--ops OP,...]
-                          [--peers NAME,...] [--repeat N] [--seed S] [--out DIR]
+                          [--peers NAME,...] [--dtype bf16] [--repeat N] [--seed S] [--out DIR]
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import sys
 import traceback
 from pathlib import Path
 
+import click
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import DEFAULT_SEED, save  # noqa: E402
-from bench.compositions import COMPOSITIONS  # noqa: E402
-from cupykern import _dtypes, environment, measure, models, timing  # noqa: E402
+from bench.common import (COMPOSITIONS, DEFAULT_SEED, dtype_option, positive_int, positive_int_list,  # noqa: E402
+                          require_gpu, save)
+from cupykern import _dtypes, environment, models, sweep, timing  # noqa: E402
 from cupykern.registry import all_specs  # noqa: E402
 from cupykern.validation import check_op  # noqa: E402
 
@@ -285,25 +288,27 @@ def _torch_graph_time(torch, fn, replays: int) -> timing.Timing:
 
 
 def measure_torch(torch, name: str, impl, spec, num_tokens: int, size: int, dtype, *, seed: int,
-                  copy_gbps: float, repeat: int | None) -> measure.Point:
+                  copy_gbps: float, repeat: int | None, model=None) -> sweep.Point:
     """Checks ``impl`` against the float64 reference on the registry's inputs, then times it
-    (on CuPy's current stream, which must also be torch's)."""
+    (on CuPy's current stream, which must also be torch's). The point has no plan fields;
+    its alloc_bytes count torch's allocator."""
     import cupy
 
-    inputs = spec.make_inputs(np.random.default_rng(seed), num_tokens, size, dtype)
+    bound = spec.for_model(model)
+    inputs = bound.make_inputs(np.random.default_rng(seed), num_tokens, size, dtype)
     if "out" in inputs:
         inputs["out"] = None
     fn = _prepare(torch, impl, inputs)
-    checked = check_op(spec.with_run(lambda i: tuple(cupy.from_dlpack(o.detach()) for o in fn())),
+    checked = check_op(bound.with_run(lambda i: tuple(cupy.from_dlpack(o.detach()) for o in fn())),
                        num_tokens, size, dtype, seed, inputs=inputs)
-    if num_tokens <= measure.DECODE_MAX_TOKENS:
+    allocated = sweep.alloc_bytes(fn, bytes_in_use=torch.cuda.memory_allocated)
+    if num_tokens <= sweep.DECODE_MAX_TOKENS:
         t = _torch_graph_time(torch, fn, repeat or 20)
     else:
         t = timing.time_cold(fn) if repeat is None else timing.time_cold(fn, repeat=repeat)
-    nbytes = spec.min_bytes(inputs)
-    gbps = timing.gbps(nbytes, t)
-    return measure.Point(spec.name, name, num_tokens, size, _dtypes.short_name(dtype), t.median_us, t.p10_us,
-                         t.p90_us, t.method, nbytes, gbps, 100.0 * gbps / copy_gbps, checked.message, checked.ok)
+    return sweep.make_point(bound, impl=name, model=getattr(model, "name", None), num_tokens=num_tokens, size=size,
+                            dtype=dtype, timed=t, checked=checked, min_bytes=bound.min_bytes(inputs),
+                            copy_gbps=copy_gbps, alloc_bytes=allocated)
 
 
 # ----------------------------------------------------------------- the run
@@ -326,6 +331,7 @@ def ratio_rows(points: list[dict], peers) -> list[dict]:
 
 
 def print_ratios(console: Console, rows: list[dict], peers, title: str) -> None:
+    """:func:`ratio_rows` as a rich table: green where cupykern is faster, red where not."""
     table = Table(title=title)
     for column in ("op", "tokens", "size", "cupykern us", *peers):
         table.add_column(column, justify="left" if column == "op" else "right")
@@ -347,6 +353,9 @@ def print_ratios(console: Console, rows: list[dict], peers, title: str) -> None:
 
 def run(model_name: str, num_tokens, ops, peers, *, seed: int, repeat: int | None, dtype="bf16",
         out_dir: Path | None = None) -> dict:
+    """Measures ``ops`` at each of ``num_tokens`` through cupykern and each of ``peers``
+    that can run here (the others are listed as skipped); prints the ratio table, saves
+    the result file after every op and returns its content."""
     import cupy
 
     console = Console(width=160)
@@ -376,29 +385,33 @@ def run(model_name: str, num_tokens, ops, peers, *, seed: int, repeat: int | Non
     for p, why in skipped.items():
         console.print(f"[yellow]skipped {p}: {why}[/]")
     points, errors = [], []
-    result = {"suite": "peers", "seed": seed, "model": model.name, "environment": env, "copy_gbps": copy_gbps,
-              "peers_run": running, "skipped": skipped, "errors": errors, "points": points}
+
+    def document():
+        return sweep.result_document("peers", environment=env, seed=seed, copy_gbps=copy_gbps, model=model.name,
+                                     points=points, peers_run=running, skipped=skipped, errors=errors)
+
     stream = cupy.cuda.Stream(non_blocking=True)
     for op in ops:
-        spec = specs[op].for_model(model)
+        spec = specs[op]
         size = spec.size_for_model(model)
         for n in num_tokens:
             for name in ["cupykern", *running]:
                 try:
                     with stream:
                         if name == "cupykern":
-                            point = measure.measure(spec, n, size, dtype, seed=seed, copy_gbps=copy_gbps, repeat=repeat)
+                            point = sweep.measure(spec, n, size, dtype, seed=seed, copy_gbps=copy_gbps, model=model,
+                                                  repeat=repeat)
                         elif name == "cupy composition":
                             if op not in COMPOSITIONS:
                                 continue
-                            point = measure.measure(spec, n, size, dtype, seed=seed, copy_gbps=copy_gbps,
-                                                    impl=name, run=COMPOSITIONS[op], repeat=repeat)
+                            point = sweep.measure(spec, n, size, dtype, seed=seed, copy_gbps=copy_gbps, model=model,
+                                                  impl=name, run=COMPOSITIONS[op], repeat=repeat)
                         else:
                             if op not in impls[name]:
                                 continue
                             with torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
                                 point = measure_torch(torch, name, impls[name][op], spec, n, size, dtype, seed=seed,
-                                                      copy_gbps=copy_gbps, repeat=repeat)
+                                                      copy_gbps=copy_gbps, repeat=repeat, model=model)
                     stream.synchronize()
                 except Skip as why:
                     errors.append({"op": op, "num_tokens": n, "impl": name, "skipped": str(why)})
@@ -413,59 +426,51 @@ def run(model_name: str, num_tokens, ops, peers, *, seed: int, repeat: int | Non
                 points.append(point.as_dict())
                 if not point.check_ok:
                     console.print(f"[red]CHECK FAILED[/] {op} {name} {n}x{size}: {point.check}")
-        save(result, out_dir)  # after every op, so a run cut short keeps what it measured
+        save(document(), out_dir)  # after every op, so a run cut short keeps what it measured
     print_ratios(console, ratio_rows(points, running), running,
                  f"peer time / cupykern time (> 1: cupykern faster), {model.name}, {_dtypes.short_name(dtype)}")
-    path = save(result, out_dir)
-    console.print(f"saved {path}")
+    result = document()
+    console.print(f"saved {save(result, out_dir)}")
     return result
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+def _name_list(known, what: str):
+    """click callback: comma-separated names, each one of ``known`` (None: all of them)."""
+    def callback(ctx, param, value):
+        if value is None:
+            return list(known)
+        names = [v.strip() for v in value.split(",") if v.strip()]
+        bad = [v for v in names if v not in known]
+        if bad or not names:
+            raise click.BadParameter(f"unknown {what} {bad or value!r}; known: {', '.join(known)}")
+        return names
+    return callback
+
+
+def _model_name(ctx, param, value):
+    if value not in models.names():
+        raise click.BadParameter(f"unknown model {value!r}; known: {', '.join(models.names())}")
     return value
 
 
-def _token_counts(text: str) -> list[int]:
-    try:
-        return [_positive(t) for t in text.split(",")]
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}") from None
-
-
-def _dtype(text: str):
-    try:
-        return _dtypes.parse(text)
-    except (TypeError, ValueError) as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=models.DEFAULT_MODEL, choices=models.names())
-    parser.add_argument("--num-tokens", type=_token_counts, default=list(NUM_TOKENS),
-                        help="comma-separated integers >= 1 (default: the sweep's ladder)")
-    parser.add_argument("--ops", default=None, help="comma-separated (default: every op)")
-    parser.add_argument("--peers", default=",".join(PEER_NAMES), help=f"comma-separated of: {', '.join(PEER_NAMES)}")
-    parser.add_argument("--dtype", type=_dtype, default="bf16")
-    parser.add_argument("--repeat", type=_positive, default=None, help="timed samples per point (>= 1)")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
-    args = parser.parse_args()
-    specs = all_specs()
-    ops = args.ops.split(",") if args.ops else list(specs)
-    bad = [o for o in ops if o not in specs] + [p for p in args.peers.split(",") if p not in PEER_NAMES]
-    if bad:
-        parser.error(f"unknown op or peer {bad}")
-    if not environment.gpu_available():
-        parser.exit(2, "peers.py times kernels and needs a CUDA GPU; none is visible (try `cupykern check`)\n")
-    result = run(args.model, args.num_tokens, ops, args.peers.split(","),
-                 seed=args.seed, repeat=args.repeat, dtype=args.dtype, out_dir=args.out)
+@click.command(help=__doc__.splitlines()[0], context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--model", default=models.DEFAULT_MODEL, show_default=True, callback=_model_name,
+              help=f"model preset giving the row sizes and constants ({', '.join(models.names())})")
+@click.option("--num-tokens", callback=positive_int_list, default=",".join(map(str, NUM_TOKENS)), show_default=True,
+              help="comma-separated integers >= 1")
+@click.option("--ops", callback=_name_list(tuple(all_specs()), "op"), default=None,
+              help="comma-separated ops [default: every op]")
+@click.option("--peers", callback=_name_list(PEER_NAMES, "peer"), default=None,
+              help=f"comma-separated of: {', '.join(PEER_NAMES)} [default: all]")
+@click.option("--dtype", callback=dtype_option, default="bf16", show_default=True)
+@click.option("--repeat", type=int, callback=positive_int, default=None, help="timed samples per point (>= 1)")
+@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="also write the JSON here")
+def main(model, num_tokens, ops, peers, dtype, repeat, seed, out) -> None:
+    """Runs the comparison; exits 0 if every cupykern point validated, 1 if not, 2
+    without a GPU or on bad arguments."""
+    require_gpu("peers.py")
+    result = run(model, num_tokens, ops, peers, seed=seed, repeat=repeat, dtype=dtype, out_dir=out)
     own = [p for p in result["points"] if p["impl"] == "cupykern"]
     sys.exit(0 if own and all(p["check_ok"] for p in own) else 1)
 

@@ -1,14 +1,13 @@
 """The ``cupykern`` command: info, check, sweep, models, tune.
 
-A thin click layer over registry (ops, inputs, references), models (presets), launch
-(overrides), tuning (the tuned-config file), validation and measure (check then
-time); rich prints the tables.
+Parsing and printing only: a click layer over the registry (ops, inputs, references),
+the model presets, the tuned-config file (cupykern/tuning.py) and the sweep engine
+(cupykern/sweep.py: which points, validate then time, what --tune keeps); rich prints
+the tables. Nothing imports this module.
 """
 
 from __future__ import annotations
 
-import contextlib
-import csv
 import itertools
 import json
 import os
@@ -22,10 +21,10 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from cupykern import plans
 from cupykern.models import NUM_TOKENS_LADDER
 
 console = Console()
-
 
 
 def _int_list(ctx, param, value):
@@ -64,13 +63,11 @@ def _pow2_list(ctx, param, value):
 
 
 def _block_size_list(ctx, param, value):
-    from cupykern import launch
-
     values = _positive_int_list(ctx, param, value)
-    bad = [v for v in values or () if v % launch.WARP_SIZE or v > launch.MAX_THREADS_PER_ROW]
+    bad = [v for v in values or () if v % plans.WARP_SIZE or v > plans.MAX_BLOCK_SIZE]
     if bad:
-        raise click.BadParameter(f"block sizes must be multiples of {launch.WARP_SIZE} up to "
-                                 f"{launch.MAX_THREADS_PER_ROW}, got {bad}")
+        raise click.BadParameter(f"block sizes must be multiples of {plans.WARP_SIZE} up to "
+                                 f"{plans.MAX_BLOCK_SIZE}, got {bad}")
     return values
 
 
@@ -87,9 +84,12 @@ def _dtype_list(ctx, param, value):
     from cupykern import _dtypes
 
     try:
-        return [_dtypes.parse(v.strip()) for v in value.split(",") if v.strip()]
+        dtypes = [_dtypes.parse(v.strip()) for v in value.split(",") if v.strip()]
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+    if not dtypes:
+        raise click.BadParameter(f"expected comma-separated dtypes (bf16, fp16, fp32), got {value!r}")
+    return dtypes
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -137,8 +137,8 @@ def _compile_job(job):
 @click.option("--seed", default=0, show_default=True, help="seed of the validation inputs")
 @click.option("--skip-compile", is_flag=True, help="only validate on the GPU")
 def check(arch, seed, skip_compile):
-    """Compile every kernel instantiation with NVRTC; with a GPU, validate each op."""
-    from cupykern import environment, jit
+    """Compile every kernel instantiation (cupykern.families) with NVRTC; with a GPU, validate each op."""
+    from cupykern import environment, families
 
     gpu = environment.gpu_available()
     if skip_compile and not gpu:
@@ -156,7 +156,7 @@ def check(arch, seed, skip_compile):
             import cupy
 
             arch = cupy.cuda.Device().compute_capability if gpu else "90"
-        jobs = [(f, exprs[i:i + 64], arch) for f, exprs in jit.instantiations().items()
+        jobs = [(f, exprs[i:i + 64], arch) for f, exprs in families.instantiations().items()
                 for i in range(0, len(exprs), 64)]
         counts: dict = {}
         with Progress(console=console) as progress, ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
@@ -188,7 +188,7 @@ def _validate_all(seed: int) -> int:
     from cupykern.validation import check_op
 
     table = Table(title=f"validation against the float64 reference (seed {seed})")
-    for column in ("op", "dtype", "num_tokens", "size", "error / tolerance", "result"):
+    for column in ("op", "dtype", "num_tokens", "size", "error / tolerance", "max ulp", "result"):
         table.add_column(column)
     failures = 0
     for spec in all_specs().values():
@@ -196,97 +196,64 @@ def _validate_all(seed: int) -> int:
             result = check_op(spec, num_tokens, size, dtype, seed)
             failures += not result.ok
             table.add_row(spec.name, _dtypes.short_name(dtype), str(num_tokens), str(size),
-                          f"{result.worst_error_ratio:.3f}", "[green]ok[/]" if result.ok else f"[red]{result.message}[/]")
+                          f"{result.worst_error_ratio:.3f}", f"{result.max_ulp_err:.1f}",
+                          "[green]ok[/]" if result.ok else f"[red]{result.message}[/]")
     console.print(table)
     return failures
 
 
 # ----------------------------------------------------------------- sweep
-#: Families planned by launch.plan_rows: the ones the layout options and --tune apply to.
-ROW_FAMILIES = ("norm", "softmax", "row_reduce")
-#: Ops whose kernel makes one pass (no register cache: vecs_per_thread does not apply).
-ONE_PASS_OPS = ("row_reduce",)
-_LAYOUT_KEYS = ("threads_per_row", "vec_width", "vecs_per_thread")
-#: Options the activation kernel takes (launch.plan_activation).
-_ACTIVATION_KEYS = ("block_size", "vec_width")
+def _flags(keys) -> str:
+    """Override keys as the sweep's options: ``--block-size, --vec-width``."""
+    return ", ".join("--" + k.replace("_", "-") for k in keys)
 
 
-def _activation_plan(num_tokens: int, size: int, dtype, config: dict, limits):
-    """``(overrides, plan)`` for an activation op on the registry's fresh contiguous
-    inputs (16-byte aligned exactly when ``size`` is a multiple of the vector width);
-    ValueError if the plan is illegal."""
-    from cupykern import _dtypes, launch
-
-    overrides = {k: v for k, v in config.items() if k in _ACTIVATION_KEYS and v is not None}
-    plan = launch.plan_activation(num_tokens, size, dtype, aligned=size % _dtypes.vec_width(dtype) == 0,
-                                  limits=limits, **overrides)
-    return overrides, plan
-
-
-def _row_plan(op: str, num_tokens: int, size: int, dtype, config: dict, limits):
-    """``(overrides, plan)`` for a row op on the registry's inputs (fresh contiguous arrays:
-    16-byte aligned exactly when ``size`` is a multiple of the vector width).
-
-    ``block_size`` maps to ``rows_per_block = block_size / threads_per_row``, where
-    threads_per_row is the ``--threads-per-row`` value of the config if given, else the
-    one the op picks for this row size (tuned or heuristic); the layout is then pinned
-    to that one. ValueError if the block size is not a multiple of it, or the plan is
-    illegal.
-    """
-    from cupykern import _dtypes, launch
-
-    aligned = size % _dtypes.vec_width(dtype) == 0
-    overrides = {k: v for k, v in config.items() if k != "block_size" and v is not None}
-    block_size = config.get("block_size")
-    if block_size is not None:
-        base = launch.plan_rows(num_tokens, size, dtype, aligned=aligned, limits=limits, op=op,
-                                **{k: v for k, v in overrides.items() if k in _LAYOUT_KEYS})
-        threads = base.layout.threads_per_row
-        if block_size % threads:
-            raise ValueError(f"block size {block_size} is not a multiple of threads_per_row {threads}")
-        overrides.update(threads_per_row=threads, vec_width=base.layout.vec_width,
-                         vecs_per_thread=base.layout.vecs_per_thread, rows_per_block=block_size // threads)
-    plan = launch.plan_rows(num_tokens, size, dtype, aligned=aligned, limits=limits, op=op, **overrides)
-    return overrides, plan
+def _plan_text(point: dict) -> str:
+    """The launched plan in a few characters (``-`` for none)."""
+    kind = point["plan_kind"]
+    if kind is None:
+        return "-"
+    if kind == "rows":
+        text = (f"{point['threads_per_row']}x{point['vec_width']}x{point['vecs_per_thread']} "
+                f"r{point['rows_per_block']}")
+    elif kind == "activation":
+        text = f"b{point['block_size']} x{point['vec_width']}"
+    else:  # rope: threads per head x vector width, head slots, tokens per block
+        text = f"{point['threads_per_head']}x{point['vec_width']} h{point['head_slots']} t{point['tokens_per_block']}"
+    return f"{text} {point['origin']}"
 
 
-def _row_configs(op: str, size: int, dtype, options: dict, tune: bool) -> list[dict]:
-    """Launch configurations to try for a row op: the crossed options, or with ``--tune``
-    and no layout option, the default search space (tuning.candidate_configs) plus the
-    op's own choice."""
-    from cupykern import _dtypes, launch, tuning
-
-    if tune and not any(options.values()):
-        aligned = size % _dtypes.vec_width(dtype) == 0
-        heuristic = launch.row_layout(size, dtype, aligned)
-        vecs = (heuristic.vecs_per_thread,) if op in ONE_PASS_OPS else launch.VECS_PER_THREAD_CHOICES
-        return [{}] + tuning.candidate_configs(size, heuristic.vec_width, threads_choices=launch.THREADS_PER_ROW_CHOICES,
-                                               vecs_choices=vecs, min_block=launch.MIN_BLOCK_SIZE,
-                                               max_block_of=launch.max_block_size, warp_size=launch.WARP_SIZE)
-    return _crossed(options)
-
-
-def _crossed(options: dict) -> list[dict]:
-    """Every combination of the option lists (an unset option: None, the op's choice)."""
-    lists = {k: v or [None] for k, v in options.items()}
-    return [dict(zip(lists, combo)) for combo in itertools.product(*lists.values())]
-
-
-def _plan_fields(plan) -> dict:
-    """The launch plan's fields of a sweep point (None where the kind of plan has none)."""
-    from cupykern import launch
-
-    fields = dict.fromkeys(("threads_per_row", "vec_width", "vecs_per_thread", "rows_per_block", "block_size",
-                            "origin"))
-    if isinstance(plan, launch.LaunchPlan):
-        layout = plan.layout
-        fields.update(threads_per_row=layout.threads_per_row, vec_width=layout.vec_width,
-                      vecs_per_thread=layout.vecs_per_thread, rows_per_block=plan.rows_per_block)
-    elif isinstance(plan, launch.ActivationPlan):
-        fields.update(vec_width=plan.vec_width)
-    if plan is not None:
-        fields.update(block_size=plan.block_size, origin=plan.origin)
-    return fields
+def _print_sweep(points: list, model_name: str, copy_gbps: float, seed: int, tune: bool) -> None:
+    if tune:  # every candidate would be a row: show the fastest validated one per point instead
+        best: dict = {}
+        for p in points:
+            key = (p["op"], p["dtype"], p["size"], p["num_tokens"])
+            if p["check_ok"] and (key not in best or p["median_us"] < best[key]["median_us"]):
+                best[key] = p
+        points = list(best.values())
+    title = f"sweep {model_name}: copy {copy_gbps:.0f} GB/s (same run), seed {seed}" + (
+        " (fastest validated configuration per point)" if tune else "")
+    table = Table(title=title)
+    columns = ("op", "dtype", "size", "num_tokens", "plan", "median_us", "gbps", "pct_of_copy", "method",
+               "max_ulp_err", "alloc_bytes", "check")
+    for column in columns:
+        table.add_column(column)
+    for p in points:
+        cells = []
+        for column in columns:
+            if column == "plan":
+                value = _plan_text(p)
+            elif column == "check":
+                value = "[green]ok[/]" if p["check_ok"] else f"[red]{p['check']}[/]"
+            else:
+                value = p[column]
+                if value is None:
+                    value = "-"
+                elif isinstance(value, float):
+                    value = f"{value:.2f}" if column == "median_us" else f"{value:.1f}"
+            cells.append(str(value))
+        table.add_row(*cells)
+    Console(width=max(console.width, 180)).print(table)
 
 
 @main.command()
@@ -300,17 +267,15 @@ def _plan_fields(plan) -> dict:
                    "head_dim (RoPE)")
 @click.option("--dtype", "dtypes", callback=_dtype_list, default="bf16", show_default=True)
 @click.option("--block-size", callback=_block_size_list, default=None,
-              help="row kernels: threads per block = threads_per_row x rows_per_block (rows_per_block = "
-                   "block size / threads_per_row; threads_per_row from --threads-per-row, else the op's own); "
-                   "activations: threads per block")
-@click.option("--threads-per-row", callback=_choice_list((1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
-                                                         "threads per row"),
+              help="row kernels: threads per block = threads_per_row x rows_per_block (threads_per_row from "
+                   "--threads-per-row, else the heuristic's); activations: threads per block")
+@click.option("--threads-per-row", callback=_choice_list(plans.THREADS_PER_ROW_CHOICES, "threads per row"),
               default=None, help="row kernels: threads sharing a row")
 @click.option("--vec-width", callback=_choice_list((1, 2, 4, 8), "vector widths"), default=None,
               help="row kernels and activations: elements per access, 1 or 16 bytes' worth (8 for fp16/bf16, "
                    "4 for fp32)")
-@click.option("--vecs-per-thread", callback=_choice_list((1, 2, 4, 8), "vecs per thread"), default=None,
-              help="row kernels: register cache per thread")
+@click.option("--vecs-per-thread", callback=_choice_list(plans.VECS_PER_THREAD_CHOICES, "vecs per thread"),
+              default=None, help="row kernels: register cache per thread")
 @click.option("--rows-per-block", callback=_pow2_list, default=None, help="row kernels: rows per block")
 @click.option("--repeat", type=click.IntRange(min=1), default=None,
               help="timed samples per point (cold-L2 calls, or graph replays for decode sizes) [default: 50 / 20]")
@@ -325,11 +290,14 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
     """Validate and time OPS (default: all) over token counts, dtypes and launch configurations.
 
     Row sizes and op constants come from --model (default llama-3.1-8b) unless
-    --hidden-size is given. The layout options are crossed; they apply to the row
-    kernels (norms, softmax, row_reduce) and, --block-size and --vec-width, to the
-    activations.
+    --hidden-size is given. The launch options are crossed and applied to the ops
+    whose plan takes them: all of them to the row kernels (norms, softmax,
+    row_reduce), --block-size and --vec-width to the activations, none to RoPE. A
+    combination the plan rejects for a shape is skipped with a yellow line. Each point
+    reports the plan that was launched, its errors against the float64 reference and
+    the device memory one call allocates.
     """
-    from cupykern import _dtypes, environment, launch, measure, timing, tuning
+    from cupykern import environment, sweep as engine, timing, tuning
     from cupykern.registry import all_specs
 
     specs = all_specs()
@@ -347,128 +315,63 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
             if problem:
                 raise click.BadParameter(problem + ("; choose the ops with OPS" if not ops else ""),
                                          param_hint="--hidden-size")
-    row_ops = [op for op in chosen if specs[op].family in ROW_FAMILIES]
-    if tune and not row_ops:
-        raise click.UsageError(f"--tune tunes the row kernels ({', '.join(o for o in specs if specs[o].family in ROW_FAMILIES)}); "
+    if tune and not any(engine.tunable(op) for op in chosen):
+        raise click.UsageError(f"--tune tunes the row kernels ({', '.join(o for o in specs if engine.tunable(o))}); "
                                "none was chosen")
     if not environment.gpu_available():
         console.print("[red]No CUDA GPU is visible: sweep times kernels and needs one.[/] "
                       "Run `cupykern check` to compile every kernel without a GPU.")
         sys.exit(2)
 
-    limits = launch.DeviceLimits.of_device()
     options = dict(threads_per_row=threads_per_row, vec_width=vec_width, vecs_per_thread=vecs_per_thread,
                    rows_per_block=rows_per_block, block_size=block_size)
-    points = []
     for op in chosen:
-        for dtype in dtypes:
-            for size in op_sizes[op]:
-                if op in row_ops:
-                    configs = _row_configs(op, size, dtype, options, tune)
-                elif specs[op].family == "activation":
-                    configs = _crossed({k: options[k] for k in _ACTIVATION_KEYS})
-                else:
-                    configs = [None]
-                points += [(op, dtype, size, n, config) for config in configs for n in num_tokens]
+        ignored = engine.ignored_options(op, options)
+        if ignored:
+            takes = _flags(engine.launch_options(op)) or "none"
+            console.print(f"[yellow]{op} ignores {_flags(ignored)} (its launch options: {takes})[/]", soft_wrap=True)
+    limits = engine.current_device_limits()
+    cases = engine.plan_cases(chosen, sizes=op_sizes, dtypes=dtypes, num_tokens=num_tokens, options=options,
+                              tune=tune, model=model, seed=seed)
     env = environment.describe()
     copy_gbps = timing.copy_bandwidth()
-    rows, failures, measured = [], 0, {}
-    with tuning.suspended() if tune else contextlib.nullcontext(), Progress(console=console) as progress:
-        task = progress.add_task(f"sweep ({model.name})", total=len(points))
-        for op, dtype, size, n, config in points:
+
+    def document():
+        return engine.result_document("sweep", environment=env, seed=seed, copy_gbps=copy_gbps, model=model.name,
+                                      points=points, tune=tune)
+
+    points, failures = [], 0
+    with Progress(console=console) as progress:
+        task = progress.add_task(f"sweep ({model.name})", total=len(cases))
+        for outcome in engine.run_cases(cases, seed=seed, copy_gbps=copy_gbps, model=model, repeat=repeat,
+                                        ignore_tuned=tune):
             progress.advance(task)
-            plan, overrides = None, {}
-            try:
-                if op in row_ops:
-                    overrides, plan = _row_plan(op, n, size, dtype, config, limits)
-                elif config is not None:
-                    overrides, plan = _activation_plan(n, size, dtype, config, limits)
-                with launch.overrides(**overrides):
-                    point = measure.measure(specs[op].for_model(model), n, size, dtype, seed=seed,
-                                            copy_gbps=copy_gbps, repeat=repeat)
-            except ValueError as exc:  # an illegal launch configuration for this shape
-                if not tune:
-                    console.print(f"[yellow]skipped {op} {n}x{size} {_dtypes.short_name(dtype)} {config}: {exc}[/]")
+            if isinstance(outcome, engine.Skipped):
+                if not tune:  # a candidate illegal for one shape is no news
+                    console.print(f"[yellow]skipped {outcome.case.describe()}: {outcome.reason}[/]", soft_wrap=True)
                 continue
-            row = {**point.as_dict(), "model": model.name, **_plan_fields(plan)}
-            rows.append(row)
-            failures += not point.check_ok
-            if tune and op in row_ops and point.check_ok:
-                measured.setdefault((op, _dtypes.short_name(dtype), size), []).append(tuning.Measured(
-                    row["threads_per_row"], row["vec_width"], row["vecs_per_thread"], row["rows_per_block"], n,
-                    point.median_us))
+            points.append(outcome.as_dict())
+            failures += not outcome.check_ok
             if json_path:  # written as it goes, so an interrupted sweep keeps its points
-                _write_json(json_path, env, seed, copy_gbps, rows)
-    if not rows:
+                engine.write_json(json_path, document())
+    if not points:
         console.print("[red]Every point was skipped: no launch configuration given was legal for these shapes.[/]")
         sys.exit(2)
-    _print_sweep(rows, model, copy_gbps, seed, tune)
+    _print_sweep(points, model.name, copy_gbps, seed, tune)
     if json_path:
-        _write_json(json_path, env, seed, copy_gbps, rows)
-    if csv_path and rows:
-        with csv_path.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        engine.write_json(json_path, document())
+    if csv_path:
+        engine.write_csv(csv_path, points)
     if tune:
-        _save_tuned(measured, num_tokens, limits.name, env)
+        entries, untuned = engine.tuned_entries(points, num_tokens, gpu=limits.name, commit=str(env.get("commit", "")),
+                                                date=str(env.get("date", "")))
+        for op, dtype, size in untuned:
+            console.print(f"[yellow]{op} {dtype} {size}: no layout validated at every num_tokens; nothing stored[/]",
+                          soft_wrap=True)
+        if entries:
+            path = tuning.save(entries)
+            _print_tuned(entries, f"tuned on {limits.name}, saved to {path}")
     sys.exit(1 if failures else 0)
-
-
-def _plan_text(row: dict) -> str:
-    if row["block_size"] is None:
-        return "-"
-    if row["threads_per_row"] is None:  # activation: block size x vector width
-        return f"b{row['block_size']} x{row['vec_width']} {row['origin']}"
-    return (f"{row['threads_per_row']}x{row['vec_width']}x{row['vecs_per_thread']} "
-            f"r{row['rows_per_block']} {row['origin']}")
-
-
-def _print_sweep(rows: list, model, copy_gbps: float, seed: int, tune: bool) -> None:
-    if tune:  # every candidate would be a row: show the fastest per point instead
-        best: dict = {}
-        for row in rows:
-            key = (row["op"], row["dtype"], row["size"], row["num_tokens"])
-            if row["check_ok"] and (key not in best or row["median_us"] < best[key]["median_us"]):
-                best[key] = row
-        rows = list(best.values())
-    title = f"sweep {model.name}: copy {copy_gbps:.0f} GB/s (same run), seed {seed}" + (
-        " (fastest validated configuration per point)" if tune else "")
-    table = Table(title=title)
-    columns = ("op", "dtype", "size", "num_tokens", "plan", "median_us", "gbps", "pct_of_copy", "method", "check")
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        cells = []
-        for column in columns:
-            if column == "plan":
-                value = _plan_text(row)
-            elif column == "check":
-                value = "[green]ok[/]" if row["check_ok"] else f"[red]{row['check']}[/]"
-            else:
-                value = row[column]
-                if isinstance(value, float):
-                    value = f"{value:.2f}" if column == "median_us" else f"{value:.1f}"
-            cells.append(str(value))
-        table.add_row(*cells)
-    Console(width=max(console.width, 160)).print(table)
-
-
-def _save_tuned(measured: dict, ladder, gpu: str, env: dict) -> None:
-    from cupykern import tuning
-
-    entries = []
-    for (op, dtype, size), ms in measured.items():
-        entry = tuning.choose(ms, ladder, gpu=gpu, op=op, dtype=dtype, size=size, commit=str(env.get("commit", "")),
-                              date=str(env.get("date", "")))
-        if entry is None:
-            console.print(f"[yellow]{op} {dtype} {size}: no layout validated at every num_tokens; nothing stored[/]")
-        else:
-            entries.append(entry)
-    if not entries:
-        return
-    path = tuning.save(entries)
-    _print_tuned(entries, f"tuned on {gpu}, saved to {path}")
 
 
 def _print_tuned(entries, title: str) -> None:
@@ -480,10 +383,6 @@ def _print_tuned(entries, title: str) -> None:
         table.add_row(e.gpu, e.op, e.dtype, str(e.size), f"{e.threads_per_row} x {e.vec_width} x {e.vecs_per_thread}",
                       " ".join(f"{n}:{r}" for n, r in e.rows_per_block), f"{e.score:.3f}", e.commit)
     Console(width=max(console.width, 160)).print(table)
-
-
-def _write_json(path: Path, env: dict, seed: int, copy_gbps: float, rows: list) -> None:
-    path.write_text(json.dumps({"environment": env, "seed": seed, "copy_gbps": copy_gbps, "points": rows}, indent=1))
 
 
 # ----------------------------------------------------------------- models

@@ -1,5 +1,6 @@
-"""CPU: the command line (cupykern/cli.py): usage errors, models, tune, and sweep's
-plumbing with the GPU parts (device, timing, measure) replaced by fakes."""
+"""CPU: the command line (cupykern/cli.py) and the bench scripts' (bench/): usage errors,
+models, tune, and sweep's plumbing with the GPU parts (device limits, copy bandwidth,
+the engine's measure) replaced by fakes."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cupykern import cli, environment, launch, measure, models, registry, timing, tuning
-from cupykern.launch import H200_LIMITS
+from cupykern import _dtypes, cli, environment, launcher, models, plans, registry, sweep, timing, tuning
+from cupykern.plans import H200_LIMITS
+from cupykern.validation import CheckResult
 from tests.conftest import HAS_GPU
 
 
@@ -91,26 +93,52 @@ def test_info_names_the_tuned_file(tune_file):
 
 
 # ----------------------------------------------------------------- sweep with a fake GPU
+def fake_plan(op: str, num_tokens: int, size: int, dtype, overrides: dict):
+    """The plan ``op`` would launch on the registry's fresh contiguous inputs on an H200,
+    from the real plan rule of its kind (ValueError for illegal overrides, as the call)."""
+    limits = plans.DeviceLimits.of_device(0)
+    aligned = size % _dtypes.vec_width(dtype) == 0
+    kind = launcher.ops()[op].plan_kind
+    if kind == "rows":
+        return plans.plan_rows(num_tokens, size, dtype, aligned=aligned, limits=limits, op=op, overrides=overrides)
+    if kind == "activation":
+        return plans.plan_activation(num_tokens, size, dtype, aligned=aligned, limits=limits, overrides=overrides,
+                                     op=op)
+    return plans.plan_rope(num_tokens, 40, size, size, dtype, max_vec_width=_dtypes.vec_width(dtype),
+                           fused_norm=op == "qk_rms_norm_rope", limits=limits, op=op)
+
+
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    """Sweep's GPU parts replaced: an H200's limits, fixed copy bandwidth, and a measure
-    that records its calls and prices a configuration (256 threads per row fastest)."""
+    """Sweep's GPU parts replaced: an H200's limits, fixed copy bandwidth, and an engine
+    measure that records its calls (with the overrides in force), reports the plan the
+    real plan rule gives and prices it (256 threads per row fastest). The engine's own
+    read-back of launched plans is tested with a fake device in tests/test_sweep.py."""
     calls = []
 
-    def fake_measure(spec, num_tokens, size, dtype, *, seed, copy_gbps, impl="cupykern", run=None, repeat=None):
-        chosen = launch.current_overrides()
-        calls.append(dict(op=spec.name, num_tokens=num_tokens, size=size, spec=spec, repeat=repeat, **chosen))
-        threads = chosen.get("threads_per_row", 128)
-        median = (1.0 + num_tokens / 100) * (1.0 if threads == 256 else 1.5) * (1 + 0.1 * chosen.get("rows_per_block", 1))
-        return measure.Point(spec.name, impl, num_tokens, size, "bf16", median, median, median, "fake", 1000, 1.0,
-                             0.1, "ok", True)
+    def fake_measure(spec, num_tokens, size, dtype, *, seed, copy_gbps, model=None, impl="cupykern", run=None,
+                     repeat=None):
+        chosen = launcher.current_overrides()
+        plan = fake_plan(spec.name, num_tokens, size, _dtypes.parse(dtype), chosen)
+        calls.append(dict(op=spec.name, num_tokens=num_tokens, size=size, model=model, repeat=repeat, **chosen))
+        fields = plan.fields()
+        threads, rows_per_block = fields["threads_per_row"] or 128, fields["rows_per_block"] or 1
+        median = (1.0 + num_tokens / 100) * (1.0 if threads == 256 else 1.5) * (1 + 0.1 * rows_per_block)
+        return sweep.make_point(spec, impl=impl, model=model.name, num_tokens=num_tokens, size=size, dtype=dtype,
+                                timed=timing.Timing.of([median], "fake"),
+                                checked=CheckResult(True, 0.5, 1e-3, 2e-3, 1.0, "ok"), min_bytes=1000,
+                                copy_gbps=copy_gbps, alloc_bytes=0, plan_fields=fields)
 
     monkeypatch.setattr(environment, "gpu_available", lambda: True)
-    monkeypatch.setattr(launch.DeviceLimits, "of_device", staticmethod(lambda device_id=None: H200_LIMITS))
+    monkeypatch.setattr(plans.DeviceLimits, "of_device", staticmethod(lambda device_id: H200_LIMITS))
+    monkeypatch.setattr(sweep, "current_device_id", lambda: 0)
     monkeypatch.setattr(timing, "copy_bandwidth", lambda: 4000.0)
     monkeypatch.setattr(environment, "describe", lambda: {"date": "2026-11-30T00:00:00+00:00", "commit": "test",
                                                           "gpu": "NVIDIA H200"})
-    monkeypatch.setattr(measure, "measure", fake_measure)
+    monkeypatch.setattr(sweep, "measure", fake_measure)
+    # --tune asks the op whether vecs_per_thread reaches its kernel by running it (a GPU
+    # call, tested in tests/test_sweep.py); here every row kernel says yes.
+    monkeypatch.setattr(sweep, "option_reaches_kernel", lambda *args, **kw: True)
     return calls
 
 
@@ -121,16 +149,23 @@ def test_sweep_takes_sizes_and_constants_from_the_model(fake_gpu, tmp_path, tune
     assert result.exit_code == 0, result.output
     sizes = {c["op"]: c["size"] for c in fake_gpu}
     assert sizes["rms_norm"] == 4096 and sizes["silu_and_mul"] == 14336 and sizes["apply_rope"] == 128
-    assert all(c["repeat"] == 3 for c in fake_gpu)
-    rope = next(c for c in fake_gpu if c["op"] == "apply_rope")
-    assert rope["spec"].make_inputs.keywords["model"] is models.get("llama-3.1-8b")
-    points = json.loads(out.read_text())["points"]
+    assert all(c["repeat"] == 3 and c["model"] is models.get("llama-3.1-8b") for c in fake_gpu)
+    data = json.loads(out.read_text())
+    assert (data["format"], data["suite"], data["model"], data["seed"]) == (sweep.RESULT_FORMAT, "sweep",
+                                                                            "llama-3.1-8b", 20261129)
+    points = data["points"]
     assert len(points) == 2 * len(registry.all_specs())
+    assert all(list(p) == list(sweep.POINT_FIELDS) for p in points)
+    assert all(p["alloc_bytes"] == 0 and p["max_ulp_err"] == 1.0 and p["model"] == "llama-3.1-8b" for p in points)
     norm = next(p for p in points if p["op"] == "rms_norm")
-    assert (norm["threads_per_row"], norm["rows_per_block"], norm["origin"]) == (128, 1, "heuristic")
+    assert (norm["plan_kind"], norm["threads_per_row"], norm["rows_per_block"], norm["origin"]) == \
+        ("rows", 128, 1, "heuristic")
     silu = next(p for p in points if p["op"] == "silu_and_mul")
-    assert (silu["origin"], silu["threads_per_row"], silu["vec_width"]) == ("heuristic", None, 8)
-    assert next(p for p in points if p["op"] == "apply_rope")["origin"] is None
+    assert (silu["plan_kind"], silu["origin"], silu["threads_per_row"], silu["vec_width"]) == \
+        ("activation", "heuristic", None, 8)
+    rope = next(p for p in points if p["op"] == "apply_rope")
+    assert (rope["plan_kind"], rope["origin"], rope["threads_per_row"]) == ("rope", "heuristic", None)
+    assert rope["threads_per_head"] and rope["head_slots"] and rope["tokens_per_block"]
     assert (tmp_path / "s.csv").read_text().count("\n") == 1 + len(points)
 
     fake_gpu.clear()
@@ -139,19 +174,22 @@ def test_sweep_takes_sizes_and_constants_from_the_model(fake_gpu, tmp_path, tune
     assert {c["op"]: c["size"] for c in fake_gpu} == {"rms_norm": 3584, "gelu_and_mul": 14336, "apply_rope": 256}
 
 
-def test_block_size_maps_to_rows_per_block(fake_gpu, tmp_path, tune_file):
+def test_block_size_goes_to_the_plan_rule(fake_gpu, tmp_path, tune_file):
     out = tmp_path / "b.json"
     result = invoke("sweep", "rms_norm", "--num-tokens", "8", "--block-size", "64,256", "--json", str(out))
     assert result.exit_code == 0, result.output
     # The heuristic layout of 4096 bf16 has 128 threads per row: 64 cannot hold a row.
-    assert "not a multiple of threads_per_row 128" in result.output
+    assert "skipped rms_norm 8x4096 bf16" in result.output and "not a multiple of threads_per_row 128" in result.output
     (point,) = json.loads(out.read_text())["points"]
     assert (point["block_size"], point["threads_per_row"], point["rows_per_block"], point["origin"]) == \
         (256, 128, 2, "override")
-    assert fake_gpu[-1]["rows_per_block"] == 2 and fake_gpu[-1]["threads_per_row"] == 128
-    fake_gpu.clear()
-    result = invoke("sweep", "rms_norm", "--num-tokens", "8", "--block-size", "256", "--threads-per-row", "64")
-    assert result.exit_code == 0 and fake_gpu[0]["rows_per_block"] == 4
+    # The sweep passes block_size itself: the plan rule maps it to rows_per_block.
+    assert fake_gpu[-1]["block_size"] == 256 and "rows_per_block" not in fake_gpu[-1]
+    result = invoke("sweep", "rms_norm", "--num-tokens", "8", "--block-size", "256", "--threads-per-row", "64",
+                    "--json", str(out))
+    assert result.exit_code == 0, result.output
+    (point,) = json.loads(out.read_text())["points"]
+    assert (point["threads_per_row"], point["rows_per_block"]) == (64, 4)
 
 
 def test_activation_launch_options(fake_gpu, tmp_path):
@@ -166,6 +204,14 @@ def test_activation_launch_options(fake_gpu, tmp_path):
         [(1, 128, "override"), (8, 128, "override")]
 
 
+def test_options_an_op_does_not_take_are_named(fake_gpu):
+    result = invoke("sweep", "apply_rope", "silu_and_mul", "--num-tokens", "4", "--threads-per-row", "64")
+    assert result.exit_code == 0, result.output
+    assert "apply_rope ignores --threads-per-row (its launch options: none)" in result.output
+    assert "silu_and_mul ignores --threads-per-row" in result.output
+    assert [c for c in fake_gpu if "threads_per_row" in c] == []  # timed with their own plans
+
+
 def test_sweep_tune_writes_the_winner(fake_gpu, tune_file):
     result = invoke("sweep", "rms_norm", "silu_and_mul", "--tune", "--num-tokens", "1,1024")
     assert result.exit_code == 0, result.output
@@ -178,9 +224,17 @@ def test_sweep_tune_writes_the_winner(fake_gpu, tune_file):
     assert any(c["op"] == "rms_norm" and "threads_per_row" not in c for c in fake_gpu)
     assert len([c for c in fake_gpu if c["op"] == "silu_and_mul"]) == 2  # not tuned, timed once per num_tokens
     # From now on the op plans with the tuned layout.
-    plan = launch.plan_rows(1000, 4096, "bfloat16", aligned=True, limits=H200_LIMITS, op="rms_norm")
+    plan = plans.plan_rows(1000, 4096, "bfloat16", aligned=True, limits=H200_LIMITS, op="rms_norm")
     assert plan.origin == "tuned" and plan.layout.threads_per_row == 256
     assert "tuned" in invoke("sweep", "rms_norm", "--num-tokens", "4").output
+
+
+def test_tune_of_a_one_pass_kernel_tries_the_heuristic_register_cache_only(fake_gpu, tune_file, monkeypatch):
+    monkeypatch.setattr(sweep, "option_reaches_kernel", lambda spec, *a, **kw: False)
+    result = invoke("sweep", "row_reduce", "--tune", "--num-tokens", "1")
+    assert result.exit_code == 0, result.output
+    heuristic = plans.row_layout(4096, _dtypes.bfloat16, True).vecs_per_thread
+    assert {c.get("vecs_per_thread", heuristic) for c in fake_gpu} == {heuristic}
 
 
 def test_llm_commands_are_registered():
@@ -209,21 +263,38 @@ REPO = Path(__file__).resolve().parent.parent
     (["bench/peers.py", "--num-tokens", "1,x"], "expected comma-separated integers >= 1"),
     (["bench/peers.py", "--repeat", "0"], "expected an integer >= 1"),
     (["bench/peers.py", "--dtype", "int8"], "int8"),
+    (["bench/peers.py", "--ops", "rms_norm,bogus"], "unknown op ['bogus']"),
+    (["bench/peers.py", "--peers", "vllm"], "unknown peer ['vllm']"),
+    (["bench/peers.py", "--model", "gpt-5"], "unknown model 'gpt-5'"),
+    (["bench/bench_host_overhead.py", "--calls", "0"], "--calls"),
+    (["bench/bench_host_overhead.py", "--num-tokens", "x"], "--num-tokens"),
+    (["bench/bench_host_overhead.py", "--profile", "bogus"], "unknown op 'bogus'"),
+    (["bench/bench_norm.py", "--seed", "x"], "--seed"),
+    (["bench/bench_rope.py", "--quick"], "No such option"),
 ])
 def test_bench_scripts_reject_bad_arguments(args, message):
     import subprocess
 
     done = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
-@pytest.mark.parametrize("script", ["bench/bench_norm.py", "bench/bench_host_overhead.py", "bench/peers.py"])
+@pytest.mark.parametrize("script", ["bench/bench_norm.py", "bench/bench_rope.py", "bench/bench_activation.py",
+                                    "bench/bench_host_overhead.py", "bench/peers.py"])
 def test_bench_scripts_without_gpu_say_so(script):
     import subprocess
 
     done = subprocess.run([sys.executable, script], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "needs a CUDA GPU" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_bench_baselines_cover_the_ops_they_name():
+    sys.path.insert(0, str(REPO))
+    from bench import common
+
+    assert set(common.COMPOSITIONS) <= set(registry.all_specs())
+    assert set(common.LABELS) <= set(common.COMPOSITIONS)
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
