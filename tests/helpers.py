@@ -6,7 +6,7 @@ from __future__ import annotations
 import cupy
 import numpy as np
 
-from cupykern import _arrays, _dtypes, validation
+from cupykern import _arrays, _dtypes, launcher, plans, validation
 from cupykern.reference._common import host
 
 #: The storage dtypes every op takes, and their short names as pytest ids.
@@ -64,7 +64,44 @@ def assert_close(actual, expected, dtype, *, seed, what: str = "output", rtol=No
     assert result.ok, f"{result.message} (seed {seed})"
 
 
-def sig(a, align: int = 0) -> _arrays.Sig:
-    """The call signature of a host (NumPy) array, as the launcher builds it from a
-    device array: shape, byte strides, dtype and ``align``, the address modulo 16."""
+def sig(a, align: int | None = None) -> _arrays.Sig:
+    """The call signature of an array as the launcher builds it: shape, byte strides,
+    dtype and the address modulo 16 (``align``; for a host array 0 unless given)."""
+    if align is None:
+        align = a.data.ptr & 15 if isinstance(a, cupy.ndarray) else 0
     return _arrays.Sig(tuple(a.shape), tuple(a.strides), np.dtype(a.dtype), align)
+
+
+def contiguous(shape, dtype, align: int = 0) -> _arrays.Sig:
+    """The call signature of a C-contiguous array (``_arrays.Sig.contiguous``)."""
+    return _arrays.Sig.contiguous(shape, dtype, align)
+
+
+def prepare_args(op_name: str, /, *, overrides=None, limits=plans.H200_LIMITS, **values) -> launcher.Args:
+    """What op ``op_name``'s ``prepare`` sees for a call (CPU tests): ``values`` maps each
+    argument name to a Sig, None or a scalar; limits are an H200's (None: no GPU)."""
+    return launcher.Args(op_name, values, limits=limits, overrides=overrides)
+
+
+class FakeArray:
+    """What the launcher's per-call overlap checks read of an array: ``data.ptr``."""
+
+    class _Data:
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+    def __init__(self, ptr: int):
+        self.data = self._Data(ptr)
+
+
+def overlap_check(monkeypatch, op, launch, values: dict, pointers: dict):
+    """Runs the launcher's per-call overlap checks of ``launch`` (what ``op``'s prepare
+    returned for ``values``) on arrays at the byte addresses ``pointers`` ({name: ptr}),
+    with no GPU: nothing is compiled or launched. Raises what a call would raise."""
+    class NoKernel:
+        kernel = None  # the recipe's function: None launches nothing
+
+    monkeypatch.setattr(launcher.jit, "get_kernel", lambda *args: NoKernel())
+    recipe = op._recipe(launch, values)
+    arrays = [FakeArray(pointers[name]) if name in pointers else None for name in op.arrays]
+    return op._launch(recipe, arrays)

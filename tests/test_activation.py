@@ -1,7 +1,8 @@
 """Activation family: silu_and_mul, gelu_and_mul, swiglu (kernels_cu/activation.cu).
 
-CPU: NVRTC compile of every instantiation, argument checks that run before the GPU is
-touched, reference properties, launch plans and the kernel's work walk. GPU (marked):
+CPU: the instantiation space (compiled by tests/test_jit_compile.py), argument checks
+that run before the GPU is touched, each op's intake spec on hand-built call signatures,
+reference properties, launch plans and the kernel's work walk. GPU (marked):
 kernels against the float64 reference on seeded inputs, outputs poisoned and guarded,
 over dtypes, sizes, strided and misaligned layouts, extreme values, streams and graphs.
 """
@@ -15,11 +16,13 @@ import numpy as np
 import pytest
 
 import cupykern
-from cupykern import _arrays, _dtypes, jit, launch, reference
-from cupykern.launch import H200_LIMITS, DeviceLimits
+from cupykern import _arrays, _dtypes, families, launcher, plans, reference
+from cupykern._arrays import Sig
 from cupykern.ops import activation
+from cupykern.plans import H200_LIMITS, DeviceLimits
 from cupykern.reference._common import round_to
-from tests.helpers import DTYPES, DTYPE_IDS, Guarded, assert_close, poisoned, random_device
+from tests.helpers import (DTYPES, DTYPE_IDS, Guarded, assert_close, contiguous, poisoned, prepare_args, random_device,
+                           sig)
 
 #: d (outputs per row): tiny, odd, prime-ish, and the intermediate sizes of real models
 #: (Llama-2-7B 11008, Llama-3-8B 14336, Qwen2-7B 18944, Llama-3-70B 28672, ...).
@@ -27,7 +30,6 @@ D_SIZES = [1, 3, 127, 2816, 5632, 11008, 13824, 14336, 18944, 28672, 53248]
 #: d at 2048 tokens: keeps the float64 reference (math.erfc per element for fp32) fast.
 D_SIZES_MANY_TOKENS = [1, 127, 2816, 5632]
 OPS = ["silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul", "swiglu"]
-ARCHS = ("80", "90")
 
 
 def _shapes():
@@ -62,20 +64,14 @@ def _reference(op: str, x) -> np.ndarray:
     return reference.silu_and_mul(x)  # swiglu of the halves is the same function
 
 
-# ----------------------------------------------------------------- CPU: compile
-@pytest.mark.parametrize("arch", ARCHS)
-def test_every_activation_instantiation_compiles(arch):
-    exprs = jit.instantiations()["activation.cu"]
-    lowered, _ = jit.nvrtc_compile("activation.cu", exprs, arch)
-    assert sorted(lowered) == sorted(exprs)
-
-
+# ----------------------------------------------------------------- CPU: instantiations
 def test_instantiations_cover_dtypes_activations_and_vector_widths():
     exprs = set(activation.instantiations()[activation.ACT_AND_MUL])
     assert len(exprs) == len(DTYPES) * len(activation.ACTIVATIONS) * 2
     assert "act_and_mul_kernel<__nv_bfloat16, 0, 8>" in exprs
     assert "act_and_mul_kernel<float, 2, 4>" in exprs
     assert "act_and_mul_kernel<__half, 1, 1>" in exprs
+    assert sorted(exprs) == sorted(families.instantiations()["activation.cu"])  # what test_jit_compile compiles
 
 
 # ----------------------------------------------------------------- CPU: argument checks
@@ -118,6 +114,154 @@ def test_swiglu_shape_checks():
         activation.check_same_shape((4, 128), (128,))
     with pytest.raises(ValueError, match=r"gate: expected shape \(\.\.\., d\) with d >= 1"):
         activation.check_same_shape((4, 0), (4, 0))
+
+
+# ----------------------------------------------------------------- CPU: intake spec and plan
+F16, BF16 = _dtypes.float16, _dtypes.bfloat16
+
+
+def _fused(op="silu_and_mul", *, x=None, out=None, approximate="none", **kw):
+    x = contiguous((4, 128), F16) if x is None else x
+    values = dict(x=x, out=out)
+    if op == "gelu_and_mul":
+        values["approximate"] = approximate
+    prepare = activation._SILU_AND_MUL.prepare if op == "silu_and_mul" else activation._GELU_AND_MUL.prepare
+    return prepare(prepare_args(op, **values, **kw))
+
+
+def _swiglu(*, gate=None, up=None, out=None, **kw):
+    gate = contiguous((4, 64), F16) if gate is None else gate
+    up = contiguous(gate.shape, gate.dtype) if up is None else up
+    return activation._prepare_swiglu(prepare_args("swiglu", gate=gate, up=up, out=out, **kw))
+
+
+@pytest.mark.parametrize("op, approximate, act", [("silu_and_mul", "none", "silu"), ("gelu_and_mul", "none", "gelu"),
+                                                  ("gelu_and_mul", "tanh", "gelu_tanh")])
+def test_fused_activation_launch(op, approximate, act):
+    launch = _fused(op, approximate=approximate)
+    plan = plans.plan_activation(4, 64, F16, aligned=True, limits=H200_LIMITS, op=op)
+    assert launch.template is activation.ACT_AND_MUL and launch.plan == plan and plan.vec_width == 8
+    assert launch.template_args == ("__half", activation.ACTIVATIONS[act], 8)
+    # up is the second half of each row of x: the same array, d elements further on.
+    assert launch.pointers == ("out", "x", ("x", 64 * 2))
+    assert launch.scalars == (4, 64, 128, 128, 64)
+    assert [type(v) for v in launch.scalars] == [np.int64] * 5
+    assert launch.allocate == (("out", (4, 64), F16),) and launch.returns == "out"
+    (rule,) = launch.disjoint
+    assert (rule.a, rule.b, rule.allow_same) == ("x", "out", False)
+
+
+def test_fused_activation_3d_input_and_given_out():
+    out = Sig((2, 3, 100), (3 * 104 * 4, 104 * 4, 4), np.dtype(np.float32), 0)
+    launch = _fused(x=contiguous((2, 3, 200), np.float32), out=out)
+    assert launch.allocate == () and launch.scalars == (6, 100, 200, 200, 104)
+    assert launch.pointers[2] == ("x", 100 * 4)
+
+
+def test_fused_up_alignment_follows_from_x():
+    """up starts d elements into x's row: its address class is x's plus d * itemsize."""
+    assert _fused(x=contiguous((4, 128), F16)).plan.vec_width == 8  # d = 64: up 128 bytes in, aligned
+    out = Sig((4, 60), (64 * 2, 2), np.dtype(F16), 0)  # rows 64 apart: aligned
+    # d = 60: gate aligned, rows 120 elements apart (a vector multiple), but up starts 120 bytes in.
+    assert _fused(x=contiguous((4, 120), F16), out=out).plan.vec_width == 1
+    assert _fused(x=contiguous((4, 120), F16), out=out, overrides={"vec_width": 1}).plan.vec_width == 1
+    with pytest.raises(ValueError, match="not 16-byte aligned"):
+        _fused(x=contiguous((4, 120), F16), out=out, overrides={"vec_width": 8})
+    # d = 64 from an address 8 bytes off: gate and up both misaligned.
+    assert _fused(x=contiguous((4, 128), F16, align=8)).plan.vec_width == 1
+    # d = 4 (8 bytes) from an address 8 bytes off: gate misaligned, up aligned; scalar accesses.
+    assert _fused(x=contiguous((4, 8), F16, align=8), out=Sig((4, 4), (16, 2), np.dtype(F16), 0)).plan.vec_width == 1
+
+
+@pytest.mark.parametrize("x, message", [
+    (contiguous((4, 127), np.float16), r"x: expected shape \(\.\.\., 2 \* d\) with d >= 1 .*got shape \(4, 127\)"),
+    (contiguous((4, 0), np.float16), r"x: expected shape \(\.\.\., 2 \* d\)"),
+    (contiguous((), np.float16), r"x: expected shape \(\.\.\., 2 \* d\) .*got a 0-d array"),
+])
+@pytest.mark.parametrize("op", ["silu_and_mul", "gelu_and_mul"])
+def test_fused_activation_rejects_odd_or_empty_last_axis(op, x, message):
+    with pytest.raises(ValueError, match=message):
+        _fused(op, x=x, limits=None)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(x=contiguous((4, 128), np.float64)), TypeError, "x: unsupported dtype float64"),
+    (dict(x=Sig((4, 128), (2, 8), np.dtype(np.float16), 0)), ValueError, "x: the last axis must be unit-stride"),
+    (dict(out=contiguous((4, 128), np.float16)), ValueError, r"out: expected shape \(4, 64\), got \(4, 128\)"),
+    (dict(out=contiguous((4, 64), np.float32)), TypeError, "out: expected dtype float16"),
+    (dict(out=Sig((4, 64), (2, 8), np.dtype(np.float16), 0)), ValueError, "out: the last axis must be unit-stride"),
+])
+def test_fused_activation_intake_errors_name_the_argument(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        _fused(limits=None, **kwargs)
+
+
+def test_fused_activation_needs_x():
+    with pytest.raises(TypeError, match=r"x: expected a device array \(\.\.\., 2 \* d\), got None"):
+        activation._SILU_AND_MUL.prepare(prepare_args("silu_and_mul", x=None, out=None, limits=None))
+
+
+@pytest.mark.parametrize("approximate", ["erf", "Tanh", None, 1])
+def test_gelu_approximate_is_checked_before_x_is_looked_at(approximate):
+    with pytest.raises(ValueError, match="approximate: expected one of"):
+        _fused("gelu_and_mul", x=launcher._FOREIGN, approximate=approximate, limits=None)
+
+
+def test_swiglu_launch():
+    # gate and up as the two halves of a fused row, out separate: three row strides.
+    gate = Sig((4, 64), (256, 2), np.dtype(BF16), 0)
+    up = Sig((4, 64), (256, 2), np.dtype(BF16), 0)
+    launch = _swiglu(gate=gate, up=up, out=Sig((4, 64), (80 * 2, 2), np.dtype(BF16), 0))
+    assert launch.template is activation.ACT_AND_MUL
+    assert launch.template_args == ("__nv_bfloat16", activation.ACTIVATIONS["silu"], 8)
+    assert launch.pointers == ("out", "gate", "up")
+    assert launch.scalars == (4, 64, 128, 128, 80)
+    assert launch.allocate == () and launch.returns == "out"
+    rules = {(r.a, r.b, r.allow_same) for r in launch.disjoint}
+    assert rules == {("gate", "out", True), ("up", "out", True)}  # in place as gate or up
+    assert _swiglu(gate=gate, up=up._replace(align=2)).plan.vec_width == 1
+    fresh = _swiglu()
+    assert fresh.allocate == (("out", (4, 64), F16),) and fresh.plan.vec_width == 8
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(up=contiguous((4, 63), np.float16)), ValueError, r"up: expected the shape of gate \(4, 64\), got \(4, 63\)"),
+    (dict(up=contiguous((64,), np.float16)), ValueError, "up: expected the shape of gate"),
+    (dict(up=contiguous((4, 64), np.float32)), TypeError, r"up: expected dtype float16 \(the dtype of gate\)"),
+    (dict(gate=contiguous((4, 0), np.float16)), ValueError, r"gate: expected shape \(\.\.\., d\) with d >= 1"),
+    (dict(gate=contiguous((4, 64), np.int8)), TypeError, "gate: unsupported dtype int8"),
+    (dict(up=Sig((4, 64), (2, 8), np.dtype(np.float16), 0)), ValueError, "up: the last axis must be unit-stride"),
+    (dict(out=contiguous((4, 32), np.float16)), ValueError, r"out: expected shape \(4, 64\)"),
+    (dict(out=contiguous((4, 64), _dtypes.bfloat16)), TypeError, "out: expected dtype float16"),
+])
+def test_swiglu_intake_errors_name_the_argument(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        _swiglu(limits=None, **kwargs)
+
+
+def test_swiglu_needs_gate_and_up():
+    with pytest.raises(TypeError, match="gate: expected a device array"):
+        activation._prepare_swiglu(prepare_args("swiglu", gate=None, up=contiguous((4, 64), F16), out=None))
+    with pytest.raises(TypeError, match="up: expected a device array"):
+        activation._prepare_swiglu(prepare_args("swiglu", gate=contiguous((4, 64), F16), up=None, out=None))
+
+
+def test_activation_zero_rows_launch_nothing_cpu():
+    launch = _fused(x=contiguous((0, 2 * 2816), F16), limits=None)
+    assert launch.template is None and launch.allocate == (("out", (0, 2816), F16),) and launch.returns == "out"
+    assert _fused(x=contiguous((3, 0, 8), F16), limits=None).allocate == (("out", (3, 0, 4), F16),)
+    assert _swiglu(gate=contiguous((0, 64), F16), out=contiguous((0, 64), F16), limits=None).allocate == ()
+
+
+def test_activation_launch_follows_overrides():
+    launch = _fused(x=contiguous((300, 6000), BF16), overrides={"block_size": 1024, "vec_width": 1})
+    assert (launch.plan.origin, launch.plan.block_size, launch.plan.vec_width) == ("override", 1024, 1)
+    assert launch.template_args == ("__nv_bfloat16", 0, 1)
+    with pytest.raises(ValueError, match=r"\['threads_per_row'\] do not apply to silu_and_mul"):
+        _fused(overrides={"threads_per_row": 64})
+    for name in ("silu_and_mul", "gelu_and_mul", "swiglu"):
+        op = launcher.ops()[name]
+        assert op.plan_kind == "activation" and op.launch_options == plans.ACTIVATION_OVERRIDE_KEYS
 
 
 # ----------------------------------------------------------------- CPU: reference
@@ -213,36 +357,36 @@ def _kernel_walk(grid: int, block_size: int, num_rows: int, d: int, vec_width: i
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("aligned", [True, False])
 def test_plan_activation_is_valid_and_compiled(num_rows, d, dtype, aligned):
-    plan = launch.plan_activation(num_rows, d, dtype, aligned=aligned, limits=H200_LIMITS)
+    plan = plans.plan_activation(num_rows, d, dtype, aligned=aligned, limits=H200_LIMITS)
     assert plan.origin == "heuristic"
     assert plan.vec_width == (_dtypes.vec_width(dtype) if aligned else 1)
-    assert plan.block_size % 32 == 0 and 32 <= plan.block_size <= launch.ACTIVATION_MAX_BLOCK_SIZE
+    assert plan.block_size % 32 == 0 and 32 <= plan.block_size <= plans.ACTIVATION_MAX_BLOCK_SIZE
     assert plan.block[1:] == (1, 1) and plan.grid[1:] == (1, 1)
-    chunks = launch.activation_chunks(num_rows, d, plan.block_size, plan.vec_width)
+    chunks = plans.activation_chunks(num_rows, d, plan.block_size, plan.vec_width)
     resident = H200_LIMITS.sm_count * (H200_LIMITS.max_threads_per_sm // plan.block[0])
     assert plan.grid[0] == min(chunks, resident, H200_LIMITS.max_grid_x)
     # Every vector of every row has a thread: chunks x block_size x vec_width >= rows x d.
     assert chunks * plan.block_size * plan.vec_width >= num_rows * d
     expr = activation.ACT_AND_MUL.expr(_dtypes.c_type(dtype), 0, plan.vec_width)
-    assert expr in jit.instantiations()["activation.cu"]
+    assert expr in families.instantiations()["activation.cu"]
 
 
 def test_plan_activation_shapes_the_block_to_the_work():
     bf16 = _dtypes.bfloat16
     # Throughput: 256 threads, one 16-byte vector each.
-    assert launch.plan_activation(4096, 14336, bf16, aligned=True, limits=H200_LIMITS).block_size == 256
+    assert plans.plan_activation(4096, 14336, bf16, aligned=True, limits=H200_LIMITS).block_size == 256
     # Decode: fewer work items than SMs, so smaller blocks spread over more SMs.
-    assert launch.plan_activation(1, 14336, bf16, aligned=True, limits=H200_LIMITS).block_size == 64
+    assert plans.plan_activation(1, 14336, bf16, aligned=True, limits=H200_LIMITS).block_size == 64
     # Narrow rows: no more threads than vectors, at least one warp.
-    assert launch.plan_activation(4096, 3, bf16, aligned=False, limits=H200_LIMITS).block_size == 32
+    assert plans.plan_activation(4096, 3, bf16, aligned=False, limits=H200_LIMITS).block_size == 32
 
 
 def test_plan_activation_caps_the_grid():
     small = DeviceLimits(name="tiny", sm_count=2, max_grid_x=1000)
-    plan = launch.plan_activation(10_000_000, 14336, _dtypes.float16, aligned=True, limits=small)
+    plan = plans.plan_activation(10_000_000, 14336, _dtypes.float16, aligned=True, limits=small)
     assert plan.grid[0] == 2 * (2048 // plan.block_size)  # one resident wave; the rest grid-stride
     wide = DeviceLimits(name="many SMs", sm_count=10_000, max_grid_x=1000)
-    plan = launch.plan_activation(10_000_000, 14336, _dtypes.float16, aligned=True, limits=wide)
+    plan = plans.plan_activation(10_000_000, 14336, _dtypes.float16, aligned=True, limits=wide)
     assert plan.grid[0] == 1000
 
 
@@ -270,13 +414,19 @@ def test_kernel_walk_visits_every_chunk_once(grid, block_size, num_rows, d, vec_
 ])
 def test_plan_activation_rejects_illegal_overrides(choices, message):
     with pytest.raises(ValueError, match=message):
-        launch.plan_activation(4, 4096, _dtypes.bfloat16, aligned=False, limits=H200_LIMITS, **choices)
+        plans.plan_activation(4, 4096, _dtypes.bfloat16, aligned=False, limits=H200_LIMITS, overrides=choices)
 
 
 def test_plan_activation_overrides():
-    plan = launch.plan_activation(4, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, block_size=1024,
-                                  vec_width=1)
+    plan = plans.plan_activation(4, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS,
+                                 overrides={"block_size": 1024, "vec_width": 1})
     assert (plan.block_size, plan.vec_width, plan.origin) == (1024, 1, "override")
+    plan = plans.plan_activation(4, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS,
+                                 overrides={"block_size": None, "vec_width": None})
+    assert plan.origin == "heuristic"
+    with pytest.raises(ValueError, match=r"\['rows_per_block'\] do not apply to swiglu"):
+        plans.plan_activation(4, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS,
+                              overrides={"rows_per_block": 2}, op="swiglu")
 
 
 # ----------------------------------------------------------------- GPU: values
@@ -322,7 +472,7 @@ def test_swiglu_vector_path_with_scalar_tail(rng, dtype, d):
     gate = random_device(rng, (33, width), dtype, scale=2.0)[:, :d]
     up = random_device(rng, (33, width + vec), dtype)[:, :d]
     out = Guarded((33, d), dtype, row_pad=width - d)
-    assert _arrays.vector_aligned(vec, (gate, width), (up, width + vec), (out.view, width))
+    assert _arrays.vector_aligned(vec, (sig(gate), width), (sig(up), width + vec), (sig(out.view), width))
     cupykern.swiglu(gate, up, out=out.view)
     assert_close(out.view, reference.swiglu(gate, up), dtype, seed=rng.seed)
     out.check_margins()
@@ -422,7 +572,7 @@ def test_silu_and_mul_offsets_past_2_31_elements(rng):
 def test_activation_overridden_launches_stay_correct(rng, block_size, vec_width):
     dtype = _dtypes.bfloat16
     x = random_device(rng, (300, 2 * 3000), dtype)
-    with launch.overrides(block_size=block_size, vec_width=vec_width):
+    with launcher.overrides(block_size=block_size, vec_width=vec_width):
         got = cupykern.silu_and_mul(x)
     assert_close(got, reference.silu_and_mul(x), dtype, seed=rng.seed)
 

@@ -1,4 +1,5 @@
-"""CPU: argument intake and row geometry (cupykern/_arrays.py)."""
+"""CPU: argument intake on call signatures (cupykern/_arrays.py) and the launcher's
+per-call overlap rules (cupykern/launcher.py), no GPU needed."""
 
 from __future__ import annotations
 
@@ -6,10 +7,36 @@ import numpy as np
 import pytest
 
 import cupykern
-from cupykern import _arrays, _dtypes
-from cupykern._arrays import Rows
+from cupykern import _arrays, _dtypes, launcher
+from cupykern._arrays import Heads, Rows, Sig
+from cupykern.ops import norm, softmax
+from tests.helpers import overlap_check, prepare_args, sig
+
+F16, F32, BF16 = _dtypes.float16, _dtypes.float32, _dtypes.bfloat16
 
 
+# ----------------------------------------------------------------- signatures
+def test_sig_contiguous():
+    s = Sig.contiguous((2, 3, 8), np.float16)
+    assert s == Sig((2, 3, 8), (48, 16, 2), np.dtype(np.float16), 0)
+    assert s.itemsize == 2 and s.size == 48
+    assert Sig.contiguous((4,), "float32", align=4) == Sig((4,), (4,), np.dtype(np.float32), 4)
+    assert Sig.contiguous((), np.float32).size == 1
+    # Empty axes count as one element for the strides (nothing is addressed anyway).
+    assert Sig.contiguous((0, 8), np.float32).strides == (32, 4)
+    assert sig(np.zeros((4, 16), np.float32)[:, 3:11], align=12) == Sig((4, 8), (64, 4), np.dtype(np.float32), 12)
+
+
+def test_byte_extent():
+    assert _arrays.byte_extent(Sig.contiguous((4, 8), np.float32)) == (0, 128)
+    # A column slice of a (4, 16) float32 buffer: the last row ends 3 rows + 8 elements in.
+    assert _arrays.byte_extent(Sig((4, 8), (64, 4), np.dtype(np.float32), 0)) == (0, 3 * 64 + 32)
+    # Negative strides reach below the address.
+    assert _arrays.byte_extent(Sig((4,), (-4,), np.dtype(np.float32), 0)) == (-12, 4)
+    assert _arrays.byte_extent(Sig((0, 8), (32, 4), np.dtype(np.float32), 0)) == (0, 0)
+
+
+# ----------------------------------------------------------------- rows
 def test_rows_view_contiguous_and_strided():
     assert _arrays.rows_view((4, 8), (32, 4), 4, "x") == Rows(4, 8, 8)
     # A column slice of a wider buffer: rows 24 elements apart.
@@ -19,6 +46,7 @@ def test_rows_view_contiguous_and_strided():
     assert _arrays.rows_view((1, 3, 8), (998, 16, 2), 2, "x") == Rows(3, 8, 8)
     assert _arrays.rows_view((8,), (2,), 2, "x") == Rows(1, 8, 8)
     assert _arrays.rows_view((0, 8), (16, 2), 2, "x").num_rows == 0
+    assert _arrays.rows_of(Sig.contiguous((5, 7), np.float32), "x") == Rows(5, 7, 7)
 
 
 def test_rows_view_rejects_bad_layouts():
@@ -28,18 +56,166 @@ def test_rows_view_rejects_bad_layouts():
         _arrays.rows_view((2, 3, 8), (64, 16, 2), 2, "x")
     with pytest.raises(ValueError, match="0-d"):
         _arrays.rows_view((), (), 2, "x")
+    with pytest.raises(ValueError, match="not multiples of the item size"):
+        _arrays.rows_view((4, 8), (33, 4), 4, "x")
 
 
-def test_overlap_rules():
-    a = Rows(4, 8, 16)
-    # Two column halves of one (4, 16) fp32 buffer: interleaved rows, disjoint.
-    assert not _arrays.rows_overlap(0, a, 4, 32, a, 4, (0, 256), (32, 288))
-    # Shifted by one element: overlapping.
-    assert _arrays.rows_overlap(0, a, 4, 4, a, 4, (0, 256), (4, 260))
-    # Disjoint extents.
-    assert not _arrays.rows_overlap(0, a, 4, 1000, a, 4, (0, 256), (1000, 1256))
+def test_collapse():
+    assert _arrays.collapse((2, 3), (30, 10), "x", "leading") == 10
+    assert _arrays.collapse((1, 1), (7, 9), "x", "leading") == 0
+    assert _arrays.collapse((2, 1, 3), (30, 999, 10), "x", "leading") == 10
+    with pytest.raises(ValueError, match="x: token axes of shape"):
+        _arrays.collapse((2, 3), (40, 10), "x", "token")
 
 
+def test_row_input():
+    s, rows = _arrays.row_input(Sig.contiguous((2, 3, 64), BF16))
+    assert rows == Rows(6, 64, 64) and s.dtype == BF16
+    with pytest.raises(TypeError, match=r"x: expected a device array \(\.\.\., hidden_size\), got None"):
+        _arrays.row_input(None)
+    with pytest.raises(TypeError, match="x: unsupported dtype float64"):
+        _arrays.row_input(Sig.contiguous((2, 8), np.float64))
+    with pytest.raises(TypeError, match="gate: unsupported dtype int32"):
+        _arrays.row_input(Sig.contiguous((2, 8), np.int32), "gate")
+    with pytest.raises(ValueError, match="x: the last axis must have at least one element"):
+        _arrays.row_input(Sig.contiguous((4, 0), F16))
+
+
+def test_output():
+    assert _arrays.output(None, "out", (4, 8), F16) == Sig.contiguous((4, 8), F16)
+    given = Sig((4, 8), (64, 2), np.dtype(F16), 2)
+    assert _arrays.output(given, "out", (4, 8), F16) is given
+    with pytest.raises(ValueError, match=r"out: expected shape \(4, 8\), got \(4, 7\)"):
+        _arrays.output(Sig.contiguous((4, 7), F16), "out", (4, 8), F16)
+    with pytest.raises(TypeError, match=r"out: expected dtype float16 \(the result dtype\), got float32"):
+        _arrays.output(Sig.contiguous((4, 8), F32), "out", (4, 8), F16)
+
+
+def test_vector():
+    w = Sig.contiguous((64,), F16)
+    assert _arrays.vector(w, "weight", F16, 64, what="the dtype of x") is w
+    assert _arrays.vector(None, "bias", F16, 64, what="the dtype of x", optional=True) is None
+    with pytest.raises(TypeError, match=r"weight: expected a device array of shape \(64,\), got None"):
+        _arrays.vector(None, "weight", F16, 64, what="the dtype of x")
+    with pytest.raises(TypeError, match=r"weight: expected dtype float16 \(the dtype of x\), got float32"):
+        _arrays.vector(Sig.contiguous((64,), F32), "weight", F16, 64, what="the dtype of x")
+    with pytest.raises(ValueError, match=r"weight: expected shape \(64,\), got \(63,\)"):
+        _arrays.vector(Sig.contiguous((63,), F16), "weight", F16, 64, what="the dtype of x")
+    with pytest.raises(ValueError, match="weight: must be unit-stride, got stride 4 bytes"):
+        _arrays.vector(Sig((64,), (4,), np.dtype(F16), 0), "weight", F16, 64, what="the dtype of x")
+    # One element: any stride.
+    _arrays.vector(Sig((1,), (4,), np.dtype(F16), 0), "weight", F16, 1, what="the dtype of x")
+
+
+def test_vector_aligned():
+    aligned = Sig.contiguous((4, 64), BF16, align=0)
+    assert _arrays.vector_aligned(8, (aligned, 64))
+    assert not _arrays.vector_aligned(8, (aligned, 65))                    # a row stride off the vector
+    assert not _arrays.vector_aligned(8, (aligned._replace(align=2), 64))  # an address off 16 bytes
+    assert _arrays.vector_aligned(4, (aligned._replace(align=8), 64))      # 8-byte accesses at 8 bytes
+    assert _arrays.vector_aligned(8, (aligned, 64), (None, 0))             # absent arrays do not count
+    assert _arrays.vector_aligned(1, (aligned._replace(align=2), 3))       # scalar accesses: any row stride
+    assert not _arrays.vector_aligned(1, (aligned._replace(align=1), 3))   # an odd address of 2-byte elements
+
+
+# ----------------------------------------------------------------- scalars
+def test_eps_and_choice():
+    assert _arrays.eps(1e-12) == np.float32(1e-12) and isinstance(_arrays.eps(0), np.float32)
+    for bad in (-1.0, float("nan"), float("inf"), 1e300):  # 1e300 is inf in float32
+        with pytest.raises(ValueError, match="eps: expected a finite value >= 0"), np.errstate(over="ignore"):
+            _arrays.eps(bad)
+    with pytest.raises(ValueError, match="epsilon: expected a finite value"):
+        _arrays.eps(-1, "epsilon")
+    assert _arrays.choice("max", {"max": 2}, "op") == "max"
+    for bad in ("median", None, 2, ["max"]):
+        with pytest.raises(ValueError, match=r"op: expected one of \('max',\)"):
+            _arrays.choice(bad, {"max": 2}, "op")
+
+
+# ----------------------------------------------------------------- heads
+def test_heads_of_fused_qkv_view():
+    """Token and head strides of a (tokens, heads, head_dim) slice of a fused QKV row."""
+    hq, hkv, hd = 4, 2, 16
+    buf = np.zeros((5, (hq + 2 * hkv) * hd), np.float16)
+    k = buf[:, hq * hd:(hq + hkv) * hd].reshape(5, hkv, hd)
+    assert _arrays.heads(sig(k), "k") == Heads(5, hkv, hd, (hq + 2 * hkv) * hd, hd)
+    with pytest.raises(ValueError, match="q: the last axis .head_dim. must be unit-stride"):
+        _arrays.heads(sig(buf.reshape(5, 8, 16)[..., ::2]), "q")
+    with pytest.raises(ValueError, match="q: expected shape"):
+        _arrays.heads(sig(buf), "q")
+    assert _arrays.heads(sig(np.zeros((2, 6, hq, hd), np.float32)[:, ::2]), "q").token_stride == 2 * hq * hd
+    # (batch, seq) that does not flatten: the first half of each sequence
+    four = np.zeros((2, 6, hq, hd), np.float32)[:, :3]
+    with pytest.raises(ValueError, match="flatten"):
+        _arrays.heads(sig(four), "q")
+    with pytest.raises(TypeError, match="q: expected a device array"):
+        _arrays.heads(None, "q")
+    with pytest.raises(TypeError, match="q: unsupported dtype float64"):
+        _arrays.heads(Sig.contiguous((2, 4, 16), np.float64), "q")
+    assert _arrays.heads(Sig.contiguous((0, 4, 16), F16), "q") == Heads(0, 4, 16, 0, 0)
+    assert _arrays.heads(Sig.contiguous((3, 1, 16), F16), "q").head_stride == 0
+
+
+def test_heads_as_rows():
+    assert _arrays.heads_as_rows(Heads(5, 4, 16, 128, 16)) == Rows(5, 64, 128)
+    assert _arrays.heads_as_rows(Heads(5, 1, 16, 128, 0)) == Rows(5, 16, 128)
+    assert _arrays.heads_as_rows(Heads(5, 4, 16, 256, 32)) is None  # gaps between heads
+
+
+# ----------------------------------------------------------------- devices
+def test_check_device():
+    _arrays.check_device(1, 1, "x")
+    with pytest.raises(ValueError, match=r"x: array is on GPU 1 but the current device is GPU 0.*Device\(1\)"):
+        _arrays.check_device(1, 0, "x")
+
+
+# ----------------------------------------------------------------- overlap rules (per call)
+def _rms_norm_overlap(monkeypatch, x: Sig, out: Sig, x_ptr: int, out_ptr: int):
+    values = {"x": x, "weight": Sig.contiguous((x.shape[-1],), x.dtype), "out": out, "eps": 1e-6,
+              "weight_offset": 0.0}
+    launch = norm._prepare_rms_norm(prepare_args("rms_norm", **values))
+    return overlap_check(monkeypatch, norm._RMS_NORM, launch, values,
+                         {"x": x_ptr, "weight": 1 << 30, "out": out_ptr})
+
+
+def test_interleaved_column_halves_are_disjoint(monkeypatch):
+    """x and out as the two column halves of one (4, 16) float32 buffer: rows interleave."""
+    half = Sig((4, 8), (64, 4), np.dtype(F32), 0)
+    base = 1 << 20
+    assert _rms_norm_overlap(monkeypatch, half, half, base, base + 32).data.ptr == base + 32
+    assert _rms_norm_overlap(monkeypatch, half, half, base + 32, base).data.ptr == base
+
+
+def test_shifted_views_overlap(monkeypatch):
+    half = Sig((4, 8), (64, 4), np.dtype(F32), 0)
+    base = 1 << 20
+    with pytest.raises(ValueError, match=r"out overlaps x in memory \(in place is allowed only as out=x exactly\)"):
+        _rms_norm_overlap(monkeypatch, half, half, base, base + 4)
+    flat = Sig.contiguous((4, 64), F16)
+    with pytest.raises(ValueError, match="out overlaps x"):
+        _rms_norm_overlap(monkeypatch, flat, flat, base, base + 2)
+
+
+def test_in_place_and_disjoint_extents_pass(monkeypatch):
+    flat = Sig.contiguous((4, 64), F16)
+    base = 1 << 20
+    assert _rms_norm_overlap(monkeypatch, flat, flat, base, base).data.ptr == base  # out=x: in place
+    assert _rms_norm_overlap(monkeypatch, flat, flat, base, base + 4 * 64 * 2).data.ptr == base + 512
+    # The same address with another view is not "exactly x".
+    with pytest.raises(ValueError, match="out overlaps x"):
+        _rms_norm_overlap(monkeypatch, flat, Sig((4, 64), (256, 2), np.dtype(F16), 0), base, base)
+
+
+def test_softmax_float32_out_over_x_overlaps(monkeypatch):
+    x = Sig.contiguous((4, 64), F16)
+    out = Sig.contiguous((4, 64), F32)
+    values = {"x": x, "out": out, "temperature": 1.0}
+    launch = softmax._prepare(prepare_args("softmax", **values))
+    with pytest.raises(ValueError, match="out overlaps x"):
+        overlap_check(monkeypatch, softmax._SOFTMAX, launch, values, {"x": 1 << 20, "out": 1 << 20})
+
+
+# ----------------------------------------------------------------- public functions without a GPU
 @pytest.mark.parametrize("call", [
     lambda x: cupykern.rms_norm(x, x[0]),
     lambda x: cupykern.fused_add_rms_norm(x, x, x[0]),
@@ -61,6 +237,14 @@ def test_non_array_raises_type_error():
 def test_row_reduce_unknown_op_raises_before_touching_the_gpu():
     with pytest.raises(ValueError, match="op: expected one of"):
         cupykern.row_reduce(np.ones(3, np.float32), "median")
+
+
+def test_launcher_declares_every_public_op():
+    ops = launcher.ops()
+    assert {"rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "row_reduce", "silu_and_mul", "gelu_and_mul",
+            "swiglu", "apply_rope", "qk_rms_norm_rope"} <= set(ops)
+    assert ops["rms_norm"].arrays == ("x", "weight", "out") and ops["rms_norm"].scalars == ("eps", "weight_offset")
+    assert ops["apply_rope"].plan_kind == "rope" and ops["apply_rope"].launch_options == ()
 
 
 def test_dtype_table():

@@ -1,8 +1,11 @@
 """CPU: every kernel instantiation the package can launch compiles with NVRTC.
 
 No GPU or driver is needed: NVRTC is called directly with the options CuPy 14.2 uses
-at run time (jit.nvrtc_options), for sm_80 and sm_90. Instantiations are compiled in
-chunks on all CPU cores once per session; each (source, arch) is one test.
+at run time (jit.nvrtc_options), for sm_80 and sm_90. The instantiations are every
+family's (cupykern.families.instantiations()), compiled in chunks on all CPU cores
+once per session; each (source, arch) is one test. This is the only place the suite
+compiles the whole space: the family test files check its size and names, and
+compile only the few instantiations whose register use they inspect.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from cupykern import _dtypes, jit, launch
+from cupykern import _dtypes, families, jit, plans
 
 ARCHS = ("80", "90")
 CHUNK = 64
@@ -30,7 +33,7 @@ def _compile_chunk(job):
 
 @pytest.fixture(scope="module")
 def compiled():
-    jobs = [(f, exprs[i:i + CHUNK], arch) for f, exprs in jit.instantiations().items() for arch in ARCHS
+    jobs = [(f, exprs[i:i + CHUNK], arch) for f, exprs in families.instantiations().items() for arch in ARCHS
             for i in range(0, len(exprs), CHUNK)]
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         results = list(pool.map(_compile_chunk, jobs))
@@ -44,15 +47,19 @@ def compiled():
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("filename", sorted(jit.instantiations()))
+@pytest.mark.parametrize("filename", sorted(families.instantiations()))
 def test_every_instantiation_compiles(compiled, filename, arch):
     entry = compiled[(filename, arch)]
     assert not entry["errors"], "\n".join(entry["errors"])
-    assert entry["count"] == len(jit.instantiations()[filename])
+    assert entry["count"] == len(families.instantiations()[filename])
+
+
+def test_every_family_is_compiled():
+    assert sorted(families.instantiations()) == sorted(f"{family}.cu" for family in families.FAMILIES)
 
 
 def test_instantiation_names_are_unique():
-    for filename, exprs in jit.instantiations().items():
+    for filename, exprs in families.instantiations().items():
         assert len(exprs) == len(set(exprs)), filename
 
 
@@ -68,7 +75,7 @@ def test_heuristic_layouts_do_not_spill(hidden_size, dtype):
     """The layouts the planner picks for common sizes keep their register cache in registers."""
     from cupykern.ops import norm
 
-    layout = launch.row_layout(hidden_size, dtype, aligned=True)
+    layout = plans.row_layout(hidden_size, dtype, aligned=True)
     exprs = [t.expr(_dtypes.c_type(dtype), *layout.template_args())
              for t in (norm.RMS_NORM, norm.FUSED_ADD_RMS_NORM, norm.LAYER_NORM)]
     _, log = jit.nvrtc_compile("norm.cu", exprs, "90", ["--ptxas-options=-v"])

@@ -1,7 +1,9 @@
 """Norm family: rms_norm, fused_add_rms_norm, layer_norm (kernels_cu/norm.cu).
 
-CPU: reference properties. GPU (marked): kernels against the float64 reference on
-fresh seeded inputs, outputs poisoned and guarded, over dtypes, shapes and layouts.
+CPU: reference properties; each op's intake spec and plan rule on hand-built call
+signatures (the Launch it returns, the errors naming the argument). GPU (marked):
+kernels against the float64 reference on fresh seeded inputs, outputs poisoned and
+guarded, over dtypes, shapes and layouts.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ import numpy as np
 import pytest
 
 import cupykern
-from cupykern import _dtypes, launch, reference
-from cupykern.reference._common import round_to
-from tests.helpers import DTYPES, DTYPE_IDS, Guarded, assert_close, poisoned, random_device
+from cupykern import _dtypes, launcher, plans, reference
+from cupykern._arrays import Sig
+from cupykern.ops import norm
+from tests.helpers import DTYPES, DTYPE_IDS, Guarded, assert_close, contiguous, poisoned, prepare_args, random_device
 
 NUM_TOKENS = [0, 1, 3, 64, 4097]
 HIDDEN_SIZES = [1, 5, 64, 127, 128, 4096, 5120, 8192, 16384, 65536]
@@ -59,6 +62,192 @@ def test_reference_layer_norm_is_stable_with_large_mean():
     y = reference.layer_norm(x, None, None, eps=0.0)
     np.testing.assert_allclose(y.mean(axis=-1), 0, atol=1e-9)
     np.testing.assert_allclose(y.std(axis=-1), 1, rtol=1e-9)
+
+
+# ----------------------------------------------------------------- CPU: intake spec and plan
+F16, F32, BF16 = _dtypes.float16, _dtypes.float32, _dtypes.bfloat16
+#: The intake tests plan with the heuristic, whatever the user's tuned file says.
+heuristic_plans = pytest.mark.usefixtures("tune_file")
+
+
+def _rms(*, x=None, weight=None, out=None, eps=1e-6, weight_offset=0.0, **kw):
+    x = contiguous((4, 64), F16) if x is None else x
+    weight = contiguous((x.shape[-1],), x.dtype) if weight is None else weight
+    return norm._prepare_rms_norm(prepare_args("rms_norm", x=x, weight=weight, out=out, eps=eps,
+                                               weight_offset=weight_offset, **kw))
+
+
+@heuristic_plans
+def test_rms_norm_launch():
+    launch = _rms(weight_offset=1.0)
+    want_plan = plans.plan_rows(4, 64, F16, aligned=True, limits=plans.H200_LIMITS, op="rms_norm")
+    assert launch.template is norm.RMS_NORM
+    assert launch.template_args == ("__half", *want_plan.layout.template_args())
+    assert launch.plan == want_plan and launch.plan.origin == "heuristic" and launch.plan.layout.vec_width == 8
+    assert launch.pointers == ("out", "x", "weight")
+    assert launch.allocate == (("out", (4, 64), F16),) and launch.returns == "out"
+    assert launch.scalars == (4, 64, 64, 64, np.float32(1e-6), np.float32(1.0))
+    assert [type(v) for v in launch.scalars] == [np.int64] * 4 + [np.float32] * 2
+    (rule,) = launch.disjoint
+    assert (rule.a, rule.b, rule.allow_same) == ("x", "out", True)
+
+
+@heuristic_plans
+def test_rms_norm_launch_with_strided_rows_and_given_out():
+    x = Sig((2, 3, 64), (3 * 128 * 2, 128 * 2, 2), np.dtype(BF16), 0)  # rows 128 elements apart
+    out = Sig((2, 3, 64), (3 * 68 * 2, 68 * 2, 2), np.dtype(BF16), 0)  # rows 68 apart: not a vector multiple
+    launch = _rms(x=x, out=out)
+    assert launch.allocate == () and launch.returns == "out"
+    assert launch.scalars[:4] == (6, 64, 128, 68)
+    assert launch.plan.layout.vec_width == 1  # out's rows do not all start 16-byte aligned
+    assert _rms(x=x, out=out._replace(strides=(3 * 80 * 2, 80 * 2, 2))).plan.layout.vec_width == 8
+
+
+@heuristic_plans
+@pytest.mark.parametrize("which", ["x", "weight", "out"])
+@pytest.mark.parametrize("align", [2, 4, 8])
+def test_rms_norm_unaligned_address_gives_scalar_accesses(which, align):
+    sigs = {"x": contiguous((4, 64), F16), "weight": contiguous((64,), F16), "out": contiguous((4, 64), F16)}
+    sigs[which] = sigs[which]._replace(align=align)
+    launch = _rms(**sigs)
+    assert launch.plan.layout.vec_width == 1
+    assert launch.template_args[2] == 1
+    assert _rms(**{**sigs, which: sigs[which]._replace(align=0)}).plan.layout.vec_width == 8
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(weight=contiguous((64,), np.float32)), TypeError, r"weight: expected dtype float16 \(the dtype of x\)"),
+    (dict(weight=contiguous((63,), np.float16)), ValueError, r"weight: expected shape \(64,\), got \(63,\)"),
+    (dict(weight=contiguous((64, 1), np.float16)), ValueError, r"weight: expected shape \(64,\)"),
+    (dict(weight=Sig((64,), (4,), np.dtype(np.float16), 0)), ValueError, "weight: must be unit-stride"),
+    (dict(x=Sig((4, 64), (2, 8), np.dtype(np.float16), 0)), ValueError, "x: the last axis must be unit-stride"),
+    (dict(x=Sig((2, 3, 64), (512, 256, 2), np.dtype(np.float16), 0)), ValueError, "x: leading axes .* do not flatten"),
+    (dict(x=contiguous((4, 64), np.float64)), TypeError, "x: unsupported dtype float64"),
+    (dict(x=contiguous((4, 0), np.float16), weight=contiguous((0,), np.float16)), ValueError,
+     "x: the last axis must have at least one element"),
+    (dict(eps=-1.0), ValueError, "eps: expected a finite value >= 0"),
+    (dict(eps=float("nan")), ValueError, "eps: expected a finite value >= 0"),
+    (dict(out=contiguous((4, 63), np.float16)), ValueError, r"out: expected shape \(4, 64\), got \(4, 63\)"),
+    (dict(out=contiguous((4, 64), np.float32)), TypeError, "out: expected dtype float16"),
+    (dict(out=Sig((4, 64), (2, 8), np.dtype(np.float16), 0)), ValueError, "out: the last axis must be unit-stride"),
+])
+def test_rms_norm_intake_errors_name_the_argument(kwargs, error, message):
+    x = kwargs.pop("x", contiguous((4, 64), F16))
+    with pytest.raises(error, match=message):
+        _rms(x=x, limits=None, **kwargs)  # checked before the device's limits are needed
+
+
+def test_rms_norm_needs_a_gpu_only_to_plan():
+    with pytest.raises(RuntimeError, match="rms_norm: no CUDA GPU"):
+        _rms(limits=None)
+
+
+def test_rms_norm_zero_rows_launch_nothing():
+    for x in (contiguous((0, 4096), F16), contiguous((2, 0, 4096), F16)):
+        launch = _rms(x=x, limits=None)  # no plan, so no device limits either
+        assert launch.template is None and launch.plan is None
+        assert launch.allocate == (("out", x.shape, F16),) and launch.returns == "out"
+    given = _rms(x=contiguous((0, 4096), F16), out=contiguous((0, 4096), F16), limits=None)
+    assert given.template is None and given.allocate == ()
+
+
+@heuristic_plans
+def test_rms_norm_launch_follows_overrides():
+    launch = _rms(x=contiguous((300, 3000), BF16), overrides={"threads_per_row": 64, "block_size": 256})
+    assert launch.plan.origin == "override"
+    assert (launch.plan.layout.threads_per_row, launch.plan.rows_per_block, launch.plan.block_size) == (64, 4, 256)
+    assert launch.template_args == ("__nv_bfloat16", 64, 8, launch.plan.layout.vecs_per_thread, 32)
+    with pytest.raises(ValueError, match="block_size and rows_per_block"):
+        _rms(overrides={"block_size": 256, "rows_per_block": 2})
+
+
+def _fused(*, x=None, residual=None, weight=None, eps=1e-6, **kw):
+    x = contiguous((4, 64), BF16) if x is None else x
+    residual = contiguous(x.shape, x.dtype) if residual is None else residual
+    weight = contiguous((x.shape[-1],), x.dtype) if weight is None else weight
+    return norm._prepare_fused_add_rms_norm(prepare_args("fused_add_rms_norm", x=x, residual=residual, weight=weight,
+                                                         eps=eps, weight_offset=0.0, **kw))
+
+
+@heuristic_plans
+def test_fused_add_rms_norm_launch():
+    # x and residual as the column halves of one (tokens, 2 * 64) buffer.
+    half = Sig((4, 64), (256, 2), np.dtype(BF16), 0)
+    launch = _fused(x=half, residual=half._replace(align=0))
+    assert launch.template is norm.FUSED_ADD_RMS_NORM
+    assert launch.pointers == ("x", "residual", "weight")
+    assert launch.allocate == () and launch.returns == ("x", "residual")
+    assert launch.scalars[:4] == (4, 64, 128, 128)
+    (rule,) = launch.disjoint
+    assert (rule.a, rule.b, rule.allow_same) == ("x", "residual", False)
+    assert launch.plan == plans.plan_rows(4, 64, BF16, aligned=True, limits=plans.H200_LIMITS,
+                                          op="fused_add_rms_norm")
+    assert _fused(residual=contiguous((4, 64), BF16, align=2)).plan.layout.vec_width == 1
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(residual=contiguous((4, 64), np.float32)), TypeError, "residual: expected dtype bfloat16"),
+    (dict(residual=contiguous((4, 32), _dtypes.bfloat16)), ValueError, r"residual: expected shape \(4, 64\)"),
+    (dict(residual=Sig((4, 64), (2, 8), np.dtype(_dtypes.bfloat16), 0)), ValueError,
+     "residual: the last axis must be unit-stride"),
+    (dict(weight=contiguous((64,), np.float16)), TypeError, "weight: expected dtype bfloat16"),
+    (dict(eps=-1e-6), ValueError, "eps"),
+])
+def test_fused_add_rms_norm_intake_errors(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        _fused(limits=None, **kwargs)
+
+
+def test_fused_add_rms_norm_needs_a_residual():
+    with pytest.raises(TypeError, match="residual: expected a device array, got None"):
+        norm._prepare_fused_add_rms_norm(prepare_args("fused_add_rms_norm", x=contiguous((4, 64), BF16), residual=None,
+                                                      weight=contiguous((64,), BF16), eps=1e-6, weight_offset=0.0))
+
+
+def test_fused_add_rms_norm_zero_rows():
+    launch = _fused(x=contiguous((0, 64), BF16), limits=None)
+    assert launch.template is None and launch.allocate == () and launch.returns == ("x", "residual")
+
+
+def _layer(*, x=None, weight="default", bias="default", out=None, eps=1e-5, **kw):
+    x = contiguous((4, 64), F32) if x is None else x
+    weight = contiguous((x.shape[-1],), x.dtype) if weight == "default" else weight
+    bias = contiguous((x.shape[-1],), x.dtype) if bias == "default" else bias
+    return norm._prepare_layer_norm(prepare_args("layer_norm", x=x, weight=weight, bias=bias, out=out, eps=eps,
+                                                 **kw))
+
+
+@heuristic_plans
+def test_layer_norm_launch():
+    launch = _layer()
+    assert launch.template is norm.LAYER_NORM and launch.template_args[0] == "float"
+    assert launch.pointers == ("out", "x", "weight", "bias")
+    assert launch.scalars == (4, 64, 64, 64, np.float32(1e-5))
+    assert launch.allocate == (("out", (4, 64), F32),) and launch.returns == "out"
+    assert launch.plan.layout.vec_width == 4
+    # weight and bias are optional (null pointers); an absent one does not limit the alignment.
+    assert _layer(weight=None, bias=None).plan.layout.vec_width == 4
+    assert _layer(bias=contiguous((64,), F32, align=4)).plan.layout.vec_width == 1
+    (rule,) = launch.disjoint
+    assert (rule.a, rule.b, rule.allow_same) == ("x", "out", True)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(bias=contiguous((64,), np.float16)), TypeError, "bias: expected dtype float32"),
+    (dict(bias=contiguous((32,), np.float32)), ValueError, r"bias: expected shape \(64,\)"),
+    (dict(weight=contiguous((32,), np.float32), bias=None), ValueError, r"weight: expected shape \(64,\)"),
+    (dict(out=contiguous((4, 64), np.float16)), TypeError, "out: expected dtype float32"),
+    (dict(eps=float("inf")), ValueError, "eps"),
+])
+def test_layer_norm_intake_errors(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        _layer(limits=None, **kwargs)
+
+
+def test_row_ops_take_row_overrides():
+    for name in ("rms_norm", "fused_add_rms_norm", "layer_norm"):
+        op = launcher.ops()[name]
+        assert op.plan_kind == "rows" and set(op.launch_options) == set(plans.ROW_OVERRIDE_KEYS)
 
 
 # ----------------------------------------------------------------- GPU helpers
@@ -258,10 +447,32 @@ def test_overridden_layouts_stay_correct(rng, threads_per_row, vecs_per_thread):
     dtype = _dtypes.bfloat16
     x, w = _rms_inputs(rng, 300, 3000, dtype)
     rows_per_block = max(1, 32 // threads_per_row)
-    with launch.overrides(threads_per_row=threads_per_row, vecs_per_thread=vecs_per_thread,
+    with launcher.overrides(threads_per_row=threads_per_row, vecs_per_thread=vecs_per_thread,
                           rows_per_block=rows_per_block):
         got = cupykern.rms_norm(x, w)
     assert_close(got, reference.rms_norm(x, w), dtype, seed=rng.seed)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("choices", [dict(block_size=256), dict(threads_per_row=64, block_size=256),
+                                     dict(threads_per_row=32, block_size=128),
+                                     dict(threads_per_row=1024, block_size=1024)])
+def test_block_size_override_around_rms_norm(rng, choices):
+    """A row op takes block_size (= threads_per_row x rows_per_block), as sweeps pass it;
+    it used to raise TypeError."""
+    dtype = _dtypes.bfloat16
+    x, w = _rms_inputs(rng, 300, 3000, dtype)
+    with launcher.recording() as launched, launcher.overrides(**choices):
+        got = cupykern.rms_norm(x, w)
+    assert_close(got, reference.rms_norm(x, w), dtype, seed=rng.seed)
+    (record,) = launched
+    assert record.op == "rms_norm" and record.block == (choices["block_size"], 1, 1)
+    assert record.plan.origin == "override"
+    assert record.plan.rows_per_block == choices["block_size"] // record.plan.layout.threads_per_row
+    if "threads_per_row" in choices:
+        assert record.plan.layout.threads_per_row == choices["threads_per_row"]
+    with launcher.overrides(block_size=256, rows_per_block=2), pytest.raises(ValueError, match="block_size"):
+        cupykern.rms_norm(x, w)
 
 
 # ----------------------------------------------------------------- GPU: streams and graphs

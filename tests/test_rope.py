@@ -1,8 +1,9 @@
 """Rope family: rope_cos_sin_cache, apply_rope, qk_rms_norm_rope (kernels_cu/rope.cu).
 
-CPU: NVRTC compile of every rope instantiation, cos/sin tables against independent
-float64 formulas for every scaling, argument errors, planner rules, reference
-properties. GPU (marked): kernels against the float64 reference over dtypes, pairings,
+CPU: the rope instantiation space (compiled by tests/test_jit_compile.py) and the
+planned kernel's register use, cos/sin tables against independent float64 formulas for
+every scaling, argument errors, each op's intake spec on hand-built call signatures,
+planner rules, reference properties. GPU (marked): kernels against the float64 reference over dtypes, pairings,
 head sizes, partial rotary, GQA/MQA head counts, token counts and layouts (fused QKV
 views, misaligned views, k=None, 4-D input), in-place / out-of-place byte checks,
 out-of-range positions and CUDA-graph capture.
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import math
 import re
-from concurrent.futures import ProcessPoolExecutor
 from functools import lru_cache
 
 import cupy
@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 
 import cupykern
-from cupykern import _dtypes, jit, launch, reference, rope_scaling
+from cupykern import _dtypes, families, jit, launcher, plans, reference, rope_scaling
+from cupykern._arrays import Sig
 from cupykern.ops import rope as rope_ops
-from tests.helpers import DTYPES, DTYPE_IDS, assert_close, random_device
+from tests.helpers import DTYPES, DTYPE_IDS, assert_close, contiguous, overlap_check, prepare_args, random_device
 
 HEAD_DIMS = [64, 80, 96, 128, 256]
 #: (num_q_heads, num_kv_heads): Llama-3 GQA, 8:1 GQA, MHA with one head.
@@ -31,37 +32,21 @@ NUM_TOKENS = [0, 1, 7, 4096]
 POSITION_DTYPES = [np.int32, np.int64]
 MAX_POSITION = 131072
 BASE = 500000.0
-ARCHS = ("80", "90")
 
 
-# ----------------------------------------------------------------- CPU: compile
-def _compile_arch(arch):
-    exprs = jit.instantiations()["rope.cu"]
-    lowered, _ = jit.nvrtc_compile("rope.cu", exprs, arch)
-    return arch, len(lowered)
-
-
-@pytest.fixture(scope="module")
-def compiled_rope():
-    with ProcessPoolExecutor(max_workers=len(ARCHS)) as pool:
-        return dict(pool.map(_compile_arch, ARCHS))
-
-
-@pytest.mark.parametrize("arch", ARCHS)
-def test_rope_every_instantiation_compiles(compiled_rope, arch):
-    assert compiled_rope[arch] == len(jit.instantiations()["rope.cu"])
-
-
+# ----------------------------------------------------------------- CPU: instantiations
 def test_rope_instantiation_count_is_bounded():
-    exprs = jit.instantiations()["rope.cu"]
+    exprs = families.instantiations()["rope.cu"]
     assert len(exprs) == len(set(exprs)) and len(exprs) <= 150
+    spaces = rope_ops.instantiations()
+    assert sorted(exprs) == sorted(spaces[rope_ops.APPLY_ROPE] + spaces[rope_ops.QK_RMS_NORM_ROPE])
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_apply_rope_planned_kernel_does_not_spill(dtype):
     """The Llama-3 shape's instantiations (both pairings) fit the 64-register budget."""
-    plan = launch.plan_rope(16384, 40, 128, 128, dtype, max_vec_width=_dtypes.vec_width(dtype), fused_norm=False,
-                            limits=launch.H200_LIMITS)
+    plan = plans.plan_rope(16384, 40, 128, 128, dtype, max_vec_width=_dtypes.vec_width(dtype), fused_norm=False,
+                           limits=plans.H200_LIMITS)
     exprs = [rope_ops.APPLY_ROPE.expr(_dtypes.c_type(dtype), "float", "long long", neox, plan.vec_width)
              for neox in (True, False)]
     _, log = jit.nvrtc_compile("rope.cu", exprs, "90", ["--ptxas-options=-v"])
@@ -77,16 +62,16 @@ def test_apply_rope_planned_kernel_does_not_spill(dtype):
 def test_plan_rope_is_legal(dtype, head_dim, rotary_dim, fused_norm):
     groups = set()
     for num_tokens in (1, 7, 4096, 100000):
-        for max_vec in sorted(set(launch.rope_vec_widths(dtype, fused_norm=fused_norm))):
-            plan = launch.plan_rope(num_tokens, 40, head_dim, rotary_dim, dtype, max_vec_width=max_vec,
-                                    fused_norm=fused_norm, limits=launch.H200_LIMITS)
+        for max_vec in sorted(set(plans.rope_vec_widths(dtype, fused_norm=fused_norm))):
+            plan = plans.plan_rope(num_tokens, 40, head_dim, rotary_dim, dtype, max_vec_width=max_vec,
+                                   fused_norm=fused_norm, limits=plans.H200_LIMITS)
             assert plan.vec_width <= max_vec and (rotary_dim // 2) % plan.vec_width == 0
             assert head_dim % plan.vec_width == 0
-            assert plan.block_size % 32 == 0 and plan.block_size <= launch.ROPE_MAX_BLOCK_SIZE
+            assert plan.block_size % 32 == 0 and plan.block_size <= plans.ROPE_MAX_BLOCK_SIZE
             assert plan.threads_per_head * plan.head_slots * plan.tokens_per_block <= plan.block_size
             assert 1 <= plan.grid[0] and plan.grid[0] * plan.tokens_per_block >= num_tokens
             if fused_norm:
-                assert plan.threads_per_head in launch.ROPE_NORM_THREADS_PER_HEAD
+                assert plan.threads_per_head in plans.ROPE_NORM_THREADS_PER_HEAD
                 groups.add((max_vec, plan.vec_width, plan.threads_per_head))
     # qk_rms_norm_rope's reduction group (vector width, lanes) does not depend on the batch.
     assert len(groups) == len({g[0] for g in groups})
@@ -272,25 +257,231 @@ def test_qk_rms_norm_rope_rejects_numpy_input():
     w = np.ones(64, np.float32)
     with pytest.raises(TypeError, match="q: expected a device array"):
         cupykern.qk_rms_norm_rope(q, q, w, w, np.zeros(2, np.int64), np.zeros((8, 64), np.float32))
+    # k None is refused by the intake spec, before any array is converted (the positions check,
+    # off here, converts every array first and so names the NumPy q instead).
     with pytest.raises(TypeError, match="k: expected a device array"):
-        cupykern.qk_rms_norm_rope(q, None, w, w, np.zeros(2, np.int64), np.zeros((8, 64), np.float32))
+        cupykern.qk_rms_norm_rope(q, None, w, w, np.zeros(2, np.int64), np.zeros((8, 64), np.float32),
+                                  check_positions=False)
 
 
-def test_head_geometry_of_fused_qkv_view():
-    """Token and head strides of a (tokens, heads, head_dim) slice of a fused QKV row."""
-    hq, hkv, hd = 4, 2, 16
-    buf = np.zeros((5, (hq + 2 * hkv) * hd), np.float16)
-    k = buf[:, hq * hd:(hq + hkv) * hd].reshape(5, hkv, hd)
-    assert rope_ops._heads(k, "k") == (5, hkv, hd, (hq + 2 * hkv) * hd, hd)
-    with pytest.raises(ValueError, match="unit-stride"):
-        rope_ops._heads(buf.reshape(5, 8, 16)[..., ::2], "q")
-    with pytest.raises(ValueError, match="expected shape"):
-        rope_ops._heads(buf, "q")
-    assert rope_ops._heads(np.zeros((2, 6, hq, hd), np.float32)[:, ::2], "q")[3] == 2 * hq * hd
-    # (batch, seq) that does not flatten: the first half of each sequence
-    four = np.zeros((2, 6, hq, hd), np.float32)[:, :3]
-    with pytest.raises(ValueError, match="flatten"):
-        rope_ops._heads(four, "q")
+# ----------------------------------------------------------------- CPU: intake spec and plan
+F16, F32, BF16 = _dtypes.float16, _dtypes.float32, _dtypes.bfloat16
+
+
+#: An argument the helpers below fill with a valid signature matching q.
+DEFAULT = object()
+
+
+def _apply(*, q=DEFAULT, k=DEFAULT, positions=DEFAULT, cache=DEFAULT, is_neox=True, inplace=True, **kw):
+    """apply_rope's prepare: (4, 8, 128) bf16 q, 2 kv heads, int64 positions, a float32 cache, unless given."""
+    q = contiguous((4, 8, 128), BF16) if q is DEFAULT else q
+    shape = (4, 8, 128) if q is None else q.shape
+    k = contiguous((*shape[:-2], 2, shape[-1]), BF16 if q is None else q.dtype) if k is DEFAULT else k
+    positions = contiguous(shape[:-2], np.int64) if positions is DEFAULT else positions
+    cache = contiguous((64, shape[-1]), F32) if cache is DEFAULT else cache
+    return rope_ops._prepare_apply_rope(prepare_args("apply_rope", q=q, k=k, positions=positions,
+                                                     cos_sin_cache=cache, q_out=None, k_out=None, is_neox=is_neox,
+                                                     inplace=inplace, **kw))
+
+
+def _qk_norm(*, q=DEFAULT, k=DEFAULT, q_weight=DEFAULT, k_weight=DEFAULT, positions=DEFAULT, cache=DEFAULT,
+             eps=1e-6, **kw):
+    """qk_rms_norm_rope's prepare, with _apply's defaults and weights of q's head_dim and dtype."""
+    q = contiguous((4, 8, 128), BF16) if q is DEFAULT else q
+    k = contiguous((*q.shape[:-2], 2, q.shape[-1]), q.dtype) if k is DEFAULT else k
+    q_weight = contiguous((q.shape[-1],), q.dtype) if q_weight is DEFAULT else q_weight
+    k_weight = contiguous((q.shape[-1],), q.dtype) if k_weight is DEFAULT else k_weight
+    positions = contiguous(q.shape[:-2], np.int64) if positions is DEFAULT else positions
+    cache = contiguous((64, q.shape[-1]), F32) if cache is DEFAULT else cache
+    return rope_ops._prepare_qk_rms_norm_rope(prepare_args(
+        "qk_rms_norm_rope", q=q, k=k, q_weight=q_weight, k_weight=k_weight, positions=positions,
+        cos_sin_cache=cache, eps=eps, is_neox=True, **kw))
+
+
+@pytest.mark.parametrize("is_neox", [True, False])
+def test_apply_rope_launch_in_place(is_neox):
+    launch = _apply(is_neox=is_neox)
+    plan = plans.plan_rope(4, 10, 128, 128, BF16, max_vec_width=8, fused_norm=False, limits=plans.H200_LIMITS)
+    assert launch.template is rope_ops.APPLY_ROPE and launch.plan == plan and plan.vec_width == 8
+    assert launch.template_args == ("__nv_bfloat16", "float", "long long", is_neox, 8)
+    assert launch.pointers == ("q", "k", "q", "k", "positions", "cos_sin_cache")
+    assert launch.allocate == () and launch.returns == ("q", "k")
+    assert launch.scalars == (4, 8, 2, 128, 128, 64, 1, 8 * 128, 128, 2 * 128, 128, 8 * 128, 128, 2 * 128, 128, 128,
+                              plan.threads_per_head, plan.head_slots, plan.tokens_per_block, 0)
+    assert [type(v) for v in launch.scalars] == [np.int64] * 16 + [np.int32] * 4
+    (rule,) = launch.disjoint
+    assert (rule.a, rule.b, rule.allow_same) == ("q", "k", False)
+
+
+def test_apply_rope_out_of_place_allocates_q_out_and_k_out():
+    q = Sig((4, 8, 128), (2 * 1536, 2 * 128, 2), np.dtype(F16), 0)  # a fused QKV view: token stride 1536
+    k = Sig((4, 2, 128), (2 * 1536, 2 * 128, 2), np.dtype(F16), 0)
+    launch = _apply(q=q, k=k, inplace=False)
+    assert launch.pointers == ("q_out", "k_out", "q", "k", "positions", "cos_sin_cache")
+    assert launch.allocate == (("q_out", (4, 8, 128), F16), ("k_out", (4, 2, 128), F16))
+    assert launch.returns == ("q_out", "k_out")
+    # The inputs keep their strides; the new outputs are C-contiguous; the last flag says "copy the tail".
+    assert launch.scalars[7:15] == (1536, 128, 1536, 128, 8 * 128, 128, 2 * 128, 128)
+    assert launch.scalars[-1] == 1
+    # k None: only q_out is allocated, k_out is returned as None.
+    alone = _apply(k=None, inplace=False)
+    assert alone.allocate == (("q_out", (4, 8, 128), BF16),) and alone.returns == ("q_out", "k_out")
+    assert alone.scalars[2] == 0 and alone.disjoint == ()
+
+
+def test_apply_rope_vector_width_follows_alignment():
+    assert _apply().plan.vec_width == 8
+    assert _apply(q=contiguous((4, 8, 128), BF16, align=8)).plan.vec_width == 4   # 8-byte accesses
+    assert _apply(q=contiguous((4, 8, 128), BF16, align=2)).plan.vec_width == 1
+    assert _apply(k=contiguous((4, 2, 128), BF16, align=4)).plan.vec_width == 1
+    # The cache is read min(vec_width, 16 bytes) at a time: a float32 cache 8 bytes off allows no vectors,
+    # a bfloat16 one 4-element (8-byte) accesses.
+    assert _apply(cache=contiguous((64, 128), F32, align=8)).plan.vec_width == 1
+    assert _apply(cache=contiguous((64, 128), BF16, align=8)).plan.vec_width == 4
+    assert _apply(cache=contiguous((64, 128), BF16)).template_args[1] == "__nv_bfloat16"
+    assert _apply(cache=Sig((64, 128), (4 * 130, 4), np.dtype(F32), 0)).plan.vec_width == 1
+    # Out of place, the new outputs are aligned: the inputs decide.
+    assert _apply(inplace=False).plan.vec_width == 8
+    # rotary_dim / 2 = 20 halves: 4-element units at most.
+    assert _apply(q=contiguous((4, 8, 80), BF16), cache=contiguous((64, 40), F32)).plan.vec_width == 4
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(k=contiguous((4, 2, 128), F32)), TypeError, r"k: expected dtype bfloat16 \(the dtype of q\)"),
+    (dict(k=contiguous((5, 2, 128), BF16)), ValueError, r"k: expected the token axes of q \(4,\), got \(5,\)"),
+    (dict(k=contiguous((2, 2, 2, 128), BF16)), ValueError, "k: expected the token axes of q"),
+    (dict(k=contiguous((4, 2, 64), BF16)), ValueError, r"k: expected head_dim 128 \(q's\), got 64"),
+    (dict(q=contiguous((4, 8, 128), np.float64), k=None), TypeError, "q: unsupported dtype float64"),
+    (dict(q=contiguous((4, 128), BF16)), ValueError, r"q: expected shape \(num_tokens, num_heads, head_dim\)"),
+    (dict(q=Sig((4, 8, 64), (2048, 256, 4), np.dtype(BF16), 0), k=None, cache=contiguous((8, 64), F32)), ValueError,
+     r"q: the last axis \(head_dim\) must be unit-stride"),
+    (dict(positions=contiguous((4,), F32)), TypeError, "positions: expected dtype int32 or int64, got float32"),
+    (dict(positions=contiguous((4,), np.uint32)), TypeError, "positions: expected dtype int32 or int64"),
+    (dict(positions=contiguous((5,), np.int64)), ValueError,
+     r"positions: expected shape \(4,\) \(one position per token\), got \(5,\)"),
+    (dict(positions=contiguous((4, 1), np.int64)), ValueError, r"positions: expected shape \(4,\)"),
+    (dict(positions=None), TypeError, "positions: expected a device array of int32 or int64 positions, got None"),
+    (dict(cache=None), TypeError, "cos_sin_cache: expected a device array"),
+    (dict(cache=contiguous((8, 7), F32)), ValueError, r"cos_sin_cache: rotary_dim = shape\[1\] must be even"),
+    (dict(cache=contiguous((8, 0), F32)), ValueError, "cos_sin_cache: rotary_dim"),
+    (dict(cache=contiguous((8, 256), F32)), ValueError, r"rotary_dim \(256\) must be <= head_dim \(128\)"),
+    (dict(cache=contiguous((8, 128), F16)), TypeError, "cos_sin_cache: expected dtype float32 or q's dtype"),
+    (dict(cache=contiguous((8, 2, 64), F32)), ValueError,
+     r"cos_sin_cache: expected shape \(max_position, rotary_dim\)"),
+    (dict(cache=Sig((8, 128), (1024, 8), np.dtype(F32), 0)), ValueError,
+     "cos_sin_cache: the last axis must be unit-stride"),
+])
+def test_apply_rope_intake_errors_name_the_argument(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        _apply(limits=None, **kwargs)
+
+
+def test_apply_rope_needs_q():
+    with pytest.raises(TypeError, match="q: expected a device array"):
+        _apply(q=None, k=None, positions=contiguous((4,), np.int64), limits=None)
+
+
+def test_apply_rope_zero_tokens_launch_nothing_cpu():
+    q, k = contiguous((0, 4, 64), BF16), contiguous((0, 1, 64), BF16)
+    launch = _apply(q=q, k=k, positions=contiguous((0,), np.int32), cache=contiguous((8, 64), F32), inplace=False,
+                    limits=None)
+    assert launch.template is None and launch.returns == ("q_out", "k_out")
+    assert launch.allocate == (("q_out", (0, 4, 64), BF16), ("k_out", (0, 1, 64), BF16))
+    assert _apply(q=q, k=k, positions=contiguous((0,), np.int32), cache=contiguous((8, 64), F32),
+                  limits=None).template is None
+
+
+@pytest.mark.parametrize("prepare", [_apply, _qk_norm], ids=["apply_rope", "qk_rms_norm_rope"])
+@pytest.mark.parametrize("key, value", [("block_size", 128), ("vec_width", 1), ("threads_per_row", 32)])
+def test_rope_intake_rejects_launch_overrides(prepare, key, value):
+    """The rope plan rule takes no overrides: a sweep's override is an error, never ignored."""
+    with pytest.raises(ValueError, match=key):
+        prepare(overrides={key: value})
+    for name in ("apply_rope", "qk_rms_norm_rope"):
+        assert launcher.ops()[name].plan_kind == "rope" and launcher.ops()[name].launch_options == ()
+
+
+def test_qk_rms_norm_rope_launch():
+    launch = _qk_norm(eps=1e-5)
+    plan = plans.plan_rope(4, 10, 128, 128, BF16, max_vec_width=8, fused_norm=True, limits=plans.H200_LIMITS)
+    assert launch.template is rope_ops.QK_RMS_NORM_ROPE and launch.plan == plan
+    assert launch.template_args == ("__nv_bfloat16", "float", "long long", True, plan.vec_width, plan.threads_per_head)
+    assert plan.threads_per_head in plans.ROPE_NORM_THREADS_PER_HEAD
+    assert launch.pointers == ("q", "k", "q_weight", "k_weight", "positions", "cos_sin_cache")
+    assert launch.allocate == () and launch.returns == ("q", "k")
+    assert launch.scalars == (4, 8, 2, 128, 128, 64, 1, 8 * 128, 128, 2 * 128, 128, 128, np.float32(1e-5),
+                              plan.head_slots, plan.tokens_per_block)
+    assert [type(v) for v in launch.scalars] == [np.int64] * 12 + [np.float32] + [np.int32] * 2
+    # A misaligned weight limits the vector width as q does.
+    assert _qk_norm(k_weight=contiguous((128,), BF16, align=2)).plan.vec_width == 1
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(k=None), TypeError, r"k: expected a device array \(num_tokens, num_kv_heads, head_dim\), got None"),
+    (dict(q_weight=contiguous((64,), BF16)), ValueError, r"q_weight: expected shape \(128,\)"),
+    (dict(k_weight=contiguous((128,), F32)), TypeError, r"k_weight: expected dtype bfloat16 \(the dtype of q\)"),
+    (dict(q_weight=Sig((128,), (4,), np.dtype(BF16), 0)), ValueError, "q_weight: must be unit-stride"),
+    (dict(q_weight=None), TypeError, "q_weight: expected a device array"),
+    (dict(k_weight=None), TypeError, "k_weight: expected a device array"),
+    (dict(eps=-1.0), ValueError, "eps: expected a finite value >= 0"),
+    (dict(k=contiguous((4, 2, 64), BF16)), ValueError, "k: expected head_dim 128"),
+    (dict(positions=contiguous((4,), F32)), TypeError, "positions: expected dtype int32 or int64"),
+    (dict(cache=contiguous((8, 129), F32)), ValueError, "cos_sin_cache: rotary_dim"),
+])
+def test_qk_rms_norm_rope_intake_errors_name_the_argument(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        _qk_norm(limits=None, **kwargs)
+
+
+def test_qk_rms_norm_rope_zero_tokens_launch_nothing_cpu():
+    launch = _qk_norm(q=contiguous((0, 4, 64), BF16), k=contiguous((0, 1, 64), BF16),
+                      positions=contiguous((0,), np.int32), cache=contiguous((8, 64), F32), limits=None)
+    assert launch.template is None and launch.allocate == () and launch.returns == ("q", "k")
+
+
+def _apply_rope_overlap(monkeypatch, q: Sig, k: Sig, q_ptr: int, k_ptr: int):
+    values = {"q": q, "k": k, "positions": contiguous((q.shape[0],), np.int64),
+              "cos_sin_cache": contiguous((32, q.shape[-1]), F32), "q_out": None, "k_out": None,
+              "is_neox": True, "inplace": True}
+    launch = rope_ops._prepare_apply_rope(prepare_args("apply_rope", **values))
+    return overlap_check(monkeypatch, rope_ops._APPLY_ROPE, launch, values,
+                         {"q": q_ptr, "k": k_ptr, "positions": 1 << 30, "cos_sin_cache": 1 << 31})
+
+
+def test_q_k_overlap_rule(monkeypatch):
+    """Slices of one fused QKV row interleave without sharing elements; overlapping views do."""
+    hq, hkv, hd, tokens, item = 4, 2, 16, 5, 2
+    row = (hq + 2 * hkv) * hd
+    q = Sig((tokens, hq, hd), (row * item, hd * item, item), np.dtype(F16), 0)
+    k = Sig((tokens, hkv, hd), (row * item, hd * item, item), np.dtype(F16), 0)
+    base = 1 << 20
+    q_out, k_out = _apply_rope_overlap(monkeypatch, q, k, base, base + hq * hd * item)
+    assert (q_out.data.ptr, k_out.data.ptr) == (base, base + hq * hd * item)
+    # k shifted back by one element into q's last head: overlap.
+    with pytest.raises(ValueError, match="k overlaps q"):
+        _apply_rope_overlap(monkeypatch, q, k, base, base + (hq * hd - 1) * item)
+    # k = q[:, :2]: the same memory (rotating it twice would race).
+    k_in_q = Sig((3, 2, 64), (512, 128, 2), np.dtype(F16), 0)
+    with pytest.raises(ValueError, match="k overlaps q"):
+        _apply_rope_overlap(monkeypatch, contiguous((3, 4, 64), F16), k_in_q, base, base)
+
+
+def test_apply_rope_launch_on_fused_qkv_views():
+    """Token and head strides of (tokens, heads, head_dim) slices of a fused QKV row reach the kernel."""
+    hq, hkv, hd, item = 4, 2, 16, 2
+    row = (hq + 2 * hkv) * hd
+    q = Sig((5, hq, hd), (row * item, hd * item, item), np.dtype(np.float16), 0)
+    k = Sig((5, hkv, hd), (row * item, hd * item, item), np.dtype(np.float16), (hq * hd * item) % 16)
+    launch = _apply(q=q, k=k, cache=contiguous((32, 16), np.float32))
+    ints = launch.scalars[:16]
+    assert ints[:7] == (5, hq, hkv, hd, 16, 32, 1)  # tokens, heads, head_dim, rotary_dim, cache rows, position stride
+    assert ints[7:11] == (row, hd, row, hd)  # q and k token / head strides
+    assert ints[11:15] == (row, hd, row, hd)  # in place: the outputs are q and k
+    # A 4-D (batch, seq) view with every other sequence position: the token axes flatten.
+    q4 = Sig((2, 3, hq, hd), (6 * row * item, 2 * row * item, hd * item, item), np.dtype(np.float16), 0)
+    launch = _apply(q=q4, k=None, positions=contiguous((2, 3), np.int32), cache=contiguous((32, 16), np.float32))
+    assert launch.scalars[0] == 6 and launch.scalars[7] == 2 * row and launch.scalars[6] == 1
+    assert launch.template_args[2] == "int"
 
 
 # ----------------------------------------------------------------- CPU: reference properties
@@ -615,6 +806,32 @@ def test_apply_rope_rejects_bad_arguments(rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("choices", [dict(block_size=128), dict(vec_width=1), dict(threads_per_row=32)],
+                         ids=["block_size", "vec_width", "threads_per_row"])
+@pytest.mark.parametrize("check_positions", [True, False])
+def test_rope_under_launch_overrides_raises(rng, choices, check_positions):
+    """The rope plan takes no overrides: a sweep's choice is an error naming it, never silently ignored."""
+    dtype = _dtypes.bfloat16
+    cache, _ = _tables(128)
+    q = random_device(rng, (8, 4, 128), dtype)
+    k = random_device(rng, (8, 2, 128), dtype)
+    w = random_device(rng, (128,), dtype, loc=1.0)
+    pos = _positions(rng, 8, np.int64)
+    q_before, k_before = _bytes(q), _bytes(k)
+    (key,) = choices
+    with launcher.overrides(**choices):
+        with pytest.raises(ValueError, match=key):
+            cupykern.apply_rope(q, k, pos, cache, check_positions=check_positions)
+        with pytest.raises(ValueError, match=key):
+            cupykern.apply_rope(q, k, pos, cache, inplace=False, check_positions=check_positions)
+        with pytest.raises(ValueError, match=key):
+            cupykern.qk_rms_norm_rope(q, k, w, w, pos, cache, check_positions=check_positions)
+    assert _bytes(q) == q_before and _bytes(k) == k_before, "a rejected call wrote q or k"
+    # Outside the context the same calls run.
+    cupykern.apply_rope(q, k, pos, cache, check_positions=check_positions)
+
+
+@pytest.mark.gpu
 def test_apply_rope_zero_tokens_launches_nothing(rng):
     cache, _ = _tables(64)
     q = cupy.empty((0, 4, 64), _dtypes.bfloat16)
@@ -756,22 +973,6 @@ def test_cos_sin_table_rejects_bad_scalars_by_name(kwargs, match):
 def test_rope_cos_sin_cache_names_bad_dtype():
     with pytest.raises(TypeError, match="dtype: unsupported dtype 'fp8'"):
         cupykern.rope_cos_sin_cache(16, 8, dtype="fp8")
-
-
-def test_q_k_overlap_rule():
-    """Slices of one fused QKV row interleave without sharing elements; overlapping views do."""
-    hq, hkv, hd, tokens, item = 4, 2, 16, 5, 2
-    row = (hq + 2 * hkv) * hd
-    q_geo = (tokens, hq, hd, row, hd)
-    k_geo = (tokens, hkv, hd, row, hd)
-    span = lambda first, width: (first * item, ((tokens - 1) * row + first + width) * item)  # noqa: E731
-    q_ext, k_ext = span(0, hq * hd), span(hq * hd, hkv * hd)
-    assert not rope_ops._heads_overlap(0, q_geo, q_ext, hq * hd * item, k_geo, k_ext, item)
-    # k shifted back by one element into q's last head: overlap.
-    k_ext = span(hq * hd - 1, hkv * hd)
-    assert rope_ops._heads_overlap(0, q_geo, q_ext, (hq * hd - 1) * item, k_geo, k_ext, item)
-    # k = q exactly.
-    assert rope_ops._heads_overlap(0, q_geo, q_ext, 0, q_geo, q_ext, item)
 
 
 @pytest.mark.gpu

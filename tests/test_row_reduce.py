@@ -1,14 +1,19 @@
-"""row_reduce (kernels_cu/row_reduce.cu): GPU kernel vs float64 reference."""
+"""row_reduce (kernels_cu/row_reduce.cu): CPU reference, kOp constants and the intake
+spec on hand-built call signatures; GPU kernel vs float64 reference."""
 
 from __future__ import annotations
+
+import re
 
 import cupy
 import numpy as np
 import pytest
 
 import cupykern
-from cupykern import _dtypes, reference
-from tests.helpers import DTYPES, DTYPE_IDS, assert_close, random_device
+from cupykern import _dtypes, jit, launcher, plans, reference
+from cupykern._arrays import Sig
+from cupykern.ops import row_reduce as row_reduce_ops
+from tests.helpers import DTYPES, DTYPE_IDS, contiguous, prepare_args, random_device
 
 OPS = ["sum", "mean", "sumsq", "max", "min"]
 SHAPES = [(0, 16), (1, 1), (3, 5), (64, 127), (4097, 4096), (3, 131072), (70_000, 3)]
@@ -20,6 +25,85 @@ def test_reference_ops():
     assert reference.row_reduce(x, "sumsq") == 14.0
     assert reference.row_reduce(x, "min") == -2.0
     assert np.isnan(reference.row_reduce(np.array([[1.0, np.nan]]), "max"))
+
+
+# ----------------------------------------------------------------- CPU: kOp constants
+def test_ops_use_the_named_kop_constants():
+    m = row_reduce_ops
+    assert m.OPS == {"sum": m.K_SUM, "mean": m.K_SUM, "sumsq": m.K_SUMSQ, "max": m.K_MAX, "min": m.K_MIN}
+    assert sorted({m.K_SUM, m.K_SUMSQ, m.K_MAX, m.K_MIN}) == [0, 1, 2, 3]
+    assert set(OPS) == set(m.OPS)
+
+
+def test_kop_constants_match_the_kernel():
+    """K_SUM, K_SUMSQ, K_MAX, K_MIN are row_reduce.cu's kRowSum, kRowSumSq, kRowMax, kRowMin,
+    and each selects the RowReduceOp specialisation that computes it."""
+    text = jit.source("row_reduce.cu")
+    named = {name: int(value) for name, value in re.findall(r"constexpr int (kRow\w+) = (\d+);", text)}
+    m = row_reduce_ops
+    assert named == {"kRowSum": m.K_SUM, "kRowSumSq": m.K_SUMSQ, "kRowMax": m.K_MAX, "kRowMin": m.K_MIN}
+    found = {named.get(k, k): (base, term.strip()) for k, base, term in re.findall(
+        r"struct RowReduceOp<(\w+)> : (\w+) \{[^}]*?return ([^;]+);", text)}
+    assert found == {m.K_SUM: ("SumOp", "v"), m.K_SUMSQ: ("SumOp", "v * v"), m.K_MAX: ("MaxOp", "v"),
+                     m.K_MIN: ("MinOp", "v")}
+
+
+# ----------------------------------------------------------------- CPU: intake spec and plan
+def _prepare(op="sum", *, x=None, out=None, **kw):
+    x = contiguous((4, 1000), _dtypes.float16) if x is None else x
+    return row_reduce_ops._prepare(prepare_args("row_reduce", x=x, out=out, op=op, **kw))
+
+
+@pytest.mark.parametrize("x", [None, launcher._FOREIGN], ids=["x_none", "x_foreign"])
+@pytest.mark.parametrize("op", ["median", "Sum", None, 0])
+def test_unknown_op_raises_before_x_is_looked_at(x, op):
+    """The op is checked first: no conversion of x (nor a GPU) is needed to reject it."""
+    with pytest.raises(ValueError, match=f"op: expected one of \\('sum', 'mean', 'sumsq', 'max', 'min'\\), "
+                                         f"got {re.escape(repr(op))}"):
+        row_reduce_ops._prepare(prepare_args("row_reduce", x=x, out=None, op=op, limits=None))
+
+
+@pytest.mark.usefixtures("tune_file")
+@pytest.mark.parametrize("op", OPS)
+def test_row_reduce_launch(op):
+    launch = _prepare(op)
+    plan = plans.plan_rows(4, 1000, _dtypes.float16, aligned=True, limits=plans.H200_LIMITS, op="row_reduce")
+    assert launch.template is row_reduce_ops.ROW_REDUCE and launch.plan == plan
+    assert launch.template_args == (row_reduce_ops.OPS[op], "__half", *plan.layout.one_pass_template_args())
+    assert launch.pointers == ("out", "x")
+    assert launch.allocate == (("out", (4,), np.float32),) and launch.returns == "out"
+    scale = np.float32(1 / 1000) if op == "mean" else np.float32(1.0)
+    assert launch.scalars == (4, 1000, 1000, 1, scale)
+    (rule,) = launch.disjoint
+    assert (rule.a, rule.b, rule.allow_same) == ("x", "out", False)
+
+
+@pytest.mark.usefixtures("tune_file")
+def test_row_reduce_launch_layouts():
+    # (2, 3, 8) rows into a (2, 3) output; a strided out (every other float32).
+    out = Sig((2, 3), (24, 8), np.dtype(np.float32), 4)
+    launch = _prepare("max", x=contiguous((2, 3, 8), _dtypes.bfloat16), out=out)
+    assert launch.allocate == () and launch.scalars[:4] == (6, 8, 8, 2)
+    # Only x's alignment matters for vector loads (out is written one float per row).
+    assert launch.plan.layout.vec_width == 8
+    assert _prepare(x=contiguous((4, 1000), np.float16, align=8)).plan.layout.vec_width == 1
+    assert _prepare(x=Sig((4, 1000), (2 * 1001, 2), np.dtype(np.float16), 0)).plan.layout.vec_width == 1
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(out=contiguous((4,), np.float16)), TypeError, "out: expected dtype float32"),
+    (dict(out=contiguous((4, 1), np.float32)), ValueError, r"out: expected shape \(4,\)"),
+    (dict(x=contiguous((4, 0), np.float16)), ValueError, "x: the last axis must have at least one element"),
+    (dict(x=contiguous((4, 8), np.int32)), TypeError, "x: unsupported dtype int32"),
+])
+def test_row_reduce_intake_errors_name_the_argument(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        _prepare("sum", limits=None, **kwargs)
+
+
+def test_row_reduce_zero_rows_launch_nothing():
+    launch = _prepare("min", x=contiguous((0, 16), np.float32), limits=None)
+    assert launch.template is None and launch.allocate == (("out", (0,), np.float32),)
 
 
 @pytest.mark.gpu

@@ -1,4 +1,5 @@
-"""softmax (kernels_cu/softmax.cu): CPU reference properties, GPU kernel vs reference."""
+"""softmax (kernels_cu/softmax.cu): CPU reference properties and the intake spec on
+hand-built call signatures, GPU kernel vs reference."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import numpy as np
 import pytest
 
 import cupykern
-from cupykern import _dtypes, reference
-from tests.helpers import DTYPES, DTYPE_IDS, Guarded, assert_close, random_device
+from cupykern import _dtypes, launcher, plans, reference
+from cupykern._arrays import Sig
+from cupykern.ops import softmax as softmax_ops
+from tests.helpers import DTYPES, DTYPE_IDS, Guarded, assert_close, contiguous, prepare_args, random_device
 
 SHAPES = [(0, 128), (1, 1), (1, 5), (3, 127), (64, 4096), (4097, 128), (3, 65536), (2, 131072), (257, 32000)]
 
@@ -25,6 +28,59 @@ def test_reference_rows_sum_to_one_and_handle_inf():
 def test_reference_temperature_divides_logits():
     x = np.array([[1.0, 2.0, 3.0]])
     np.testing.assert_allclose(reference.softmax(x, temperature=2.0), reference.softmax(x / 2.0))
+
+
+# ----------------------------------------------------------------- CPU: intake spec and plan
+def _prepare(*, x=None, out=None, temperature=1.0, **kw):
+    x = contiguous((4, 1000), _dtypes.bfloat16) if x is None else x
+    return softmax_ops._prepare(prepare_args("softmax", x=x, out=out, temperature=temperature, **kw))
+
+
+@pytest.mark.usefixtures("tune_file")
+def test_softmax_launch():
+    launch = _prepare(temperature=0.5)
+    plan = plans.plan_rows(4, 1000, _dtypes.bfloat16, aligned=True, limits=plans.H200_LIMITS, op="softmax")
+    assert launch.template is softmax_ops.SOFTMAX and launch.plan == plan
+    assert launch.template_args == ("__nv_bfloat16", "float", *plan.layout.template_args())
+    assert launch.pointers == ("out", "x")
+    # The default output is float32.
+    assert launch.allocate == (("out", (4, 1000), _dtypes.float32),) and launch.returns == "out"
+    assert launch.scalars == (4, 1000, 1000, 1000, np.float32(2.0))  # 1 / temperature
+    (rule,) = launch.disjoint
+    assert (rule.a, rule.b, rule.allow_same) == ("x", "out", True)
+    # An out of x's dtype (in place allowed) picks the matching instantiation.
+    same = _prepare(out=contiguous((4, 1000), _dtypes.bfloat16))
+    assert same.template_args[:2] == ("__nv_bfloat16", "__nv_bfloat16") and same.allocate == ()
+    # A float32 out with rows that do not start 16-byte aligned: scalar accesses.
+    assert _prepare(out=Sig((4, 1000), (4 * 1001, 4), np.dtype(np.float32), 0)).plan.layout.vec_width == 1
+    assert _prepare(x=contiguous((4, 1000), _dtypes.bfloat16, align=2)).plan.layout.vec_width == 1
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(temperature=0.0), ValueError, "temperature: expected a finite value > 0"),
+    (dict(temperature=-1.0), ValueError, "temperature"),
+    (dict(temperature=float("inf")), ValueError, "temperature"),
+    (dict(out=contiguous((4, 1000), np.float16)), TypeError, "out: expected dtype float32 or bfloat16"),
+    (dict(out=contiguous((4, 999), np.float32)), ValueError, r"out: expected shape \(4, 1000\)"),
+    (dict(x=contiguous((4, 1000), np.float64)), TypeError, "x: unsupported dtype float64"),
+    (dict(x=Sig((4, 1000), (2, 8), np.dtype(np.float16), 0)), ValueError, "x: the last axis must be unit-stride"),
+    (dict(x=contiguous((4, 0), np.float16)), ValueError, "x: the last axis must have at least one element"),
+])
+def test_softmax_intake_errors_name_the_argument(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        _prepare(limits=None, **kwargs)
+
+
+def test_softmax_zero_rows_launch_nothing():
+    launch = _prepare(x=contiguous((0, 128), np.float16), limits=None)
+    assert launch.template is None and launch.allocate == (("out", (0, 128), np.float32),)
+
+
+@pytest.mark.usefixtures("tune_file")
+def test_softmax_takes_row_overrides():
+    launch = _prepare(overrides={"threads_per_row": 32, "block_size": 128})
+    assert launch.plan.origin == "override" and launch.plan.rows_per_block == 4
+    assert launcher.ops()["softmax"].launch_options == plans.ROW_OVERRIDE_KEYS
 
 
 @pytest.mark.gpu
