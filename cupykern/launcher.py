@@ -296,43 +296,38 @@ class Op:
         key.append(_devices(arrays) if _multi_gpu else 0)
         try:
             recipe = self._recipes(tuple(key))
-        except _NeedsConversion:
-            return self._call_converted(args)
-        except TypeError:  # an unhashable scalar, or the intake's own TypeError (raised again)
-            try:
-                recipe = self._build(tuple(key))
-            except _NeedsConversion:
-                return self._call_converted(args)
+        except (_NeedsConversion, TypeError):  # a foreign array or an unhashable scalar (or a TypeError to raise)
+            return self._launch(*self._resolve(args))
         return self._launch(recipe, arrays)
 
-    def intake(self, *args) -> tuple:
+    def intake(self, *args) -> list:
         """Checks the arguments as a call would (cached the same way), launches nothing;
         returns the array arguments as CuPy arrays (foreign ones converted)."""
-        arrays = self._converted(args[:self._num_arrays])
-        self._recipe_for(arrays, args[self._num_arrays:])
-        return arrays
+        return self._resolve(args)[1]
 
     def plan_for(self, *args):
         """The plan a call with these arguments launches (None for zero rows)."""
-        arrays = self._converted(args[:self._num_arrays])
-        return self._recipe_for(arrays, args[self._num_arrays:]).plan
+        return self._resolve(args)[0].plan
 
     # ------------------------------------------------------------- internals
-    def _converted(self, arrays) -> list:
-        return [a if a is None or isinstance(a, _ndarray) else _arrays.as_device_array(a, name)
-                for a, name in zip(arrays, self.arrays)]
-
-    def _recipe_for(self, arrays, scalars) -> _Recipe:
-        key = (*map(_sig_of, arrays), tuple(scalars), _override_items() if _overrides_in_use else (),
-               _devices(arrays) if _multi_gpu else 0)
-        try:
-            return self._recipes(key)
-        except TypeError:
-            return self._build(key)
-
-    def _call_converted(self, args):
-        arrays = self._converted(args[:self._num_arrays])
-        return self._launch(self._recipe_for(arrays, args[self._num_arrays:]), arrays)
+    def _resolve(self, args) -> tuple[_Recipe, list]:
+        """The recipe of a call and its arrays, the slow way: foreign arrays are converted
+        when the intake reaches them (so its order of checks decides which error comes
+        first), and an unhashable key is built without the cache."""
+        n = self._num_arrays
+        arrays = list(args[:n])
+        while True:
+            key = (*[_sig_of(a) if isinstance(a, _ndarray) else (None if a is None else _FOREIGN) for a in arrays],
+                   tuple(args[n:]), _override_items() if _overrides_in_use else (),
+                   _devices(arrays) if _multi_gpu else 0)
+            try:
+                try:
+                    return self._recipes(key), arrays
+                except TypeError:  # unhashable: build uncached (the intake's own TypeError is raised again)
+                    return self._build(key), arrays
+            except _NeedsConversion:
+                arrays = [a if a is None or isinstance(a, _ndarray) else _arrays.as_device_array(a, name)
+                          for a, name in zip(arrays, self.arrays)]
 
     def _launch(self, recipe: _Recipe, arrays):
         # One unpacking: a named field read per use cost more (bench/host_costs.py).
