@@ -4,7 +4,7 @@ The launcher's per-call work is a handful of attribute reads, a key, a cache loo
 a kernel launch; bench/bench_host_overhead.py measures the whole against a bare launch,
 this script the parts, so that a change can be predicted before it is made:
 
-    python bench/host_costs.py
+    python bench/host_costs.py [--out DIR]     # DIR/host_costs.txt gets the table too
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from operator import itemgetter
 from pathlib import Path
 
-import numpy as np
+import click
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -29,7 +29,9 @@ def per_call_ns(fn, calls: int = 20000) -> float:
     return (time.perf_counter() - t0) / calls * 1e9
 
 
-def main() -> None:
+@click.command(help=__doc__.splitlines()[0])
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="also write the table here")
+def main(out) -> None:
     import cupy
 
     import cupykern
@@ -64,9 +66,14 @@ def main() -> None:
         ("RawKernel(grid, block, args)", lambda: record.kernel(record.grid, record.block, record.args)),
         ("cupykern.rms_norm(x, w, out=out)", lambda: cupykern.rms_norm(x, w, out=out)),
     ]
+    lines = []
     for name, fn in rows:
-        print(f"{name:45s} {per_call_ns(fn):9.0f} ns")
+        lines.append(f"{name:45s} {per_call_ns(fn):9.0f} ns")
+        print(lines[-1])
         cupy.cuda.get_current_stream().synchronize()
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "host_costs.txt").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
