@@ -6,14 +6,19 @@ the launch) sets the pace. For every op of the registry (the default model's sha
 bf16, --num-tokens tokens, default 1) this reports host microseconds per call, the
 mean over --calls back-to-back calls after a warm-up, with one sync at the end:
 
-* ``op``: the public function as a user calls it, on the registry's inputs with
-  ``out`` preallocated (through the registry's ``run`` adapter: a few dict lookups);
+* ``op``: the public function as a user calls it, with the arguments the registry's
+  ``run`` passes it (captured once, so no dict lookups are timed; ``out``
+  preallocated);
 * ``RawKernel``: ``kernel(grid, block, args)``, the same ``cupy.RawKernel`` with the
   same grid, block and argument tuple, as ``launcher.recording()`` captured them;
 * ``Function``: ``function(grid, block, args)``, its ``cupy.cuda.Function``, what the
   launcher itself calls;
 * ``cupy x + y``: one CuPy elementwise op on float32 arrays of the op's row count x
   size, for scale.
+
+The four are timed in alternating rounds (:data:`ROUNDS` of ``--calls / ROUNDS`` calls
+each) and each reports its median round, so a slow stretch of the host (other
+processes, frequency changes) weighs on all four alike rather than on one.
 
 ``op / RawKernel`` is the wrapper's overhead factor; the target is at most
 :data:`TARGET_RATIO` (marked red above). This is a benchmark: ratios never fail the
@@ -40,6 +45,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import DEFAULT_SEED, require_gpu, save  # noqa: E402
+import cupykern  # noqa: E402
 from cupykern import _dtypes, environment, launcher, models, sweep  # noqa: E402
 from cupykern.registry import all_specs  # noqa: E402
 
@@ -47,20 +53,53 @@ from cupykern.registry import all_specs  # noqa: E402
 TARGET_RATIO = 1.5
 #: Untimed calls before the timed ones (compile, allocate, warm the caches).
 WARMUP_CALLS = 20
+#: Rounds the calls are split into, alternating between the callables timed.
+ROUNDS = 9
 DTYPE = _dtypes.bfloat16
 
 
-def host_us_per_call(fn, calls: int) -> float:
-    """Mean host microseconds per ``fn()`` over ``calls`` back-to-back calls, after
-    :data:`WARMUP_CALLS` untimed ones, with one stream sync at the end of each loop."""
-    for _ in range(WARMUP_CALLS):
-        fn()
+def host_us_per_call(fns: dict, calls: int) -> dict:
+    """Median host microseconds per call of each ``fns[name]()``: :data:`ROUNDS` rounds,
+    each timing every callable in turn over ``calls / ROUNDS`` back-to-back calls with
+    one stream sync at the end, after :data:`WARMUP_CALLS` untimed calls of each."""
+    per_round = max(1, calls // ROUNDS)
+    for fn in fns.values():
+        for _ in range(WARMUP_CALLS):
+            fn()
     sweep.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    sweep.synchronize()
-    return (time.perf_counter() - t0) / calls * 1e6
+    rounds: dict = {name: [] for name in fns}
+    for _ in range(ROUNDS):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(per_round):
+                fn()
+            sweep.synchronize()
+            rounds[name].append((time.perf_counter() - t0) / per_round * 1e6)
+    return {name: float(np.median(samples)) for name, samples in rounds.items()}
+
+
+def captured_call(spec, inputs):
+    """``(function, args, kwargs)`` of the public op as ``spec.run(inputs)`` calls it.
+
+    The registry's ``run`` adapters call ``<family module>.<op>(...)``; that attribute is
+    wrapped for one run to record its arguments.
+    """
+    module = sys.modules[getattr(cupykern, spec.name).__module__]
+    function = getattr(module, spec.name)
+    seen = []
+
+    def recorder(*args, **kwargs):
+        seen.append((args, kwargs))
+        return function(*args, **kwargs)
+
+    setattr(module, spec.name, recorder)
+    try:
+        spec.run(inputs)
+    finally:
+        setattr(module, spec.name, function)
+    if len(seen) != 1:
+        raise RuntimeError(f"{spec.name}: the registry's run called the op {len(seen)} times, expected once")
+    return function, *seen[0]
 
 
 def captured_launch(spec, inputs) -> launcher.Launched:
@@ -85,12 +124,12 @@ def measure_op(spec, model, num_tokens: int, calls: int, seed: int) -> dict:
         inputs["out"] = spec.run(inputs)[0]
     launch = captured_launch(spec, inputs)
     kernel, function, grid, block, args = launch.kernel, launch.function, launch.grid, launch.block, launch.args
+    op, op_args, op_kwargs = captured_call(spec, inputs)
     x = cupy.ones(max(1, num_tokens * size), dtype=cupy.float32)
     y = cupy.ones_like(x)
-    op_us = host_us_per_call(lambda: spec.run(inputs), calls)
-    kernel_us = host_us_per_call(lambda: kernel(grid, block, args), calls)
-    function_us = host_us_per_call(lambda: function(grid, block, args), calls)
-    add_us = host_us_per_call(lambda: x + y, calls)
+    us = host_us_per_call({"op": lambda: op(*op_args, **op_kwargs), "kernel": lambda: kernel(grid, block, args),
+                           "function": lambda: function(grid, block, args), "add": lambda: x + y}, calls)
+    op_us, kernel_us, function_us, add_us = us["op"], us["kernel"], us["function"], us["add"]
     return {"op": spec.name, "impl": "cupykern", "model": model.name, "dtype": _dtypes.short_name(DTYPE),
             "size": size, "num_tokens": num_tokens, "calls": calls, "op_us": op_us, "raw_kernel_us": kernel_us,
             "function_us": function_us, "cupy_add_us": add_us, "op_over_raw_kernel": op_us / kernel_us,
@@ -163,7 +202,8 @@ def main(calls, num_tokens, profile_op, seed, out) -> None:
     env = environment.describe()
     print_table(console, points, f"host us per call, {num_tokens} token(s), {model.name}, bf16, {calls} calls, "
                                  f"on {env.get('gpu')} (target: op / RawKernel <= {TARGET_RATIO})")
-    result = sweep.result_document("host_overhead", environment=env, seed=seed, copy_gbps=None, points=points,
+    suite = "host_overhead" if num_tokens == 1 else f"host_overhead-{num_tokens}tokens"
+    result = sweep.result_document(suite, environment=env, seed=seed, copy_gbps=None, points=points,
                                    model=model.name, calls=calls, target_ratio=TARGET_RATIO, errors=errors)
     console.print(f"saved {save(result, out)}")
     sys.exit(1 if errors else 0)

@@ -85,10 +85,12 @@ if [ -n "${TESTS// }" ]; then
 fi
 
 IFS=';' read -ra bench_list <<< "$BENCHES"
+j=0
 for bench in "${bench_list[@]}"; do
   [ -n "${bench// }" ] || continue
+  j=$((j + 1))
   # shellcheck disable=SC2086
-  step "$(basename "${bench%% *}" .py)" python3 $bench --out "$RES"
+  step "bench_${j}_$(basename "${bench%% *}" .py)" python3 $bench --out "$RES"
 done
 
 IFS=';' read -ra sweep_list <<< "$SWEEPS"

@@ -10,9 +10,9 @@ array goes in which pointer slot, the scalar arguments, what to allocate, what t
 return and which arrays must not overlap.
 
 A call builds its key (every array's signature, the scalars, the launch overrides in
-force and, with several GPUs, the devices), finds the recipe in a bounded LRU cache
-(:data:`CACHE_SIZE` per op) and launches the cached ``cupy.cuda.Function`` with the
-call's arrays. On a miss, ``prepare`` runs once for that key: the checks that depend
+force and, with several GPUs, the devices), finds the recipe in a bounded cache
+(:data:`CACHE_SIZE` recipes per op, the oldest dropped first) and launches the cached
+``cupy.cuda.Function`` with the call's arrays. On a miss, ``prepare`` runs once for that key: the checks that depend
 on the signature alone, the plan, the kernel lookup (compiling it on first use). Per
 call there remain the overlap checks, which depend on the addresses (integer compares),
 and the allocation of outputs the caller did not give. Foreign arrays (DLPack, CUDA
@@ -27,7 +27,6 @@ sweeps that report the plan a point ran with and for the host-overhead benchmark
 
 from __future__ import annotations
 
-import functools
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,8 +38,9 @@ import numpy as np
 
 from cupykern import _arrays, jit, plans, tuning
 
-#: Recipes kept per op (an LRU cache). A serving loop sees a handful of call
-#: signatures, a sweep a few hundred; a recipe holds a few hundred bytes.
+#: Recipes kept per op; past it the oldest goes (first in, first out: a dict lookup
+#: costs a third of a functools.lru_cache hit, bench/host_costs.py). A serving loop sees
+#: a handful of call signatures, a sweep a few hundred; a recipe holds a few hundred bytes.
 CACHE_SIZE = 1024
 
 _ndarray = cupy.ndarray
@@ -150,6 +150,7 @@ _OPS: dict[str, "Op"] = {}
 _recording: list | None = None
 _multi_gpu = False  # set at the first build: only then do keys carry devices
 _devices_known = False
+_keyed_context = False  # overrides in force or several GPUs: keys carry :func:`_context_key`
 
 _local = threading.local()
 _overrides_lock = threading.Lock()
@@ -164,7 +165,7 @@ def ops() -> dict[str, "Op"]:
 def clear_caches() -> None:
     """Forgets every cached recipe (the tuned file changed, or a test wants cold calls)."""
     for op in _OPS.values():
-        op._recipes.cache_clear()
+        op._recipes.clear()
 
 
 tuning.subscribe(clear_caches)
@@ -189,18 +190,20 @@ class overrides:
         self.choices = {k: v for k, v in choices.items() if v is not None}
 
     def __enter__(self):
-        global _overrides_in_use
+        global _overrides_in_use, _keyed_context
         self._saved = getattr(_local, "choices", {})
         _local.choices = {**self._saved, **self.choices}
         with _overrides_lock:
             _overrides_in_use += 1
+            _keyed_context = True
         return self
 
     def __exit__(self, *exc):
-        global _overrides_in_use
+        global _overrides_in_use, _keyed_context
         _local.choices = self._saved
         with _overrides_lock:
             _overrides_in_use -= 1
+            _keyed_context = bool(_overrides_in_use) or _multi_gpu
 
 
 def current_overrides() -> dict:
@@ -208,8 +211,11 @@ def current_overrides() -> dict:
     return dict(getattr(_local, "choices", {}))
 
 
-def _override_items() -> tuple:
-    return tuple(sorted(getattr(_local, "choices", {}).items()))
+def _context_key(arrays) -> tuple:
+    """What a key holds beyond the arguments, when it matters: this thread's overrides,
+    and with several GPUs the current device and each array's."""
+    return (tuple(sorted(getattr(_local, "choices", {}).items())),
+            _devices(arrays) if _multi_gpu else None)
 
 
 @contextmanager
@@ -265,7 +271,7 @@ class Op:
     """One public op's launch path (see the module docstring).
 
     ``arrays`` and ``scalars`` name the arguments in the order the public function
-    passes them to :meth:`__call__`; ``plan_kind`` is ``"rows"``, ``"activation"`` or
+    passes them to :meth:`__call__` (two tuples); ``plan_kind`` is ``"rows"``, ``"activation"`` or
     ``"rope"`` (the rule in cupykern/plans.py), ``launch_options`` the override keys it
     takes.
     """
@@ -280,49 +286,52 @@ class Op:
         self.prepare = prepare
         self._num_arrays = len(self.arrays)
         self._index = {a: i for i, a in enumerate(self.arrays)}
-        self._recipes = functools.lru_cache(maxsize=CACHE_SIZE)(self._build)
+        self._recipes: dict = {}  # key -> _Recipe, at most CACHE_SIZE, oldest first
         _OPS[name] = self
 
-    def __call__(self, *args):
+    def __call__(self, arrays: tuple, scalars: tuple = ()):
         """Checks, plans (once per signature) and launches; returns what the op returns."""
-        n = self._num_arrays
-        arrays = args[:n]
         # A C-contiguous array's strides follow from its shape and dtype: skip reading them.
         key = [((a.shape, a.dtype, a.data.ptr & 15) if a._c_contiguous else (a.shape, a.strides, a.dtype,
                                                                               a.data.ptr & 15))
                if type(a) is _ndarray else (None if a is None else _FOREIGN) for a in arrays]
-        key.append(args[n:])
-        key.append(_override_items() if _overrides_in_use else ())
-        key.append(_devices(arrays) if _multi_gpu else 0)
+        key.append(scalars)
+        if _keyed_context:
+            key.append(_context_key(arrays))
+        key = tuple(key)
         try:
-            recipe = self._recipes(tuple(key))
-        except (_NeedsConversion, TypeError):  # a foreign array or an unhashable scalar (or a TypeError to raise)
-            return self._launch(*self._resolve(args))
+            recipe = self._recipes[key]
+        except (KeyError, TypeError):  # a new signature, an unhashable scalar, a foreign array
+            recipe, arrays = self._resolve(arrays, scalars)
         return self._launch(recipe, arrays)
 
-    def intake(self, *args) -> list:
+    def intake(self, arrays: tuple, scalars: tuple = ()) -> list:
         """Checks the arguments as a call would (cached the same way), launches nothing;
-        returns the array arguments as CuPy arrays (foreign ones converted)."""
-        return self._resolve(args)[1]
+        returns the arrays as CuPy arrays (foreign ones converted)."""
+        return self._resolve(arrays, scalars)[1]
 
-    def plan_for(self, *args):
+    def plan_for(self, arrays: tuple, scalars: tuple = ()):
         """The plan a call with these arguments launches (None for zero rows)."""
-        return self._resolve(args)[0].plan
+        return self._resolve(arrays, scalars)[0].plan
 
     # ------------------------------------------------------------- internals
-    def _resolve(self, args) -> tuple[_Recipe, list]:
-        """The recipe of a call and its arrays, the slow way: foreign arrays are converted
-        when the intake reaches them (so its order of checks decides which error comes
-        first), and an unhashable key is built without the cache."""
-        n = self._num_arrays
-        arrays = list(args[:n])
+    def _resolve(self, arrays, scalars) -> tuple[_Recipe, list]:
+        """The recipe of a call and its arrays, the slow way: built on a miss and cached,
+        foreign arrays converted when the intake reaches them (so its order of checks
+        decides which error comes first), an unhashable key built without the cache."""
+        arrays = list(arrays)
         while True:
             key = (*[_sig_of(a) if isinstance(a, _ndarray) else (None if a is None else _FOREIGN) for a in arrays],
-                   tuple(args[n:]), _override_items() if _overrides_in_use else (),
-                   _devices(arrays) if _multi_gpu else 0)
+                   tuple(scalars), *((_context_key(arrays),) if _keyed_context else ()))
             try:
                 try:
-                    return self._recipes(key), arrays
+                    return self._recipes[key], arrays
+                except KeyError:
+                    recipe = self._build(key)
+                    if len(self._recipes) >= CACHE_SIZE:
+                        del self._recipes[next(iter(self._recipes))]
+                    self._recipes[key] = recipe
+                    return recipe, arrays
                 except TypeError:  # unhashable: build uncached (the intake's own TypeError is raised again)
                     return self._build(key), arrays
             except _NeedsConversion:
@@ -357,19 +366,21 @@ class Op:
 
     def _build(self, key: tuple) -> _Recipe:
         """The recipe for one key: the intake, the plan and the kernel (a cache miss)."""
-        global _multi_gpu, _devices_known
+        global _multi_gpu, _devices_known, _keyed_context
         n = self._num_arrays
         device = _current_device()
         if not _devices_known and device is not None:
             _multi_gpu = cupy.cuda.runtime.getDeviceCount() > 1
+            _keyed_context = _keyed_context or _multi_gpu
             _devices_known = True
         values = {name: _sig(s) if type(s) is tuple else s for name, s in zip(self.arrays, key[:n])}
         values.update(zip(self.scalars, key[n]))
-        if _multi_gpu and key[n + 2]:
-            for name, array_device in zip(self.arrays, key[n + 2][1:]):
+        overrides, devices = key[n + 1] if len(key) > n + 1 else ((), None)
+        if devices:
+            for name, array_device in zip(self.arrays, devices[1:]):
                 if array_device is not None:
                     _arrays.check_device(array_device, device, name)
-        launch = self.prepare(Args(self.name, values, device=device, overrides=dict(key[n + 1])))
+        launch = self.prepare(Args(self.name, values, device=device, overrides=dict(overrides)))
         if any(v is _FOREIGN for v in values.values()):  # an array the intake never looked at
             raise _NeedsConversion()
         return self._recipe(launch, values)

@@ -310,7 +310,7 @@ def test_measure_on_the_gpu_reports_the_plan_and_memory():
     assert point.check_ok and point.alloc_bytes == 0 and point.max_ulp_err is not None
     x = cupy.ones((8, 4096), dtype=BF16)
     w = cupy.ones(4096, dtype=BF16)
-    plan = launcher.ops()["rms_norm"].plan_for(x, w, None, 1e-6, 0.0)
+    plan = launcher.ops()["rms_norm"].plan_for((x, w, None), (1e-6, 0.0))
     assert {k: getattr(point, k) for k in plans.PLAN_FIELDS} == plan.fields()
     from cupykern import rms_norm
 

@@ -157,7 +157,7 @@ def test_cached_plans_follow_overrides_and_the_tuned_file(tune_file):
     op = launcher.ops()["rms_norm"]
 
     def plan():
-        return op.plan_for(x, w, None, 1e-6, 0.0)
+        return op.plan_for((x, w, None), (1e-6, 0.0))
 
     gpu = plans.DeviceLimits.of_device(cupy.cuda.runtime.getDevice()).name
     assert plan().origin == "heuristic"

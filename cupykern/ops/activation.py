@@ -156,7 +156,7 @@ def silu_and_mul(x, *, out=None):
         (arXiv:1606.08415); layout and semantics of vLLM's ``silu_and_mul`` and
         FlashInfer's ``silu_and_mul``.
     """
-    return _SILU_AND_MUL(x, out)
+    return _SILU_AND_MUL((x, out))
 
 def gelu_and_mul(x, *, approximate: str = "none", out=None):
     """GELU-gated product of a fused gate_up projection (GeGLU's MLP activation).
@@ -196,7 +196,7 @@ def gelu_and_mul(x, *, approximate: str = "none", out=None):
         ``torch.nn.functional.gelu``; the 16-bit erfc, Press et al., Numerical Recipes
         in C, 2nd ed., 1992, sec. 6.2 (``erfcc``).
     """
-    return _GELU_AND_MUL(x, out, approximate)
+    return _GELU_AND_MUL((x, out), (approximate,))
 
 def swiglu(gate, up, *, out=None):
     """SiLU-gated product of separate gate and up projections.
@@ -230,4 +230,4 @@ def swiglu(gate, up, *, out=None):
         Shazeer, "GLU Variants Improve Transformer", 2020 (arXiv:2002.05202); SiLU,
         Elfwing, Uchibe & Doya 2017 (arXiv:1702.03118).
     """
-    return _SWIGLU(gate, up, out)
+    return _SWIGLU((gate, up, out))

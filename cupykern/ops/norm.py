@@ -138,7 +138,7 @@ def rms_norm(x, weight, eps: float = 1e-6, *, weight_offset: float = 0.0, out=No
         (arXiv:1910.07467); Gemma's offset as in Hugging Face ``GemmaRMSNorm``;
         semantics of vLLM's ``rms_norm`` and FlashInfer's ``rmsnorm``.
     """
-    return _RMS_NORM(x, weight, out, eps, weight_offset)
+    return _RMS_NORM((x, weight, out), (eps, weight_offset))
 
 
 
@@ -169,7 +169,7 @@ def fused_add_rms_norm(x, residual, weight, eps: float = 1e-6, *, weight_offset:
         vLLM ``fused_add_rms_norm`` and FlashInfer ``fused_add_rmsnorm`` (same
         semantics); RMSNorm, arXiv:1910.07467.
     """
-    return _FUSED_ADD_RMS_NORM(x, residual, weight, eps, weight_offset)
+    return _FUSED_ADD_RMS_NORM((x, residual, weight), (eps, weight_offset))
 
 
 
@@ -203,4 +203,4 @@ def layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None):
         Ba, Kiros & Hinton, "Layer Normalization", 2016 (arXiv:1607.06450);
         ``torch.nn.functional.layer_norm`` semantics.
     """
-    return _LAYER_NORM(x, weight, bias, out, eps)
+    return _LAYER_NORM((x, weight, bias, out), (eps,))

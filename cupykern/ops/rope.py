@@ -302,11 +302,11 @@ def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, inplace:
         of vLLM's ``rotary_embedding`` and FlashInfer's
         ``apply_rope_with_cos_sin_cache``; GPT-J pairing as llama.cpp's ``rope``.
     """
+    arrays, scalars = (q, k, positions, cos_sin_cache, None, None), (is_neox, inplace)
     if check_positions:
-        q, k, positions, cos_sin_cache, _, _ = _APPLY_ROPE.intake(q, k, positions, cos_sin_cache, None, None, is_neox,
-                                                                  inplace)
-        _check_positions_in_range(positions, cos_sin_cache.shape[0])
-    return _APPLY_ROPE(q, k, positions, cos_sin_cache, None, None, is_neox, inplace)
+        arrays = _APPLY_ROPE.intake(arrays, scalars)
+        _check_positions_in_range(arrays[2], arrays[3].shape[0])
+    return _APPLY_ROPE(arrays, scalars)
 
 def qk_rms_norm_rope(q, k, q_weight, k_weight, positions, cos_sin_cache, eps: float = 1e-6, *,
                      is_neox: bool = True, check_positions: bool = True):
@@ -350,8 +350,8 @@ def qk_rms_norm_rope(q, k, q_weight, k_weight, positions, cos_sin_cache, eps: fl
         QK-norm placement as in Hugging Face's Qwen3Attention, Olmo2Attention and
         Gemma3Attention.
     """
+    arrays, scalars = (q, k, q_weight, k_weight, positions, cos_sin_cache), (eps, is_neox)
     if check_positions:
-        q, k, q_weight, k_weight, positions, cos_sin_cache = _QK_RMS_NORM_ROPE.intake(
-            q, k, q_weight, k_weight, positions, cos_sin_cache, eps, is_neox)
-        _check_positions_in_range(positions, cos_sin_cache.shape[0])
-    return _QK_RMS_NORM_ROPE(q, k, q_weight, k_weight, positions, cos_sin_cache, eps, is_neox)
+        arrays = _QK_RMS_NORM_ROPE.intake(arrays, scalars)
+        _check_positions_in_range(arrays[4], arrays[5].shape[0])
+    return _QK_RMS_NORM_ROPE(arrays, scalars)

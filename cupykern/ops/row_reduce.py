@@ -80,4 +80,4 @@ def row_reduce(x, op: str, *, out=None):
     References:
         ``numpy.sum``/``mean``/``max``/``min`` over ``axis=-1``.
     """
-    return _ROW_REDUCE(x, out, op)
+    return _ROW_REDUCE((x, out), (op,))

@@ -84,4 +84,4 @@ def softmax(x, *, temperature: float = 1.0, out=None):
         The standard numerically stable softmax (Goodfellow, Bengio & Courville, Deep
         Learning, 2016, sec. 4.1); ``torch.softmax`` semantics.
     """
-    return _SOFTMAX(x, out, temperature)
+    return _SOFTMAX((x, out), (temperature,))
