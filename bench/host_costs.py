@@ -61,6 +61,9 @@ def main(out) -> None:
                                                            for a in arrays])),
         ("key of 3 C-contiguous arrays (no strides)", lambda: tuple([(a.shape, a.dtype, a.data.ptr & 15)
                                                                       if a._c_contiguous else None for a in arrays])),
+        ("x._shape (CuPy's vector as a list)", lambda: x._shape),
+        ("key of 3 arrays from _shape", lambda: tuple([(a.dtype, a.data.ptr & 15, *a._shape)
+                                                        if a._c_contiguous else None for a in arrays])),
         ("lru_cache hit on an rms_norm key", lambda: cached(key)),
         ("dict hit on an rms_norm key", lambda: recipes[key]),
         ("itemgetter(2, 0, 1)(arrays) + scalars", lambda: pick(arrays) + record.args[3:]),
@@ -68,6 +71,7 @@ def main(out) -> None:
         ("Function(grid, block, args)", lambda: record.function(record.grid, record.block, record.args)),
         ("RawKernel(grid, block, args)", lambda: record.kernel(record.grid, record.block, record.args)),
         ("cupykern.rms_norm(x, w, out=y)", lambda: cupykern.rms_norm(x, w, out=y)),
+        ("cupykern.layer_norm(x, w, w, out=y)", lambda: cupykern.layer_norm(x, w, w, out=y)),
     ]
     lines = []
     for name, fn in rows:

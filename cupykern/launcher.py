@@ -140,7 +140,7 @@ class _Recipe(NamedTuple):
     offsets: tuple  # (position, byte offset) of pointers into the middle of an array
     scalars: tuple
     allocate: tuple  # (index, shape, dtype)
-    overlaps: tuple  # (i, j, a_lo, a_hi, b_lo, b_hi, period, a_width, b_width, allow_same, message)
+    overlaps: tuple  # (i, j, a_lo, a_hi, b_lo, b_hi, allow_same, (period, a_width, b_width, message))
     result: object  # picks what the op returns from the call's arrays
     plan: object
 
@@ -241,6 +241,17 @@ def _devices(arrays) -> tuple:
     return (_current_device(), *[a.data.device_id if isinstance(a, _ndarray) else None for a in arrays])
 
 
+def _check_interleaved(offset: int, period: int, a_width: int, b_width: int, message: str) -> None:
+    """Two arrays whose byte extents intersect, ``b`` starting ``offset`` bytes after ``a``:
+    ValueError unless both repeat rows every ``period`` bytes and b's rows sit in the
+    gaps between a's (two column slices of one wide buffer)."""
+    if not period:
+        raise ValueError(message)
+    offset %= period
+    if not (offset >= a_width and offset + b_width <= period):
+        raise ValueError(message)
+
+
 def _tuple_getter(indices):
     """Picks ``indices`` of a sequence as a tuple (itemgetter returns a bare item for one)."""
     if len(indices) == 1:
@@ -303,7 +314,29 @@ class Op:
             recipe = self._recipes[key]
         except (KeyError, TypeError):  # a new signature, an unhashable scalar, a foreign array
             recipe, arrays = self._resolve(arrays, scalars)
-        return self._launch(recipe, arrays)
+        # The launch, inline: a method call per launch cost more than this comment.
+        kernel, function, grid, block, shared_mem, pick, offsets, kernel_scalars, allocate, overlaps, result, plan = \
+            recipe
+        if allocate:
+            arrays = list(arrays)
+            for i, shape, dtype in allocate:
+                arrays[i] = _empty(shape, dtype)
+        for i, j, a_lo, a_hi, b_lo, b_hi, allow_same, rule in overlaps:
+            pa, pb = arrays[i].data.ptr, arrays[j].data.ptr
+            if pa + a_lo < pb + b_hi and pb + b_lo < pa + a_hi and not (allow_same and pa == pb):
+                _check_interleaved(pb - pa, *rule)
+        if function is not None:
+            kargs = pick(arrays)
+            if offsets:
+                kargs = list(kargs)
+                for position, offset in offsets:
+                    kargs[position] = np.uint64(kargs[position].data.ptr + offset)
+                kargs = tuple(kargs)
+            kargs += kernel_scalars
+            function(grid, block, kargs, shared_mem)
+            if _recording is not None:
+                _recording.append(Launched(self.name, plan, kernel, function, grid, block, kargs))
+        return result(arrays)
 
     def intake(self, arrays: tuple, scalars: tuple = ()) -> list:
         """Checks the arguments as a call would (cached the same way), launches nothing;
@@ -337,32 +370,6 @@ class Op:
             except _NeedsConversion:
                 arrays = [a if a is None or isinstance(a, _ndarray) else _arrays.as_device_array(a, name)
                           for a, name in zip(arrays, self.arrays)]
-
-    def _launch(self, recipe: _Recipe, arrays):
-        # One unpacking: a named field read per use cost more (bench/host_costs.py).
-        kernel, function, grid, block, shared_mem, pick, offsets, scalars, allocate, overlaps, result, plan = recipe
-        if allocate:
-            arrays = list(arrays)
-            for i, shape, dtype in allocate:
-                arrays[i] = _empty(shape, dtype)
-        for i, j, a_lo, a_hi, b_lo, b_hi, period, a_width, b_width, allow_same, message in overlaps:
-            pa, pb = arrays[i].data.ptr, arrays[j].data.ptr
-            if pa + a_lo < pb + b_hi and pb + b_lo < pa + a_hi and not (allow_same and pa == pb):
-                offset = (pb - pa) % period if period else 0
-                if not (period and offset >= a_width and offset + b_width <= period):
-                    raise ValueError(message)
-        if function is not None:
-            kargs = pick(arrays)
-            if offsets:
-                kargs = list(kargs)
-                for position, offset in offsets:
-                    kargs[position] = np.uint64(kargs[position].data.ptr + offset)
-                kargs = tuple(kargs)
-            kargs += scalars
-            function(grid, block, kargs, shared_mem)
-            if _recording is not None:
-                _recording.append(Launched(self.name, plan, kernel, function, grid, block, kargs))
-        return result(arrays)
 
     def _build(self, key: tuple) -> _Recipe:
         """The recipe for one key: the intake, the plan and the kernel (a cache miss)."""
@@ -410,8 +417,8 @@ class Op:
                 period, a_width, b_width = ra.row_stride * a.itemsize, ra.hidden_size * a.itemsize, \
                     rb.hidden_size * b.itemsize
             hint = f" (in place is allowed only as {rule.b}={rule.a} exactly)" if rule.allow_same else ""
-            overlaps.append((index[rule.a], index[rule.b], a_lo, a_hi, b_lo, b_hi, period, a_width, b_width,
-                             rule.allow_same and a == b, f"{rule.b} overlaps {rule.a} in memory{hint}"))
+            overlaps.append((index[rule.a], index[rule.b], a_lo, a_hi, b_lo, b_hi, rule.allow_same and a == b,
+                             (period, a_width, b_width, f"{rule.b} overlaps {rule.a} in memory{hint}")))
         kernel = jit.get_kernel(launch.template, *launch.template_args)
         plan = launch.plan
         return _Recipe(kernel, kernel.kernel, tuple(plan.grid), tuple(plan.block), int(plan.shared_mem_bytes),
