@@ -3,8 +3,7 @@
 A decode step launches a few hundred small kernels whose GPU time is 2-3 us each, so
 the host time of the Python wrapper (argument intake, the launcher's cached recipe,
 the launch) sets the pace. For every op of the registry (the default model's shapes,
-bf16, --num-tokens tokens, default 1) this reports host microseconds per call, the
-mean over --calls back-to-back calls after a warm-up, with one sync at the end:
+bf16, --num-tokens tokens, default 1) this reports host microseconds per call of:
 
 * ``op``: the public function as a user calls it, with the arguments the registry's
   ``run`` passes it (captured once, so no dict lookups are timed; ``out``
@@ -16,9 +15,12 @@ mean over --calls back-to-back calls after a warm-up, with one sync at the end:
 * ``cupy x + y``: one CuPy elementwise op on float32 arrays of the op's row count x
   size, for scale.
 
-The four are timed in alternating rounds (:data:`ROUNDS` of ``--calls / ROUNDS`` calls
-each) and each reports its median round, so a slow stretch of the host (other
-processes, frequency changes) weighs on all four alike rather than on one.
+The four are timed in alternating rounds (:data:`ROUNDS` rounds of ``--calls / ROUNDS``
+back-to-back calls each, one stream sync at the end of each, after a warm-up); each
+reports its median round. The ratios are the medians of the per-round ratios: the op
+and its bare launch are timed one right after the other, so a slow stretch of the host
+(other processes, frequency changes; the lent H200's host moved single timings by up
+to 2x between runs) weighs on both sides of a ratio alike.
 
 ``op / RawKernel`` is the wrapper's overhead factor; the target is at most
 :data:`TARGET_RATIO` (marked red above). This is a benchmark: ratios never fail the
@@ -54,14 +56,15 @@ TARGET_RATIO = 1.5
 #: Untimed calls before the timed ones (compile, allocate, warm the caches).
 WARMUP_CALLS = 20
 #: Rounds the calls are split into, alternating between the callables timed.
-ROUNDS = 9
+ROUNDS = 40
 DTYPE = _dtypes.bfloat16
 
 
-def host_us_per_call(fns: dict, calls: int) -> dict:
-    """Median host microseconds per call of each ``fns[name]()``: :data:`ROUNDS` rounds,
-    each timing every callable in turn over ``calls / ROUNDS`` back-to-back calls with
-    one stream sync at the end, after :data:`WARMUP_CALLS` untimed calls of each."""
+def host_us_per_round(fns: dict, calls: int) -> dict:
+    """Host microseconds per call of each ``fns[name]()`` in each of :data:`ROUNDS`
+    rounds (``{name: [us per call of round 0, ...]}``): every round times every callable
+    in turn over ``calls / ROUNDS`` back-to-back calls, one stream sync at the end,
+    after :data:`WARMUP_CALLS` untimed calls of each."""
     per_round = max(1, calls // ROUNDS)
     for fn in fns.values():
         for _ in range(WARMUP_CALLS):
@@ -75,7 +78,12 @@ def host_us_per_call(fns: dict, calls: int) -> dict:
                 fn()
             sweep.synchronize()
             rounds[name].append((time.perf_counter() - t0) / per_round * 1e6)
-    return {name: float(np.median(samples)) for name, samples in rounds.items()}
+    return rounds
+
+
+def median_ratio(numerator: list, denominator: list) -> float:
+    """The median over rounds of the per-round ratio (paired: same round, adjacent in time)."""
+    return float(np.median(np.asarray(numerator) / np.asarray(denominator)))
 
 
 def captured_call(spec, inputs):
@@ -127,13 +135,13 @@ def measure_op(spec, model, num_tokens: int, calls: int, seed: int) -> dict:
     op, op_args, op_kwargs = captured_call(spec, inputs)
     x = cupy.ones(max(1, num_tokens * size), dtype=cupy.float32)
     y = cupy.ones_like(x)
-    us = host_us_per_call({"op": lambda: op(*op_args, **op_kwargs), "kernel": lambda: kernel(grid, block, args),
-                           "function": lambda: function(grid, block, args), "add": lambda: x + y}, calls)
-    op_us, kernel_us, function_us, add_us = us["op"], us["kernel"], us["function"], us["add"]
+    rounds = host_us_per_round({"op": lambda: op(*op_args, **op_kwargs), "kernel": lambda: kernel(grid, block, args),
+                                "function": lambda: function(grid, block, args), "add": lambda: x + y}, calls)
+    op_us, kernel_us, function_us, add_us = (float(np.median(rounds[k])) for k in ("op", "kernel", "function", "add"))
     return {"op": spec.name, "impl": "cupykern", "model": model.name, "dtype": _dtypes.short_name(DTYPE),
             "size": size, "num_tokens": num_tokens, "calls": calls, "op_us": op_us, "raw_kernel_us": kernel_us,
-            "function_us": function_us, "cupy_add_us": add_us, "op_over_raw_kernel": op_us / kernel_us,
-            "op_over_function": op_us / function_us,
+            "function_us": function_us, "cupy_add_us": add_us, "op_over_raw_kernel": median_ratio(rounds["op"], rounds["kernel"]),
+            "op_over_function": median_ratio(rounds["op"], rounds["function"]),
             "alloc_bytes": sweep.alloc_bytes(lambda: spec.run(inputs)), **sweep.plan_fields(launch)}
 
 
@@ -177,7 +185,7 @@ def _op_name(ctx, param, value):
 
 
 @click.command(help=__doc__.splitlines()[0], context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--calls", type=click.IntRange(min=1), default=2000, show_default=True,
+@click.option("--calls", type=click.IntRange(min=1), default=4000, show_default=True,
               help="timed back-to-back calls per measurement")
 @click.option("--num-tokens", type=click.IntRange(min=1), default=1, show_default=True, help="rows of every op")
 @click.option("--profile", "profile_op", callback=_op_name, default=None, help="an op to profile with cProfile")
