@@ -83,6 +83,12 @@ class Launch:
     disjoint: tuple = ()  # Disjoint rules
 
 
+def output(sig: _arrays.Sig | None, name: str, shape, dtype) -> tuple[_arrays.Sig, tuple]:
+    """An output argument checked against ``shape`` and ``dtype`` (cupykern/_arrays.py), and
+    the :attr:`Launch.allocate` entry that makes each call allocate it when it was not given."""
+    return _arrays.output(sig, name, shape, dtype), (((name, tuple(shape), dtype),) if sig is None else ())
+
+
 class Args:
     """What ``prepare`` sees: each array's Sig (or None), each scalar, and the context.
 

@@ -50,12 +50,11 @@ def check_same_shape(gate_shape, up_shape) -> None:
 
 def _act_and_mul_launch(a: launcher.Args, activation: str, gate: _arrays.Sig, gate_rows: _arrays.Rows, gate_pointer,
                         up: _arrays.Sig, up_rows: _arrays.Rows, up_pointer, out: _arrays.Sig, out_rows: _arrays.Rows,
-                        disjoint: tuple) -> launcher.Launch:
+                        allocate: tuple, disjoint: tuple) -> launcher.Launch:
     """The launch of ``out = act(gate) * up`` once gate, up and out are checked.
     ``gate_pointer``/``up_pointer`` name their arrays, or (name, byte offset) for the
     second half of a fused row."""
     dtype = gate.dtype
-    allocate = (("out", out.shape, dtype),) if a.out is None else ()
     if out_rows.num_rows == 0:
         return launcher.Launch(None, allocate=allocate, returns="out")
     if isinstance(up_pointer, tuple):  # up starts inside gate's row: its alignment follows from gate's
@@ -80,12 +79,12 @@ def _prepare_fused(activation: str):
         _arrays.supported_dtype(x, "x")
         out_shape = gated_output_shape(x.shape, "x")
         rows = _arrays.rows_of(x, "x")
-        out = _arrays.output(a.out, "out", out_shape, x.dtype)
+        out, allocate = launcher.output(a.out, "out", out_shape, x.dtype)
         out_rows = _arrays.rows_of(out, "out")
         d = out_shape[-1]
         # gate and up are the two halves of each row of x: same row stride, up d further on.
         half = _arrays.Rows(rows.num_rows, d, rows.row_stride)
-        return _act_and_mul_launch(a, act, x, half, "x", x, half, ("x", d * x.itemsize), out, out_rows,
+        return _act_and_mul_launch(a, act, x, half, "x", x, half, ("x", d * x.itemsize), out, out_rows, allocate,
                                    (launcher.Disjoint("x", "out", a_rows=rows, b_rows=out_rows),))
     return prepare
 
@@ -97,10 +96,10 @@ def _prepare_swiglu(a: launcher.Args) -> launcher.Launch:
     _arrays.check_dtype(up, gate.dtype, "up", "the dtype of gate")
     check_same_shape(gate.shape, up.shape)
     gate_rows, up_rows = _arrays.rows_of(gate, "gate"), _arrays.rows_of(up, "up")
-    out = _arrays.output(a.out, "out", gate.shape, gate.dtype)
+    out, allocate = launcher.output(a.out, "out", gate.shape, gate.dtype)
     out_rows = _arrays.rows_of(out, "out")
     return _act_and_mul_launch(
-        a, "silu", gate, gate_rows, "gate", up, up_rows, "up", out, out_rows,
+        a, "silu", gate, gate_rows, "gate", up, up_rows, "up", out, out_rows, allocate,
         (launcher.Disjoint("gate", "out", allow_same=True, a_rows=gate_rows, b_rows=out_rows),
          launcher.Disjoint("up", "out", allow_same=True, a_rows=up_rows, b_rows=out_rows)))
 

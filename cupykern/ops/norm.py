@@ -30,9 +30,9 @@ def _prepare_rms_norm(a: launcher.Args) -> launcher.Launch:
     x, rows = _arrays.row_input(a.x)
     weight = _arrays.vector(a.weight, "weight", x.dtype, rows.hidden_size, what="the dtype of x")
     eps = _arrays.eps(a.eps)
-    out = _arrays.output(a.out, "out", x.shape, x.dtype)
+    weight_offset = _arrays.real(a.weight_offset, "weight_offset")
+    out, allocate = launcher.output(a.out, "out", x.shape, x.dtype)
     out_rows = _arrays.rows_of(out, "out")
-    allocate = (("out", x.shape, x.dtype),) if a.out is None else ()
     if rows.num_rows == 0:
         return launcher.Launch(None, allocate=allocate, returns="out")
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride),
@@ -42,7 +42,7 @@ def _prepare_rms_norm(a: launcher.Args) -> launcher.Launch:
     return launcher.Launch(
         RMS_NORM, (_dtypes.c_type(x.dtype), *plan.layout.template_args()), plan,
         pointers=("out", "x", "weight"),
-        scalars=(*_row_scalars(rows, rows.row_stride, out_rows.row_stride), eps, _arrays.real(a.weight_offset, "weight_offset")),
+        scalars=(*_row_scalars(rows, rows.row_stride, out_rows.row_stride), eps, weight_offset),
         allocate=allocate, returns="out",
         disjoint=(launcher.Disjoint("x", "out", allow_same=True, a_rows=rows, b_rows=out_rows),))
 
@@ -55,6 +55,7 @@ def _prepare_fused_add_rms_norm(a: launcher.Args) -> launcher.Launch:
     res_rows = _arrays.rows_of(residual, "residual")
     weight = _arrays.vector(a.weight, "weight", x.dtype, rows.hidden_size, what="the dtype of x")
     eps = _arrays.eps(a.eps)
+    weight_offset = _arrays.real(a.weight_offset, "weight_offset")
     if rows.num_rows == 0:
         return launcher.Launch(None, returns=("x", "residual"))
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride),
@@ -64,7 +65,7 @@ def _prepare_fused_add_rms_norm(a: launcher.Args) -> launcher.Launch:
     return launcher.Launch(
         FUSED_ADD_RMS_NORM, (_dtypes.c_type(x.dtype), *plan.layout.template_args()), plan,
         pointers=("x", "residual", "weight"),
-        scalars=(*_row_scalars(rows, rows.row_stride, res_rows.row_stride), eps, _arrays.real(a.weight_offset, "weight_offset")),
+        scalars=(*_row_scalars(rows, rows.row_stride, res_rows.row_stride), eps, weight_offset),
         returns=("x", "residual"),
         disjoint=(launcher.Disjoint("x", "residual", a_rows=rows, b_rows=res_rows),))
 
@@ -74,9 +75,8 @@ def _prepare_layer_norm(a: launcher.Args) -> launcher.Launch:
     weight = _arrays.vector(a.weight, "weight", x.dtype, rows.hidden_size, what="the dtype of x", optional=True)
     bias = _arrays.vector(a.bias, "bias", x.dtype, rows.hidden_size, what="the dtype of x", optional=True)
     eps = _arrays.eps(a.eps)
-    out = _arrays.output(a.out, "out", x.shape, x.dtype)
+    out, allocate = launcher.output(a.out, "out", x.shape, x.dtype)
     out_rows = _arrays.rows_of(out, "out")
-    allocate = (("out", x.shape, x.dtype),) if a.out is None else ()
     if rows.num_rows == 0:
         return launcher.Launch(None, allocate=allocate, returns="out")
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride),
@@ -141,7 +141,6 @@ def rms_norm(x, weight, eps: float = 1e-6, *, weight_offset: float = 0.0, out=No
     return _RMS_NORM((x, weight, out), (eps, weight_offset))
 
 
-
 def fused_add_rms_norm(x, residual, weight, eps: float = 1e-6, *, weight_offset: float = 0.0):
     """Residual add then RMSNorm, in place: the pre-norm transformer block's junction.
 
@@ -170,7 +169,6 @@ def fused_add_rms_norm(x, residual, weight, eps: float = 1e-6, *, weight_offset:
         semantics); RMSNorm, arXiv:1910.07467.
     """
     return _FUSED_ADD_RMS_NORM((x, residual, weight), (eps, weight_offset))
-
 
 
 def layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None):

@@ -30,8 +30,7 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
 def _prepare(a: launcher.Args) -> launcher.Launch:
     op = _arrays.choice(a.op, OPS, "op")
     x, rows = _arrays.row_input(a.x)
-    out = _arrays.output(a.out, "out", x.shape[:-1], _dtypes.float32)
-    allocate = (("out", x.shape[:-1], _dtypes.float32),) if a.out is None else ()
+    out, allocate = launcher.output(a.out, "out", x.shape[:-1], _dtypes.float32)
     if rows.num_rows == 0:
         return launcher.Launch(None, allocate=allocate, returns="out")
     # out is (...,) with any strides: view it as rows of one element.

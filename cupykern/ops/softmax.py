@@ -30,9 +30,8 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
     out_dtype = _dtypes.float32 if a.out is None else a.out.dtype
     if out_dtype not in (_dtypes.float32, x.dtype):
         raise TypeError(f"out: expected dtype float32 or {x.dtype} (x's), got {out_dtype}")
-    out = _arrays.output(a.out, "out", x.shape, out_dtype)
+    out, allocate = launcher.output(a.out, "out", x.shape, out_dtype)
     out_rows = _arrays.rows_of(out, "out")
-    allocate = (("out", x.shape, out_dtype),) if a.out is None else ()
     if rows.num_rows == 0:
         return launcher.Launch(None, allocate=allocate, returns="out")
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride))
