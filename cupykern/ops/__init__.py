@@ -1,11 +1,7 @@
 """The public ops, one module per kernel family (the file in kernels_cu/ of the same name).
 
-Each module validates its arguments, plans the launch (cupykern.launch) and launches
-on CuPy's current stream, and declares every template instantiation it can launch
-in ``instantiations()``.
+Each module declares its ops as ``cupykern.launcher.Op`` objects (intake spec, plan
+rule, kernel template), its public functions in ``__all__``, and every template
+instantiation it can launch in ``instantiations()``. The list of families is
+``cupykern.families.FAMILIES``; nothing is imported here.
 """
-
-from cupykern.ops import activation, norm, rope, row_reduce, softmax
-
-#: The family modules, for jit.instantiations() and the CPU compile test.
-FAMILIES = (norm, softmax, row_reduce, activation, rope)
