@@ -19,6 +19,8 @@ import click
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import require_gpu  # noqa: E402
+
 
 def per_call_ns(fn, calls: int = 20000) -> float:
     for _ in range(200):
@@ -32,6 +34,7 @@ def per_call_ns(fn, calls: int = 20000) -> float:
 @click.command(help=__doc__.splitlines()[0])
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="also write the table here")
 def main(out) -> None:
+    require_gpu("host_costs.py", "times launches")
     import cupy
 
     import cupykern

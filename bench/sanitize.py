@@ -14,16 +14,20 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import click
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cupykern  # noqa: E402
+from bench.common import require_gpu  # noqa: E402
 from cupykern import _dtypes, reference, validation  # noqa: E402
 from cupykern.registry import all_specs  # noqa: E402
 
 
-def main() -> int:
+@click.command(help=__doc__.splitlines()[0])
+def main() -> None:
+    require_gpu("sanitize.py", "runs every op")
     import cupy
 
     failures = 0
@@ -42,8 +46,8 @@ def main() -> int:
         print(f"rms_norm strided {hidden}: {result.message}")
     cupy.cuda.Device().synchronize()
     print(f"{failures} failure(s)")
-    return 1 if failures else 0
+    sys.exit(1 if failures else 0)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -156,6 +156,22 @@ def rows_view(shape, strides, itemsize: int, name: str) -> Rows:
     return Rows(math.prod(shape[:-1]), hidden_size, row_stride if lead else hidden_size)
 
 
+def element_aligned(sig: Sig, name: str) -> None:
+    """ValueError unless the array's address is a multiple of its item size (a misaligned
+    element access would fault on the GPU)."""
+    if sig.align % min(sig.itemsize, 16):
+        raise ValueError(f"{name}: the address must be a multiple of the item size {sig.itemsize} bytes, "
+                         f"got {sig.align} mod 16; pass a copy")
+
+
+def distinct_rows(rows: Rows, name: str) -> None:
+    """ValueError if the rows of an array that is written share elements (a row stride
+    shorter than a row: every row would race on the same bytes)."""
+    if rows.num_rows > 1 and abs(rows.row_stride) < rows.hidden_size:
+        raise ValueError(f"{name}: rows of {rows.hidden_size} elements {rows.row_stride} elements apart overlap "
+                         f"each other; an array that is written needs distinct rows (pass a contiguous one)")
+
+
 def collapse(shape, strides, name: str, what: str) -> int:
     """The one element stride that walks axes ``shape`` (row-major) in order; ValueError
     if they do not flatten (size-1 axes are ignored). 0 when no axis is longer than 1."""
@@ -172,6 +188,7 @@ def row_input(sig: Sig | None, name: str = "x") -> tuple[Sig, Rows]:
     rows share one stride and are not empty."""
     sig = required(sig, name, "a device array (..., hidden_size)")
     supported_dtype(sig, name)
+    element_aligned(sig, name)
     rows = rows_view(sig.shape, sig.strides, sig.itemsize, name)
     if rows.hidden_size < 1:
         raise ValueError(f"{name}: the last axis must have at least one element, got shape (..., 0)")
@@ -185,6 +202,7 @@ def output(sig: Sig | None, name: str, shape, dtype) -> Sig:
         return Sig.contiguous(shape, dtype)
     check_shape(sig, shape, name)
     check_dtype(sig, dtype, name, "the result dtype")
+    element_aligned(sig, name)
     return sig
 
 
@@ -202,6 +220,7 @@ def vector(sig: Sig | None, name: str, dtype, length: int, *, what: str, optiona
         raise TypeError(f"{name}: expected a device array of shape ({length},), got None")
     check_dtype(sig, dtype, name, what)
     check_shape(sig, (length,), name)
+    element_aligned(sig, name)
     if length > 1 and sig.strides[0] != sig.itemsize:
         raise ValueError(f"{name}: must be unit-stride, got stride {sig.strides[0]} bytes")
     return sig
@@ -221,14 +240,36 @@ def vector_aligned(vec_width: int, *sigs_and_strides) -> bool:
 
 
 # ----------------------------------------------------------------- scalars
+# The launcher caches a verdict per key, and keys compare scalars with ``==``: so every
+# check here gives one verdict for values that compare equal (1, 1.0, True and 1+0j alike).
 def real(value, name: str) -> np.float32:
-    """A real number (Python, NumPy or 0-d array) as the kernel's float32; TypeError otherwise."""
-    if isinstance(value, (str, bytes, complex, np.complexfloating)) or np.ndim(value) != 0:
+    """A real number (Python, NumPy or 0-d array; a complex one with no imaginary part) as
+    the kernel's float32. TypeError for anything else; ValueError outside float32's range."""
+    if isinstance(value, (str, bytes)) or np.ndim(value) != 0:
         raise TypeError(f"{name}: expected a real number, got {value!r}")
+    if isinstance(value, (complex, np.complexfloating)):
+        if value.imag != 0:
+            raise TypeError(f"{name}: expected a real number, got {value!r}")
+        value = value.real
     try:
-        return np.float32(value)
+        as_float = float(value)
     except (TypeError, ValueError):
         raise TypeError(f"{name}: expected a real number, got {value!r}") from None
+    except OverflowError:
+        raise ValueError(f"{name}: {value!r} is outside float32's range") from None
+    with np.errstate(over="ignore"):
+        value32 = np.float32(as_float)
+    if np.isinf(value32) and np.isfinite(as_float):
+        raise ValueError(f"{name}: {value!r} is outside float32's range (|x| < 3.4e38)")
+    return value32
+
+
+def finite(value, name: str) -> np.float32:
+    """A finite real number as the kernel's float32."""
+    value32 = real(value, name)
+    if not np.isfinite(value32):
+        raise ValueError(f"{name}: expected a finite value, got {value!r}")
+    return value32
 
 
 def eps(value, name: str = "eps") -> np.float32:
@@ -237,6 +278,13 @@ def eps(value, name: str = "eps") -> np.float32:
     if not (np.isfinite(eps32) and eps32 >= 0):
         raise ValueError(f"{name}: expected a finite value >= 0, got {value!r}")
     return eps32
+
+
+def flag(value, name: str) -> bool:
+    """True or False (or a value equal to one of them: 1, 0, numpy bools)."""
+    if np.ndim(value) != 0 or isinstance(value, (str, bytes)) or value not in (True, False):
+        raise TypeError(f"{name}: expected a bool, got {value!r}")
+    return bool(value)
 
 
 def choice(value, choices, name: str):
@@ -266,6 +314,9 @@ def heads(sig: Sig | None, name: str) -> Heads:
         raise ValueError(f"{name}: expected shape (num_tokens, num_heads, head_dim) or (batch, seq_len, num_heads, "
                          f"head_dim), got {tuple(shape)}")
     supported_dtype(sig, name)
+    element_aligned(sig, name)
+    if shape[-1] < 1:
+        raise ValueError(f"{name}: head_dim (the last axis) must be at least 1, got shape {tuple(shape)}")
     num_tokens = math.prod(shape[:-2])
     if sig.size == 0:  # nothing to address (CuPy reports zero strides for empty arrays)
         return Heads(num_tokens, shape[-2], shape[-1], 0, 0)
@@ -278,6 +329,18 @@ def heads(sig: Sig | None, name: str) -> Heads:
     token_stride = collapse(shape[:-2], strides[:-2], name, "token")
     head_stride = strides[-2] if shape[-2] > 1 else 0
     return Heads(num_tokens, shape[-2], head_dim, token_stride, head_stride)
+
+
+def distinct_heads(h: Heads, name: str) -> None:
+    """ValueError if the heads of an array that is written share elements (a head stride
+    shorter than a head, or a token stride shorter than a token's heads)."""
+    if not (h.num_tokens and h.num_heads and h.head_dim):  # empty: nothing is written
+        return
+    token_span = (h.num_heads - 1) * abs(h.head_stride) + h.head_dim
+    if (h.num_heads > 1 and abs(h.head_stride) < h.head_dim) or (h.num_tokens > 1 and abs(h.token_stride) < token_span):
+        raise ValueError(f"{name}: heads of {h.head_dim} elements {h.head_stride} apart, tokens {h.token_stride} "
+                         f"apart, overlap each other; an array that is written needs distinct heads (pass a "
+                         f"contiguous one)")
 
 
 def heads_as_rows(h: Heads) -> Rows | None:

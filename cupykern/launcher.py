@@ -393,6 +393,8 @@ class Op:
             for name, array_device in zip(self.arrays, devices[1:]):
                 if array_device is not None:
                     _arrays.check_device(array_device, device, name)
+        if overrides:  # checked here too: a call with zero rows never reaches its plan rule
+            plans.check_override_keys(dict(overrides), self.launch_options, self.name)
         launch = self.prepare(Args(self.name, values, device=device, overrides=dict(overrides)))
         if any(v is _FOREIGN for v in values.values()):  # an array the intake never looked at
             raise _NeedsConversion()

@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+import numpy as np
+
 from cupykern import _dtypes, tuning
 
 WARP_SIZE = 32
@@ -89,11 +91,15 @@ H200_LIMITS = DeviceLimits(name="NVIDIA H200", sm_count=132)
 
 
 def check_override_keys(overrides: dict, allowed, what: str) -> None:
-    """ValueError if ``overrides`` has keys ``what``'s plan rule does not take (never ignored)."""
+    """ValueError if ``overrides`` has keys ``what``'s plan rule does not take (never
+    ignored), or a value that is not a positive int (a count of threads, rows or elements)."""
     unknown = sorted(set(overrides) - set(allowed))
     if unknown:
         takes = ", ".join(sorted(allowed)) or "none"
         raise ValueError(f"launch overrides {unknown} do not apply to {what} (its plan takes: {takes})")
+    for key, value in overrides.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"launch override {key}: expected a positive int, got {value!r}")
 
 
 def _pow2(n: int) -> bool:
@@ -222,6 +228,8 @@ def _tuned_plan(op: str, num_rows: int, hidden_size: int, dtype, aligned: bool,
     entry = tuning.lookup(op, _dtypes.short_name(dtype), hidden_size, limits.name)
     if entry is None or (entry.vec_width > 1 and not aligned):
         return None
+    if entry.threads_per_row not in THREADS_PER_ROW_CHOICES:  # a hand-edited file: fall back
+        return None
     layout = RowLayout(entry.threads_per_row, entry.vec_width, entry.vecs_per_thread)
     default = default_rows_per_block(layout.threads_per_row)
     for rows_per_block in dict.fromkeys((entry.rows_per_block_for(num_rows) or default, default)):
@@ -262,8 +270,9 @@ def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: 
         if rows_per_block is not None:
             raise ValueError("block_size and rows_per_block set the same thing (block size = threads_per_row x "
                              "rows_per_block); give one of them")
-        if block_size % layout.threads_per_row:
-            raise ValueError(f"block size {block_size} is not a multiple of threads_per_row {layout.threads_per_row}")
+        if block_size % layout.threads_per_row or not _pow2(block_size // layout.threads_per_row):
+            raise ValueError(f"block size {block_size} is not threads_per_row {layout.threads_per_row} times a power "
+                             f"of two (rows_per_block = block_size / threads_per_row)")
         rows_per_block = block_size // layout.threads_per_row
     default = default_rows_per_block(layout.threads_per_row)
     if rows_per_block is None:

@@ -121,15 +121,48 @@ def test_vector_aligned():
 # ----------------------------------------------------------------- scalars
 def test_eps_and_choice():
     assert _arrays.eps(1e-12) == np.float32(1e-12) and isinstance(_arrays.eps(0), np.float32)
-    for bad in (-1.0, float("nan"), float("inf"), 1e300):  # 1e300 is inf in float32
-        with pytest.raises(ValueError, match="eps: expected a finite value >= 0"), np.errstate(over="ignore"):
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="eps: expected a finite value >= 0"):
             _arrays.eps(bad)
+    for huge in (1e300, 10**400, -1e39):  # finite, but not in float32
+        with pytest.raises(ValueError, match="eps: .* is outside float32's range"):
+            _arrays.eps(huge)
     with pytest.raises(ValueError, match="epsilon: expected a finite value"):
         _arrays.eps(-1, "epsilon")
     assert _arrays.choice("max", {"max": 2}, "op") == "max"
+    assert _arrays.real(1 + 0j, "eps") == 1 and _arrays.real(True, "eps") == 1  # equal values, one verdict
+    for bad in ("1e-6", 1j, [1e-6], np.ones(2), None):
+        with pytest.raises(TypeError, match="eps: expected a real number"):
+            _arrays.real(bad, "eps")
+    with pytest.raises(ValueError, match="weight_offset: expected a finite value"):
+        _arrays.finite(float("nan"), "weight_offset")
+    assert _arrays.flag(True, "is_neox") is True and _arrays.flag(0, "is_neox") is False
+    for bad in ("False", None, 0.5, np.array([True, False])):
+        with pytest.raises(TypeError, match="is_neox: expected a bool"):
+            _arrays.flag(bad, "is_neox")
     for bad in ("median", None, 2, ["max"]):
         with pytest.raises(ValueError, match=r"op: expected one of \('max',\)"):
             _arrays.choice(bad, {"max": 2}, "op")
+
+
+def test_written_arrays_need_distinct_rows_and_heads():
+    _arrays.distinct_rows(Rows(4, 64, 64), "out")
+    _arrays.distinct_rows(Rows(1, 64, 0), "out")  # one row: its stride is never used
+    for row_stride in (0, 32, -63):
+        with pytest.raises(ValueError, match="out: rows of 64 elements .* overlap each other"):
+            _arrays.distinct_rows(Rows(4, 64, row_stride), "out")
+    _arrays.distinct_heads(_arrays.Heads(3, 8, 64, 8 * 64, 64), "q")
+    _arrays.distinct_heads(_arrays.Heads(0, 8, 64, 0, 0), "q")  # empty: nothing is written
+    for heads in (_arrays.Heads(3, 8, 64, 512, 0), _arrays.Heads(3, 8, 64, 0, 64), _arrays.Heads(3, 8, 64, 256, 64)):
+        with pytest.raises(ValueError, match="q: heads of 64 elements .* overlap each other"):
+            _arrays.distinct_heads(heads, "q")
+
+
+def test_addresses_must_be_multiples_of_the_item_size():
+    _arrays.element_aligned(Sig.contiguous((4,), np.float32, align=4), "x")
+    for align in (1, 2, 6):
+        with pytest.raises(ValueError, match="x: the address must be a multiple of the item size 4"):
+            _arrays.element_aligned(Sig.contiguous((4,), np.float32, align=align), "x")
 
 
 # ----------------------------------------------------------------- heads

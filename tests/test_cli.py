@@ -179,7 +179,7 @@ def test_block_size_goes_to_the_plan_rule(fake_gpu, tmp_path, tune_file):
     result = invoke("sweep", "rms_norm", "--num-tokens", "8", "--block-size", "64,256", "--json", str(out))
     assert result.exit_code == 0, result.output
     # The heuristic layout of 4096 bf16 has 128 threads per row: 64 cannot hold a row.
-    assert "skipped rms_norm 8x4096 bf16" in result.output and "not a multiple of threads_per_row 128" in result.output
+    assert "skipped rms_norm 8x4096 bf16" in result.output and "not threads_per_row 128 times a power of two" in result.output
     (point,) = json.loads(out.read_text())["points"]
     assert (point["block_size"], point["threads_per_row"], point["rows_per_block"], point["origin"]) == \
         (256, 128, 2, "override")
@@ -281,7 +281,8 @@ def test_bench_scripts_reject_bad_arguments(args, message):
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
 @pytest.mark.parametrize("script", ["bench/bench_norm.py", "bench/bench_rope.py", "bench/bench_activation.py",
-                                    "bench/bench_host_overhead.py", "bench/peers.py"])
+                                    "bench/bench_host_overhead.py", "bench/peers.py", "bench/sanitize.py",
+                                    "bench/host_costs.py"])
 def test_bench_scripts_without_gpu_say_so(script):
     import subprocess
 

@@ -203,7 +203,7 @@ def test_overrides_reach_the_plan_and_the_key(fake_gpu, monkeypatch):
     assert [lc.block for lc in fake_gpu] == [(128, 1, 1), (256, 1, 1), (128, 1, 1)]
     assert len(prepared) == 2
     with launcher.overrides(block_size=64):
-        with pytest.raises(ValueError, match="not a multiple of threads_per_row 128"):
+        with pytest.raises(ValueError, match="not threads_per_row 128 times a power of two"):
             cupykern.rms_norm(x, w, out=out)
     q, k = FakeArray((4, 8, 64), bf16), FakeArray((4, 2, 64), bf16, ptr=1 << 23)
     positions, cache = FakeArray((4,), np.int64, ptr=1 << 25), FakeArray((128, 64), np.float32, ptr=1 << 26)
@@ -314,3 +314,42 @@ def test_the_package_has_no_import_cycle():
     for module in sorted(graph):
         if not state.get(module):
             visit(module, [])
+
+
+def test_equal_scalars_get_one_verdict(fake_gpu):
+    """Keys compare scalars with ==: a value equal to an accepted one is accepted cold too,
+    and one equal to a rejected one is rejected warm too."""
+    x, w = FakeArray((2, 8), np.float32), FakeArray((8,), np.float32, ptr=1 << 22)
+    cupykern.rms_norm(x, w, 1 + 0j)  # == 1.0: accepted, as eps=1.0 is
+    cupykern.rms_norm(x, w, 1.0)
+    q, k = FakeArray((4, 8, 64), bf16), FakeArray((4, 2, 64), bf16, ptr=1 << 23)
+    positions, cache = FakeArray((4,), np.int64, ptr=1 << 25), FakeArray((128, 64), np.float32, ptr=1 << 26)
+    cupykern.apply_rope(q, k, positions, cache, is_neox=True, check_positions=False)
+    for bad in ("False", None, 0.5):
+        with pytest.raises(TypeError, match="is_neox: expected a bool"):
+            cupykern.apply_rope(q, k, positions, cache, is_neox=bad, check_positions=False)
+    assert [lc.template_args[3] for lc in fake_gpu[-1:]] == [True]
+
+
+def test_written_arrays_whose_rows_overlap_are_refused(fake_gpu):
+    x, w = FakeArray((4, 64), np.float32), FakeArray((64,), np.float32, ptr=1 << 22)
+    with pytest.raises(ValueError, match="out: rows of 64 elements 0 elements apart overlap"):
+        cupykern.rms_norm(x, w, out=FakeArray((4, 64), np.float32, ptr=1 << 23, strides=(0, 4)))
+    with pytest.raises(ValueError, match="out: rows of 1 elements 0 elements apart overlap"):
+        cupykern.row_reduce(x, "sum", out=FakeArray((4,), np.float32, ptr=1 << 23, strides=(0,)))
+    q = FakeArray((4, 8, 64), bf16, strides=(2 * 8 * 64, 0, 2))  # every head of a token on the same bytes
+    positions, cache = FakeArray((4,), np.int64, ptr=1 << 25), FakeArray((128, 64), np.float32, ptr=1 << 26)
+    with pytest.raises(ValueError, match="q: heads of 64 elements 0 apart"):
+        cupykern.apply_rope(q, None, positions, cache, check_positions=False)
+    assert not fake_gpu
+
+
+def test_launch_overrides_are_checked_with_zero_rows_too(fake_gpu):
+    x, w = FakeArray((0, 64), np.float32), FakeArray((64,), np.float32)
+    for bad in (dict(rows_per_block=0), dict(block_size=64.0), dict(threads_per_row="128")):
+        with launcher.overrides(**bad), pytest.raises(ValueError, match="launch override .*: expected a positive int"):
+            cupykern.rms_norm(x, w)
+    q = FakeArray((0, 4, 64), np.float32)
+    with launcher.overrides(block_size=128), pytest.raises(ValueError, match="do not apply to apply_rope"):
+        cupykern.apply_rope(q, None, FakeArray((0,), np.int64), FakeArray((16, 64), np.float32),
+                            check_positions=False)

@@ -69,7 +69,7 @@ def test_row_layout_template_args():
     (dict(threads_per_row=1024, rows_per_block=2), "block size"),
     (dict(threads_per_row=1, rows_per_block=8), "block size"),
     (dict(rows_per_block=3), "rows_per_block"),
-    (dict(threads_per_row=64, block_size=96), "block size 96 is not a multiple of threads_per_row 64"),
+    (dict(threads_per_row=64, block_size=96), "block size 96 is not threads_per_row 64 times a power of two"),
     (dict(threads_per_row=64, block_size=2048), "block size"),
 ])
 def test_illegal_overrides_raise(choices, message):

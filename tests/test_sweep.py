@@ -247,7 +247,7 @@ def test_a_point_reports_the_plan_launched(device):
         ("override", 128, 2, 256, 4)
     with launcher.overrides(block_size=256, threads_per_row=64):
         assert sweep.measure(spec, 8, 4096, "bf16", seed=0, copy_gbps=4000.0).rows_per_block == 4
-    with launcher.overrides(block_size=64), pytest.raises(ValueError, match="not a multiple of threads_per_row 128"):
+    with launcher.overrides(block_size=64), pytest.raises(ValueError, match="not threads_per_row 128 times a power of two"):
         sweep.measure(spec, 8, 4096, "bf16", seed=0, copy_gbps=4000.0)
 
 

@@ -55,6 +55,7 @@ def _act_and_mul_launch(a: launcher.Args, activation: str, gate: _arrays.Sig, ga
     ``gate_pointer``/``up_pointer`` name their arrays, or (name, byte offset) for the
     second half of a fused row."""
     dtype = gate.dtype
+    _arrays.distinct_rows(out_rows, "out")
     if out_rows.num_rows == 0:
         return launcher.Launch(None, allocate=allocate, returns="out")
     if isinstance(up_pointer, tuple):  # up starts inside gate's row: its alignment follows from gate's
@@ -77,6 +78,7 @@ def _prepare_fused(activation: str):
         act = gelu_activation(a.approximate) if activation == "gelu" else activation
         x = _arrays.required(a.x, "x", "a device array (..., 2 * d)")
         _arrays.supported_dtype(x, "x")
+        _arrays.element_aligned(x, "x")
         out_shape = gated_output_shape(x.shape, "x")
         rows = _arrays.rows_of(x, "x")
         out, allocate = launcher.output(a.out, "out", out_shape, x.dtype)
@@ -92,8 +94,10 @@ def _prepare_fused(activation: str):
 def _prepare_swiglu(a: launcher.Args) -> launcher.Launch:
     gate = _arrays.required(a.gate, "gate", "a device array (..., d)")
     _arrays.supported_dtype(gate, "gate")
+    _arrays.element_aligned(gate, "gate")
     up = _arrays.required(a.up, "up", "a device array (..., d)")
     _arrays.check_dtype(up, gate.dtype, "up", "the dtype of gate")
+    _arrays.element_aligned(up, "up")
     check_same_shape(gate.shape, up.shape)
     gate_rows, up_rows = _arrays.rows_of(gate, "gate"), _arrays.rows_of(up, "up")
     out, allocate = launcher.output(a.out, "out", gate.shape, gate.dtype)

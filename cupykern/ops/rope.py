@@ -71,6 +71,9 @@ def _positions(sig, token_shape) -> tuple[_arrays.Sig, int]:
     if tuple(sig.shape) != tuple(token_shape):
         raise ValueError(f"positions: expected shape {tuple(token_shape)} (one position per token), got "
                          f"{tuple(sig.shape)}")
+    _arrays.element_aligned(sig, "positions")
+    if any(s % sig.itemsize for s in sig.strides):
+        raise ValueError(f"positions: strides {sig.strides} are not multiples of the item size {sig.itemsize}")
     stride = _arrays.collapse(sig.shape, [s // sig.itemsize for s in sig.strides], "positions", "token")
     return sig, stride
 
@@ -89,6 +92,7 @@ def _cache(sig, dtype, head_dim: int) -> tuple[_arrays.Sig, int, int]:
         raise ValueError(f"cos_sin_cache: rotary_dim ({rotary_dim}) must be <= head_dim ({head_dim})")
     if rows >= 1 and cache.strides[1] != cache.itemsize:
         raise ValueError(f"cos_sin_cache: the last axis must be unit-stride, got stride {cache.strides[1]} bytes")
+    _arrays.element_aligned(cache, "cos_sin_cache")
     if cache.strides[0] % cache.itemsize:
         raise ValueError(f"cos_sin_cache: row stride {cache.strides[0]} bytes is not a multiple of the item size")
     row_stride = cache.strides[0] // cache.itemsize if rows > 1 else rotary_dim
@@ -109,7 +113,11 @@ def _prepare_apply_rope(a: launcher.Args) -> launcher.Launch:
     q, qh, k, kh = _qk(a)
     positions, pos_stride = _positions(a.positions, q.shape[:-2])
     cache, rotary_dim, cache_stride = _cache(a.cos_sin_cache, q.dtype, qh.head_dim)
-    inplace = bool(a.inplace)
+    is_neox, inplace = _arrays.flag(a.is_neox, "is_neox"), _arrays.flag(a.inplace, "inplace")
+    if inplace:  # q and k are written
+        _arrays.distinct_heads(qh, "q")
+        if k is not None:
+            _arrays.distinct_heads(kh, "k")
     num_kv_heads, k_ts, k_hs = (kh.num_heads, kh.token_stride, kh.head_stride) if k is not None else (0, 0, 0)
     if inplace:
         names, allocate = ("q", "k"), ()
@@ -131,7 +139,7 @@ def _prepare_apply_rope(a: launcher.Args) -> launcher.Launch:
                            op="apply_rope")
     return launcher.Launch(
         APPLY_ROPE, (_dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype), POSITION_TYPES[positions.dtype],
-                     bool(a.is_neox), plan.vec_width), plan,
+                     is_neox, plan.vec_width), plan,
         pointers=(*names, "q", "k", "positions", "cos_sin_cache"),
         scalars=(*map(np.int64, (qh.num_tokens, qh.num_heads, num_kv_heads, qh.head_dim, rotary_dim, cache.shape[0],
                                  pos_stride, qh.token_stride, qh.head_stride, k_ts, k_hs, qo_ts, qo_hs, ko_ts, ko_hs,
@@ -149,6 +157,9 @@ def _prepare_qk_rms_norm_rope(a: launcher.Args) -> launcher.Launch:
     positions, pos_stride = _positions(a.positions, q.shape[:-2])
     cache, rotary_dim, cache_stride = _cache(a.cos_sin_cache, q.dtype, qh.head_dim)
     eps = _arrays.eps(a.eps)
+    is_neox = _arrays.flag(a.is_neox, "is_neox")
+    _arrays.distinct_heads(qh, "q")
+    _arrays.distinct_heads(kh, "k")
     if qh.num_tokens == 0 or qh.num_heads + kh.num_heads == 0:
         return launcher.Launch(None, returns=("q", "k"))
     max_vec = _max_vec_width(q.dtype, True, cache, cache_stride, (q, qh.token_stride), (q, qh.head_stride),
@@ -158,7 +169,7 @@ def _prepare_qk_rms_norm_rope(a: launcher.Args) -> launcher.Launch:
                            op="qk_rms_norm_rope")
     return launcher.Launch(
         QK_RMS_NORM_ROPE, (_dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype), POSITION_TYPES[positions.dtype],
-                           bool(a.is_neox), plan.vec_width, plan.threads_per_head), plan,
+                           is_neox, plan.vec_width, plan.threads_per_head), plan,
         pointers=("q", "k", "q_weight", "k_weight", "positions", "cos_sin_cache"),
         scalars=(*map(np.int64, (qh.num_tokens, qh.num_heads, kh.num_heads, qh.head_dim, rotary_dim, cache.shape[0],
                                  pos_stride, qh.token_stride, qh.head_stride, kh.token_stride, kh.head_stride,

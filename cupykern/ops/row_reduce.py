@@ -33,8 +33,11 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
     out, allocate = launcher.output(a.out, "out", x.shape[:-1], _dtypes.float32)
     if rows.num_rows == 0:
         return launcher.Launch(None, allocate=allocate, returns="out")
-    # out is (...,) with any strides: view it as rows of one element.
-    out_stride = _arrays.rows_view(out.shape + (1,), out.strides + (out.itemsize,), out.itemsize, "out").row_stride
+    if any(s % out.itemsize for s in out.strides):
+        raise ValueError(f"out: strides {out.strides} are not multiples of the item size {out.itemsize}")
+    # out is (...,) with any strides: one element per row, out_stride elements apart.
+    out_stride = _arrays.collapse(out.shape, [s // out.itemsize for s in out.strides], "out", "the") if out.shape else 1
+    _arrays.distinct_rows(_arrays.Rows(rows.num_rows, 1, out_stride), "out")
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride))
     plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits,
                            op="row_reduce", overrides=a.overrides)

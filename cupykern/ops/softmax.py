@@ -27,11 +27,17 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
     temperature = _arrays.real(a.temperature, "temperature")
     if not (np.isfinite(temperature) and temperature > 0):
         raise ValueError(f"temperature: expected a finite value > 0, got {a.temperature!r}")
+    with np.errstate(over="ignore"):
+        scale = np.float32(1.0 / temperature)  # the kernel multiplies by 1 / temperature, in fp32
+    if not np.isfinite(scale):
+        raise ValueError(f"temperature: expected at least {1 / np.finfo(np.float32).max:.3g} (1 / temperature must "
+                         f"fit in float32), got {a.temperature!r}")
     out_dtype = _dtypes.float32 if a.out is None else a.out.dtype
     if out_dtype not in (_dtypes.float32, x.dtype):
-        raise TypeError(f"out: expected dtype float32 or {x.dtype} (x's), got {out_dtype}")
+        raise TypeError(f"out: expected dtype float32 or x's dtype ({x.dtype}), got {out_dtype}")
     out, allocate = launcher.output(a.out, "out", x.shape, out_dtype)
     out_rows = _arrays.rows_of(out, "out")
+    _arrays.distinct_rows(out_rows, "out")
     if rows.num_rows == 0:
         return launcher.Launch(None, allocate=allocate, returns="out")
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride))
@@ -41,7 +47,7 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
         SOFTMAX, (_dtypes.c_type(x.dtype), _dtypes.c_type(out_dtype), *plan.layout.template_args()), plan,
         pointers=("out", "x"),
         scalars=(np.int64(rows.num_rows), np.int64(rows.hidden_size), np.int64(rows.row_stride),
-                 np.int64(out_rows.row_stride), np.float32(1.0 / temperature)),
+                 np.int64(out_rows.row_stride), scale),
         allocate=allocate, returns="out",
         disjoint=(launcher.Disjoint("x", "out", allow_same=True, a_rows=rows, b_rows=out_rows),))
 
