@@ -12,11 +12,12 @@ return and which arrays must not overlap.
 A call builds its key (every array's signature, the scalars, the launch overrides in
 force and, with several GPUs, the devices), finds the recipe in a bounded cache
 (:data:`CACHE_SIZE` recipes per op, the oldest dropped first) and launches the cached
-``cupy.cuda.Function`` with the call's arrays. On a miss, ``prepare`` runs once for that key: the checks that depend
-on the signature alone, the plan, the kernel lookup (compiling it on first use). Per
-call there remain the overlap checks, which depend on the addresses (integer compares),
-and the allocation of outputs the caller did not give. Foreign arrays (DLPack, CUDA
-array interface) are converted first, then take the same path; host arrays are refused.
+``cupy.cuda.Function`` with the call's arrays. On a miss, ``prepare`` runs once for that
+key: the checks that depend on the signature alone, the plan, the kernel lookup
+(compiling it on first use). Per call there remain the overlap checks, which depend on
+the addresses (integer compares), and the allocation of outputs the caller did not
+give. Foreign arrays (DLPack, CUDA array interface) are converted when the intake
+reaches them, then take the same path; host arrays are refused.
 
 The tuned-config file is read at planning time: the caches are emptied when it changes
 through cupykern.tuning (``save``, ``clear``, ``reload``, ``suspended``).
