@@ -119,8 +119,9 @@ def save(result: dict, out_dir: Path | None) -> Path:
 
 
 def exit_code(result: dict) -> int:
-    """0 if every point's check passed, else 1."""
-    return 0 if all(p["check_ok"] for p in result["points"]) else 1
+    """0 if every cupykern point passed its float64 check, else 1. A baseline that fails
+    (the unfused "rms_norm then apply_rope" rounds twice) is reported, not failed on."""
+    return 0 if all(p["check_ok"] for p in result["points"] if p["impl"] == "cupykern") else 1
 
 
 # ----------------------------------------------------------------- command line
@@ -163,7 +164,8 @@ def require_gpu(script: str, what: str = "times kernels") -> None:
 
 def command(name: str, description: str, cases, quick_cases=None) -> click.Command:
     """The command line of a bench script: ``[--out DIR] [--seed S]``, and ``[--quick]``
-    given ``quick_cases``; runs the cases and exits 1 on a failed check, 2 without a GPU."""
+    given ``quick_cases``; runs the cases and exits 1 on a failed check of cupykern's, 2
+    without a GPU."""
     cases, quick_cases = list(cases), None if quick_cases is None else list(quick_cases)
 
     def bench(out, seed, quick=False):
