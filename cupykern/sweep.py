@@ -264,39 +264,19 @@ def candidate_configs(size: int, vec_width: int, *, vecs_choices=plans.VECS_PER_
     return configs
 
 
-def option_reaches_kernel(spec: OpSpec, size: int, dtype, option: str, values, *, model=None, seed: int = 0) -> bool:
-    """Whether launch ``option`` changes which kernel ``spec``'s op launches (needs a GPU).
-
-    The op runs on one row of ``size`` under each of ``values`` (legal ones) and the
-    kernels recorded are compared. The two-pass row kernels are compiled per
-    vecs_per_thread (their register cache); row_reduce makes one pass and keeps nothing
-    in registers, so for it vecs_per_thread only renames the plan.
-    """
-    bound = spec.for_model(model)
-    inputs = bound.make_inputs(np.random.default_rng(seed), 1, size, _dtypes.parse(dtype))
-    kernels = []
-    for value in values:
-        with launcher.overrides(**{option: value}), launcher.recording() as launched:
-            bound.run(inputs)
-        launch = last_launch(launched, spec.name)
-        kernels.append(None if launch is None else launch.kernel)
-    return any(kernel is not kernels[0] for kernel in kernels[1:])
-
-
 def tune_configs(spec: OpSpec, size: int, dtype, *, model=None, seed: int = 0) -> list[dict]:
-    """The launch configurations ``--tune`` measures for a row op (needs a GPU): the op's
-    own choice (``{}``) and :func:`candidate_configs` for the heuristic's vector width.
-    Where vecs_per_thread does not reach the kernel (:func:`option_reaches_kernel`),
-    only the heuristic's is tried: the other candidates would time the same launch."""
+    """The launch configurations ``--tune`` measures for a row op: the op's own choice
+    (``{}``) and :func:`candidate_configs` for the heuristic's vector width, each limited
+    to the options the op takes (row_reduce's one-pass kernel has no register cache, so
+    only the heuristic's vecs_per_thread, which its plan reports)."""
     dtype = _dtypes.parse(dtype)
     aligned = size % _dtypes.vec_width(dtype) == 0  # the registry's inputs are fresh contiguous arrays
     heuristic = plans.row_layout(size, dtype, aligned)
-    if option_reaches_kernel(spec, size, dtype, "vecs_per_thread", plans.VECS_PER_THREAD_CHOICES[:2],
-                             model=model, seed=seed):
-        vecs = plans.VECS_PER_THREAD_CHOICES
-    else:
-        vecs = (heuristic.vecs_per_thread,)
-    return [{}] + candidate_configs(size, heuristic.vec_width, vecs_choices=vecs)
+    takes = launch_options(spec.name)
+    vecs = plans.VECS_PER_THREAD_CHOICES if "vecs_per_thread" in takes else (heuristic.vecs_per_thread,)
+    configs = [{k: v for k, v in c.items() if k in takes}
+               for c in candidate_configs(size, heuristic.vec_width, vecs_choices=vecs)]
+    return [{}] + configs
 
 
 @dataclass(frozen=True)

@@ -136,9 +136,6 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(environment, "describe", lambda: {"date": "2026-11-30T00:00:00+00:00", "commit": "test",
                                                           "gpu": "NVIDIA H200"})
     monkeypatch.setattr(sweep, "measure", fake_measure)
-    # --tune asks the op whether vecs_per_thread reaches its kernel by running it (a GPU
-    # call, tested in tests/test_sweep.py); here every row kernel says yes.
-    monkeypatch.setattr(sweep, "option_reaches_kernel", lambda *args, **kw: True)
     return calls
 
 
@@ -230,7 +227,6 @@ def test_sweep_tune_writes_the_winner(fake_gpu, tune_file):
 
 
 def test_tune_of_a_one_pass_kernel_tries_the_heuristic_register_cache_only(fake_gpu, tune_file, monkeypatch):
-    monkeypatch.setattr(sweep, "option_reaches_kernel", lambda spec, *a, **kw: False)
     result = invoke("sweep", "row_reduce", "--tune", "--num-tokens", "1")
     assert result.exit_code == 0, result.output
     heuristic = plans.row_layout(4096, _dtypes.bfloat16, True).vecs_per_thread

@@ -282,13 +282,11 @@ def test_alloc_bytes_counts_what_a_call_allocates(device):
     assert point.alloc_bytes == 0 and device.allocated == 2 * x.nbytes
 
 
-def test_vecs_per_thread_reaches_two_pass_kernels_only(device):
+def test_tune_configs_keep_to_the_options_the_op_takes(device):
     norm, reduce = fake_spec(device, "rms_norm"), fake_spec(device, "row_reduce")
-    assert sweep.option_reaches_kernel(norm, 4096, BF16, "vecs_per_thread", (1, 2))
-    assert not sweep.option_reaches_kernel(reduce, 4096, BF16, "vecs_per_thread", (1, 2))
-    heuristic = plans.row_layout(4096, BF16, True)
-    assert {c.get("vecs_per_thread") for c in sweep.tune_configs(reduce, 4096, BF16)} == \
-        {None, heuristic.vecs_per_thread}
+    assert "vecs_per_thread" in sweep.launch_options("rms_norm")
+    assert "vecs_per_thread" not in sweep.launch_options("row_reduce")  # one pass: no register cache
+    assert {c.get("vecs_per_thread") for c in sweep.tune_configs(reduce, 4096, BF16)} == {None}
     assert {c.get("vecs_per_thread") for c in sweep.tune_configs(norm, 4096, BF16)} > {1, 2}
 
 
@@ -318,6 +316,7 @@ def test_measure_on_the_gpu_reports_the_plan_and_memory():
     assert sweep.alloc_bytes(lambda: rms_norm(x, w, out=cupy.empty_like(x))) == x.nbytes  # out made inside the call
     out = cupy.empty_like(x)
     assert sweep.alloc_bytes(lambda: rms_norm(x, w, out=out)) == 0
-    norm, reduce = spec, registry.all_specs()["row_reduce"]
-    assert sweep.option_reaches_kernel(norm, 4096, BF16, "vecs_per_thread", (1, 2))
-    assert not sweep.option_reaches_kernel(reduce, 4096, BF16, "vecs_per_thread", (1, 2))
+    from cupykern import row_reduce
+
+    with launcher.overrides(vecs_per_thread=2), pytest.raises(ValueError, match="do not apply to row_reduce"):
+        row_reduce(x, "sum")

@@ -51,8 +51,11 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
         disjoint=(launcher.Disjoint("x", "out"),))
 
 
+#: One pass: nothing is kept in registers between passes, so no vecs_per_thread.
+LAUNCH_OPTIONS = tuple(k for k in plans.ROW_OVERRIDE_KEYS if k != "vecs_per_thread")
+
 _ROW_REDUCE = launcher.Op("row_reduce", arrays=("x", "out"), scalars=("op",), prepare=_prepare, plan_kind="rows",
-                          launch_options=plans.ROW_OVERRIDE_KEYS)
+                          launch_options=LAUNCH_OPTIONS)
 
 
 def row_reduce(x, op: str, *, out=None):
