@@ -211,6 +211,14 @@ def rows_of(sig: Sig, name: str) -> Rows:
     return rows_view(sig.shape, sig.strides, sig.itemsize, name)
 
 
+def written_rows(sig: Sig, name: str) -> Rows:
+    """:func:`rows_of` an array the kernel writes, whose rows must not share elements
+    (:func:`distinct_rows`)."""
+    rows = rows_of(sig, name)
+    distinct_rows(rows, name)
+    return rows
+
+
 def vector(sig: Sig | None, name: str, dtype, length: int, *, what: str, optional: bool = False) -> Sig | None:
     """A per-element parameter such as a norm weight or bias: ``(length,)`` of ``dtype``,
     unit-stride. ``what`` names where the dtype comes from (``"the dtype of x"``)."""

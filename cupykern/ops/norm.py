@@ -32,8 +32,7 @@ def _prepare_rms_norm(a: launcher.Args) -> launcher.Launch:
     eps = _arrays.eps(a.eps)
     weight_offset = _arrays.finite(a.weight_offset, "weight_offset")
     out, allocate = launcher.output(a.out, "out", x.shape, x.dtype)
-    out_rows = _arrays.rows_of(out, "out")
-    _arrays.distinct_rows(out_rows, "out")
+    out_rows = _arrays.written_rows(out, "out")
     if rows.num_rows == 0:
         return launcher.Launch(None, allocate=allocate, returns="out")
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride),
@@ -54,9 +53,8 @@ def _prepare_fused_add_rms_norm(a: launcher.Args) -> launcher.Launch:
     _arrays.check_dtype(residual, x.dtype, "residual", "the dtype of x")
     _arrays.check_shape(residual, x.shape, "residual")
     _arrays.element_aligned(residual, "residual")
-    res_rows = _arrays.rows_of(residual, "residual")
+    res_rows = _arrays.written_rows(residual, "residual")
     _arrays.distinct_rows(rows, "x")
-    _arrays.distinct_rows(res_rows, "residual")
     weight = _arrays.vector(a.weight, "weight", x.dtype, rows.hidden_size, what="the dtype of x")
     eps = _arrays.eps(a.eps)
     weight_offset = _arrays.finite(a.weight_offset, "weight_offset")
@@ -80,8 +78,7 @@ def _prepare_layer_norm(a: launcher.Args) -> launcher.Launch:
     bias = _arrays.vector(a.bias, "bias", x.dtype, rows.hidden_size, what="the dtype of x", optional=True)
     eps = _arrays.eps(a.eps)
     out, allocate = launcher.output(a.out, "out", x.shape, x.dtype)
-    out_rows = _arrays.rows_of(out, "out")
-    _arrays.distinct_rows(out_rows, "out")
+    out_rows = _arrays.written_rows(out, "out")
     if rows.num_rows == 0:
         return launcher.Launch(None, allocate=allocate, returns="out")
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride),

@@ -36,8 +36,7 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
     if out_dtype not in (_dtypes.float32, x.dtype):
         raise TypeError(f"out: expected dtype float32 or x's dtype ({x.dtype}), got {out_dtype}")
     out, allocate = launcher.output(a.out, "out", x.shape, out_dtype)
-    out_rows = _arrays.rows_of(out, "out")
-    _arrays.distinct_rows(out_rows, "out")
+    out_rows = _arrays.written_rows(out, "out")
     if rows.num_rows == 0:
         return launcher.Launch(None, allocate=allocate, returns="out")
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride))
