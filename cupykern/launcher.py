@@ -39,9 +39,9 @@ import numpy as np
 
 from cupykern import _arrays, jit, plans, tuning
 
-#: Recipes kept per op; past it the oldest goes (first in, first out: a dict lookup
-#: costs a third of a functools.lru_cache hit, bench/host_costs.py). A serving loop sees
-#: a handful of call signatures, a sweep a few hundred; a recipe holds a few hundred bytes.
+#: Recipes kept per op; past it the oldest goes (first in, first out: a dict hit took
+#: 60-70 % of a functools.lru_cache hit, bench/host_costs.py). A serving loop sees a
+#: handful of call signatures, a sweep a few hundred; a recipe holds a few hundred bytes.
 CACHE_SIZE = 1024
 
 _ndarray = cupy.ndarray
