@@ -3,10 +3,12 @@ and call signatures of host arrays for the CPU tests of intake specs."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import cupy
 import numpy as np
 
-from cupykern import _arrays, _dtypes, launcher, plans, validation
+from cupykern import _arrays, _dtypes, jit, launcher, plans, validation
 from cupykern.reference._common import host
 
 #: The storage dtypes every op takes, and their short names as pytest ids.
@@ -84,14 +86,30 @@ def prepare_args(op_name: str, /, *, overrides=None, limits=plans.H200_LIMITS, *
 
 
 class FakeArray:
-    """What the launcher's per-call overlap checks read of an array: ``data.ptr``."""
+    """What the launcher reads of a cupy.ndarray: shape, strides (bytes), dtype, data.ptr,
+    and CuPy's C-contiguity flag (CPU tests of the launch path)."""
 
-    class _Data:
-        def __init__(self, ptr):
-            self.ptr = ptr
+    def __init__(self, shape, dtype, ptr=1 << 20, strides=None):
+        self.dtype = np.dtype(dtype)
+        self.shape = tuple(shape)
+        contiguous = _arrays.Sig.contiguous(self.shape, self.dtype).strides
+        self.strides = contiguous if strides is None else tuple(strides)
+        self.data = SimpleNamespace(ptr=ptr, device_id=0)
+        self.size = int(np.prod(self.shape))
+        self.itemsize = self.dtype.itemsize
+        self._c_contiguous = all(n == 1 or s == c for n, s, c in zip(self.shape, self.strides, contiguous))
 
-    def __init__(self, ptr: int):
-        self.data = self._Data(ptr)
+
+def fake_launch_device(monkeypatch, *, get_kernel, empty) -> None:
+    """Replaces what the launcher asks the GPU: the current device and how many there
+    are, the device's limits (an H200's), the compiled kernel (``get_kernel(template,
+    *args)``, whose ``.kernel`` is called to launch) and output memory (``empty``)."""
+    monkeypatch.setattr(launcher, "_current_device", lambda: 0)
+    monkeypatch.setattr(launcher, "_devices_known", True)
+    monkeypatch.setattr(launcher, "_multi_gpu", False)
+    monkeypatch.setattr(launcher, "_empty", empty)
+    monkeypatch.setattr(jit, "get_kernel", get_kernel)
+    monkeypatch.setattr(plans.DeviceLimits, "of_device", staticmethod(lambda device_id: plans.H200_LIMITS))
 
 
 def overlap_check(monkeypatch, op, launch, values: dict, pointers: dict):
@@ -101,9 +119,9 @@ def overlap_check(monkeypatch, op, launch, values: dict, pointers: dict):
     class NoKernel:
         kernel = None  # the recipe's function: None launches nothing
 
-    monkeypatch.setattr(launcher.jit, "get_kernel", lambda *args: NoKernel())
+    monkeypatch.setattr(jit, "get_kernel", lambda *args: NoKernel())
     recipe = op._recipe(launch, values)
-    arrays = [FakeArray(pointers[name]) if name in pointers else None for name in op.arrays]
+    arrays = [FakeArray((1,), np.uint8, ptr=pointers[name]) if name in pointers else None for name in op.arrays]
     # Stand-ins are not CuPy arrays, so the call misses the cache and asks _resolve.
     monkeypatch.setattr(op, "_resolve", lambda arrays, scalars: (recipe, list(arrays)))
     return op(tuple(arrays), ())

@@ -17,31 +17,10 @@ import numpy as np
 import pytest
 
 import cupykern
-from cupykern import _dtypes, jit, launcher, plans, tuning
-from cupykern._arrays import Sig
+from cupykern import _dtypes, launcher, plans, tuning
+from tests.helpers import FakeArray, fake_launch_device
 
 PACKAGE = Path(cupykern.__file__).resolve().parent
-
-
-class FakeArray:
-    """What the launcher reads of a cupy.ndarray: shape, strides (bytes), dtype, data.ptr,
-    and CuPy's C-contiguity flag."""
-
-    def __init__(self, shape, dtype, ptr=1 << 20, strides=None):
-        self.dtype = np.dtype(dtype)
-        self.shape = tuple(shape)
-        if strides is None:
-            strides, step = [], self.dtype.itemsize
-            for n in reversed(self.shape):
-                strides.append(step)
-                step *= n
-            strides = tuple(reversed(strides))
-        self.strides = tuple(strides)
-        self.data = SimpleNamespace(ptr=ptr, device_id=0)
-        self.size = int(np.prod(self.shape))
-        self.itemsize = self.dtype.itemsize
-        contiguous = Sig.contiguous(self.shape, self.dtype).strides
-        self._c_contiguous = all(n == 1 or s == c for n, s, c in zip(self.shape, self.strides, contiguous))
 
 
 class FakeKernel:
@@ -59,12 +38,8 @@ def fake_gpu(monkeypatch, tmp_path):
     launches = []
     allocations = iter(range(1 << 30, 1 << 40, 1 << 24))
     monkeypatch.setattr(launcher, "_ndarray", FakeArray)
-    monkeypatch.setattr(launcher, "_empty", lambda shape, dtype: FakeArray(shape, dtype, ptr=next(allocations)))
-    monkeypatch.setattr(launcher, "_current_device", lambda: 0)
-    monkeypatch.setattr(launcher, "_devices_known", True)
-    monkeypatch.setattr(launcher, "_multi_gpu", False)
-    monkeypatch.setattr(jit, "get_kernel", lambda template, *args: FakeKernel(template, args, launches))
-    monkeypatch.setattr(plans.DeviceLimits, "of_device", staticmethod(lambda device_id: plans.H200_LIMITS))
+    fake_launch_device(monkeypatch, get_kernel=lambda template, *args: FakeKernel(template, args, launches),
+                       empty=lambda shape, dtype: FakeArray(shape, dtype, ptr=next(allocations)))
     monkeypatch.setenv(tuning.ENV_FILE, str(tmp_path / "tuned.json"))
     tuning.reload()
     yield launches

@@ -14,9 +14,10 @@ import cupy
 import numpy as np
 import pytest
 
-from cupykern import _dtypes, jit, launcher, plans, registry, sweep, timing
+from cupykern import _dtypes, launcher, plans, registry, sweep, timing
 from cupykern.plans import H200_LIMITS
 from cupykern.validation import CheckResult
+from tests.helpers import fake_launch_device
 from tests.helpers import DTYPE_IDS, DTYPES
 
 BF16 = _dtypes.bfloat16
@@ -188,12 +189,7 @@ def device(monkeypatch, tune_file):
     fake = FakeDevice()
     # What the launcher asks the GPU: the current device, how many there are, the
     # device's limits, the compiled kernel, and memory for outputs.
-    monkeypatch.setattr(launcher, "_current_device", lambda: 0)
-    monkeypatch.setattr(launcher, "_devices_known", True)
-    monkeypatch.setattr(launcher, "_multi_gpu", False)
-    monkeypatch.setattr(launcher, "_empty", fake.empty)
-    monkeypatch.setattr(jit, "get_kernel", fake.get_kernel)
-    monkeypatch.setattr(plans.DeviceLimits, "of_device", staticmethod(lambda device_id: H200_LIMITS))
+    fake_launch_device(monkeypatch, get_kernel=fake.get_kernel, empty=fake.empty)
     # What the engine asks the GPU: syncs, the memory pool, the reference check, timing.
     monkeypatch.setattr(sweep, "synchronize", lambda: None)
     monkeypatch.setattr(sweep, "pool_bytes_in_use", lambda: fake.allocated)
