@@ -20,7 +20,8 @@
 #                    /tmp/site, runs tests/test_llm.py (GPU and CPU tests) and
 #                    `generate` in fp16/bf16 with kernels and with plain CuPy; logs in $OUT.
 #
-# STAGE2_TESTS / GENERATE_TOKENS override what stage 2 runs.
+# STAGE2_TESTS / GENERATE_TOKENS / GENERATE_ARGS (';'-separated argument lists) override
+# what stage 2 runs.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 
@@ -80,8 +81,11 @@ print('joined and verified:', '$target')" || exit 2
   python3 -m pytest -q -p no:cacheprovider -rA --durations=10 ${STAGE2_TESTS:-tests/test_llm.py} 2>&1 \
     | tee "$OUT/pytest_llm.log" || status=1
   n=${GENERATE_TOKENS:-64}
-  for args in "--dtype fp16 --ops cupykern" "--dtype fp16 --ops plain" "--dtype bf16 --ops cupykern" \
-              "--dtype bf16 --ops plain"; do
+  # The captured-graph decode (the default) in both dtypes, then the eager paths beside it.
+  IFS=';' read -r -a runs <<< "${GENERATE_ARGS:-"--dtype fp16 --ops cupykern;--dtype bf16 --ops cupykern;\
+--dtype fp16 --ops cupykern --no-graph --no-stage-times;--dtype bf16 --ops cupykern --no-graph --no-stage-times;\
+--dtype fp16 --ops plain --no-stage-times"}"
+  for args in "${runs[@]}"; do
     name=$(echo "$args" | tr -d '-' | tr ' ' '_')
     # shellcheck disable=SC2086
     python3 -m cupykern.llm.cli generate --max-new-tokens "$n" $args 2>&1 | tee "$OUT/generate_$name.log" || status=1

@@ -192,7 +192,8 @@ def _validate_all(seed: int) -> int:
         table.add_column(column)
     failures = 0
     for spec in all_specs().values():
-        for dtype, num_tokens, size in itertools.product(_dtypes.DTYPES, (1, 257), spec.check_sizes):
+        for dtype, num_tokens, size in itertools.product(_dtypes.DTYPES, spec.check_token_counts,
+                                                            spec.check_sizes):
             result = check_op(spec, num_tokens, size, dtype, seed)
             failures += not result.ok
             table.add_row(spec.name, _dtypes.short_name(dtype), str(num_tokens), str(size),
@@ -297,7 +298,8 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
     reports the plan that was launched, its errors against the float64 reference and
     the device memory one call allocates.
     """
-    from cupykern import environment, sweep as engine, timing, tuning
+    from cupykern import environment, timing, tuning
+    from cupykern import sweep as engine
     from cupykern.registry import all_specs
 
     specs = all_specs()

@@ -69,8 +69,11 @@ class KernelTemplate:
     def expr(self, *args) -> str:
         """The instantiation's name expression, e.g. ``rms_norm_kernel<float, 256, 4, 4, 32>``.
 
-        Arguments are C type names (str), ints or bools, in template order.
+        Arguments are C type names (str), ints or bools, in template order; none for a
+        plain (non-template) kernel, whose expression is its name.
         """
+        if not args:
+            return self.name
         spelled = [str(a).lower() if isinstance(a, bool) else str(a) for a in args]
         return f"{self.name}<{', '.join(spelled)}>"
 

@@ -82,6 +82,9 @@ class Launch:
     allocate: tuple = ()  # (name, shape, dtype) of outputs to allocate on each call
     returns: str | tuple = ()  # the name, or names, of the arrays returned
     disjoint: tuple = ()  # Disjoint rules
+    # A second kernel launched right after the first on the same arrays (split-KV
+    # attention's combine): its template, template_args, plan, pointers and scalars count.
+    then: "Launch | None" = None
 
 
 def output(sig: _arrays.Sig | None, name: str, shape, dtype) -> tuple[_arrays.Sig, tuple]:
@@ -150,6 +153,7 @@ class _Recipe(NamedTuple):
     overlaps: tuple  # (i, j, a_lo, a_hi, b_lo, b_hi, allow_same, (period, a_width, b_width, message))
     result: object  # picks what the op returns from the call's arrays
     plan: object
+    then: object  # None, or (kernel, function, grid, block, shared_mem, pick, offsets, scalars, plan) launched next
 
 
 # ----------------------------------------------------------------- per-process state
@@ -322,8 +326,8 @@ class Op:
         except (KeyError, TypeError):  # a new signature, an unhashable scalar, a foreign array
             recipe, arrays = self._resolve(arrays, scalars)
         # The launch, inline: a method call per launch cost more than this comment.
-        kernel, function, grid, block, shared_mem, pick, offsets, kernel_scalars, allocate, overlaps, result, plan = \
-            recipe
+        kernel, function, grid, block, shared_mem, pick, offsets, kernel_scalars, allocate, overlaps, result, plan, \
+            then = recipe
         if allocate:
             arrays = list(arrays)
             for i, shape, dtype in allocate:
@@ -343,7 +347,20 @@ class Op:
             function(grid, block, kargs, shared_mem)
             if _recording is not None:
                 _recording.append(Launched(self.name, plan, kernel, function, grid, block, kargs))
+            if then is not None:
+                self._launch_then(then, arrays)
         return result(arrays)
+
+    def _launch_then(self, then: tuple, arrays) -> None:
+        """The recipe's second launch (off the path of one-kernel ops)."""
+        kernel, function, grid, block, shared_mem, pick, offsets, kernel_scalars, plan = then
+        kargs = list(pick(arrays))
+        for position, offset in offsets:
+            kargs[position] = np.uint64(kargs[position].data.ptr + offset)
+        kargs = (*kargs, *kernel_scalars)
+        function(grid, block, kargs, shared_mem)
+        if _recording is not None:
+            _recording.append(Launched(self.name, plan, kernel, function, grid, block, kargs))
 
     def intake(self, arrays: tuple, scalars: tuple = ()) -> list:
         """Checks the arguments as a call would (cached the same way), launches nothing;
@@ -408,9 +425,7 @@ class Op:
         result = itemgetter(index[launch.returns]) if isinstance(launch.returns, str) else \
             _tuple_getter([index[name] for name in launch.returns])
         if launch.template is None:
-            return _Recipe(None, None, (), (), 0, None, (), (), allocate, (), result, None)
-        names = [p if isinstance(p, str) else p[0] for p in launch.pointers]
-        offsets = tuple((position, p[1]) for position, p in enumerate(launch.pointers) if not isinstance(p, str))
+            return _Recipe(None, None, (), (), 0, None, (), (), allocate, (), result, None, None)
         overlaps = []
         for rule in launch.disjoint:
             a, b = values[rule.a], values[rule.b]
@@ -428,8 +443,18 @@ class Op:
             hint = f" (in place is allowed only as {rule.b}={rule.a} exactly)" if rule.allow_same else ""
             overlaps.append((index[rule.a], index[rule.b], a_lo, a_hi, b_lo, b_hi, rule.allow_same and a == b,
                              (period, a_width, b_width, f"{rule.b} overlaps {rule.a} in memory{hint}")))
+        first = self._kernel_launch(launch)
+        then = self._kernel_launch(launch.then) if launch.then is not None else None
+        kernel, function, grid, block, shared_mem, pick, offsets, scalars, plan = first
+        return _Recipe(kernel, function, grid, block, shared_mem, pick, offsets, scalars, allocate, tuple(overlaps),
+                       result, plan, then)
+
+    def _kernel_launch(self, launch: Launch) -> tuple:
+        """(kernel, function, grid, block, shared_mem, pick, offsets, scalars, plan) of one launch."""
+        index = self._index
+        names = [p if isinstance(p, str) else p[0] for p in launch.pointers]
+        offsets = tuple((position, p[1]) for position, p in enumerate(launch.pointers) if not isinstance(p, str))
         kernel = jit.get_kernel(launch.template, *launch.template_args)
         plan = launch.plan
-        return _Recipe(kernel, kernel.kernel, tuple(plan.grid), tuple(plan.block), int(plan.shared_mem_bytes),
-                       _tuple_getter([index[name] for name in names]), offsets, tuple(launch.scalars), allocate,
-                       tuple(overlaps), result, plan)
+        return (kernel, kernel.kernel, tuple(plan.grid), tuple(plan.block), int(plan.shared_mem_bytes),
+                _tuple_getter([index[name] for name in names]), offsets, tuple(launch.scalars), plan)

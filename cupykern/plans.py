@@ -156,7 +156,7 @@ class RowPlan:
 
 #: Every field a plan of any kind reports (None where a kind has no such field).
 PLAN_FIELDS = ("plan_kind", "origin", "grid", "block_size", "vec_width", "threads_per_row", "vecs_per_thread",
-               "rows_per_block", "threads_per_head", "head_slots", "tokens_per_block")
+               "rows_per_block", "threads_per_head", "head_slots", "tokens_per_block", "max_tokens", "num_splits")
 
 
 def _next_pow2(n: int) -> int:
@@ -474,3 +474,88 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     if plan.block_size > most:
         raise ValueError(f"rope block of {plan.block_size} threads exceeds {most}")
     return plan
+
+
+# ----------------------------------------------------------------- decode kernels
+# gemv.cu, attention.cu and tokens.cu: fixed launch shapes, read off the sizes alone (no
+# overrides, no tuned file), so a captured graph and an eager call launch the same thing.
+
+#: kGemvWarps of gemv_kernel (gemv.cu): one warp per output feature, 4 per block.
+GEMV_WARPS = 4
+#: kMaxTokens choices of gemv_kernel: registers per lane grow with it, so the plan takes
+#: the smallest that holds num_tokens.
+GEMV_MAX_TOKENS = (1, 4, 16)
+#: kAttnWarps of decode_attention_kernel (attention.cu).
+ATTENTION_WARPS = 8
+#: Cache rows below which decode attention runs as one split: one block per (head,
+#: token) walks them in a few microseconds, less than a second launch (the combine) costs.
+ATTENTION_ONE_SPLIT_ROWS = 1024
+#: Fewest cache rows a split takes when the cache is split.
+ATTENTION_MIN_SPLIT_ROWS = 256
+#: kSampleThreads of sample_tokens_kernel (tokens.cu).
+SAMPLE_THREADS = 1024
+#: Threads per block of rope_kv_append_kernel and embedding_kernel.
+TOKEN_BLOCK_SIZE = 256
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """How a decode kernel is launched: ``kind`` is ``"gemv"``, ``"attention"`` or ``"tokens"``."""
+
+    kind: str
+    grid: tuple[int, int, int]
+    block_size: int
+    vec_width: int = 1
+    max_tokens: int | None = None  # gemv: kMaxTokens
+    num_splits: int | None = None  # attention: cache splits (1: no combine launch)
+    split_size: int | None = None  # attention: cache rows per split
+    origin: str = "heuristic"
+
+    shared_mem_bytes = 0
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        return (self.block_size, 1, 1)
+
+    def fields(self) -> dict:
+        """The plan as flat fields of a sweep point (:data:`PLAN_FIELDS`)."""
+        return {**dict.fromkeys(PLAN_FIELDS), "plan_kind": self.kind, "origin": self.origin, "grid": self.grid[0],
+                "block_size": self.block_size, "vec_width": self.vec_width, "max_tokens": self.max_tokens,
+                "num_splits": self.num_splits}
+
+
+def gemv_max_tokens(num_tokens: int) -> int:
+    """The smallest kMaxTokens that holds ``num_tokens``; ValueError past the largest."""
+    for m in GEMV_MAX_TOKENS:
+        if num_tokens <= m:
+            return m
+    raise ValueError(f"num_tokens: the decode GEMV takes at most {GEMV_MAX_TOKENS[-1]} tokens, got {num_tokens} "
+                     f"(use a GEMM, e.g. cupy.matmul, for more)")
+
+
+def plan_gemv(num_tokens: int, n_out: int, dtype, *, aligned: bool, limits: DeviceLimits,
+              overrides: dict | None = None, op: str = "gemv") -> DecodePlan:
+    """Plan for gemv_kernel: one warp per output feature, blocks of :data:`GEMV_WARPS`
+    warps, 16-byte vectors when ``aligned`` (the caller checks pointers, strides and
+    that the row length is a multiple of the vector). Takes no overrides."""
+    check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
+    blocks = max(1, min(-(-n_out // GEMV_WARPS), limits.max_grid_x))
+    return DecodePlan("gemv", (blocks, 1, 1), GEMV_WARPS * WARP_SIZE,
+                      vec_width=_dtypes.vec_width(dtype) if aligned else 1, max_tokens=gemv_max_tokens(num_tokens))
+
+
+def plan_attention(num_tokens: int, num_heads: int, cache_rows: int, dtype, *, limits: DeviceLimits,
+                   overrides: dict | None = None, op: str = "decode_attention") -> DecodePlan:
+    """Plan for decode_attention_kernel: a block per (head, token, split). The cache is
+    split (then combined by a second launch) only past :data:`ATTENTION_ONE_SPLIT_ROWS`
+    rows, into enough splits for about two blocks per SM, each at least
+    :data:`ATTENTION_MIN_SPLIT_ROWS` rows. The split depends on the cache's capacity, not
+    on the positions (which live on the device), so a captured graph fits every step."""
+    check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
+    num_splits = 1
+    if cache_rows > ATTENTION_ONE_SPLIT_ROWS:
+        wanted = -(-2 * limits.sm_count // max(1, num_heads * num_tokens))
+        num_splits = max(1, min(wanted, cache_rows // ATTENTION_MIN_SPLIT_ROWS))
+    split_size = -(-cache_rows // num_splits)
+    return DecodePlan("attention", (num_heads, num_tokens, num_splits), ATTENTION_WARPS * WARP_SIZE,
+                      vec_width=_dtypes.vec_width(dtype), num_splits=num_splits, split_size=split_size)

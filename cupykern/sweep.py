@@ -97,6 +97,8 @@ class Point:
     threads_per_head: int | None = None
     head_slots: int | None = None
     tokens_per_block: int | None = None
+    max_tokens: int | None = None
+    num_splits: int | None = None
 
     def as_dict(self) -> dict:
         """The point as a JSON-ready dict (non-finite floats as None: JSON has no inf)."""
@@ -322,7 +324,8 @@ def plan_cases(ops, *, sizes: dict, dtypes, num_tokens, options: dict, tune: boo
                     configs = tune_configs(specs[op], size, dtype, model=model, seed=seed)
                 else:
                     configs = crossed({k: v for k, v in options.items() if k in launch_options(op)})
-                cases += [Case(op, dtype, size, n, config) for config in configs for n in num_tokens]
+                cases += [Case(op, dtype, size, n, config) for config in configs for n in num_tokens
+                          if specs[op].takes_tokens(n)]
     return cases
 
 

@@ -28,6 +28,8 @@ TOLERANCES = {
     _dtypes.bfloat16: dict(rtol=1.5 * 2**-7, atol=1e-3),
     _dtypes.float16: dict(rtol=1.5 * 2**-10, atol=1e-4),
     _dtypes.float32: dict(rtol=3e-5, atol=1e-6),
+    # Token ids and positions: exact (integers differ by at least 1).
+    np.dtype(np.int32): dict(rtol=0.0, atol=0.5),
 }
 
 

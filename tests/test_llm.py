@@ -24,7 +24,15 @@ pytest.importorskip("tokenizers", reason="the llm extra is not installed (pip in
 from click.testing import CliRunner  # noqa: E402
 
 from cupykern import _dtypes, user_cache  # noqa: E402
-from cupykern.llm import cli, fetch, generate, gguf_weights, memory, stage_timer, tokenizer  # noqa: E402
+from cupykern.llm import (  # noqa: E402
+    cli,
+    fetch,
+    generate,
+    gguf_weights,
+    memory,
+    stage_timer,
+    tokenizer,
+)
 from cupykern.llm.kv_cache import KVCache  # noqa: E402
 from cupykern.llm.reference import ReferenceLlama  # noqa: E402
 from tests.conftest import HAS_GPU  # noqa: E402
@@ -507,3 +515,89 @@ def test_gpu_cli_generate_prints_text_and_speeds(model_file):
     assert "pool peak (held)" in result.output
     for stage in ("norm", "rope", "activation", "matmul", "attention"):
         assert stage in result.output
+
+
+# ----------------------------------------------------------------- GPU: the captured decode graph
+def _graph_decoder(device_weights, dtype_name, max_tokens, **kwargs):
+    from cupykern.llm.decode_graph import GraphDecoder
+
+    return GraphDecoder(gpu_model(device_weights, dtype_name, "cupykern"), max_tokens, **kwargs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name", DTYPE_NAMES)
+def test_graph_greedy_tokens_match_up_to_first_near_tie(device_weights, ref_logits, dtype_name):
+    """The graph path's greedy tokens: llama.cpp's, departing only at a reference near-tie."""
+    from cupykern.llm import decode_graph
+
+    decoder = _graph_decoder(device_weights, dtype_name, len(PROMPT_IDS) + 16)
+    got = decode_graph.generate(decoder, PROMPT_IDS, 16, read_every=5).new_ids
+    assert len(got) == 16
+    diverged = next((i for i, (a, b) in enumerate(zip(got, EXPECTED_IDS)) if a != b), 16)
+    gaps = top2_gaps(ref_logits)
+    ties = np.flatnonzero(gaps < NEAR_TIE[dtype_name])
+    assert diverged >= (int(ties[0]) if ties.size else 16), f"{got} vs {EXPECTED_IDS}"
+    print(f"graph {dtype_name}: {diverged} of 16 greedy tokens identical")
+
+
+@pytest.mark.gpu
+def test_graph_fp16_tie_free_prompt_gives_the_reference_tokens(device_weights):
+    from cupykern.llm import decode_graph
+
+    decoder = _graph_decoder(device_weights, "fp16", 64)
+    assert decode_graph.generate(decoder, TIE_FREE_PROMPT_IDS, 16).new_ids == TIE_FREE_EXPECTED_IDS
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name", DTYPE_NAMES)
+def test_graph_replays_64_steps_like_the_eager_path_step_by_step(device_weights, dtype_name):
+    """64 replays against 64 eager forwards fed the same (graph-chosen) tokens: each
+    step's logits within the dtype's bound, the KV cache rows within the dtype's
+    rounding, and the token chosen equal to the eager argmax wherever the eager top-2
+    gap is clear."""
+    import cupy
+
+    decoder = _graph_decoder(device_weights, dtype_name, len(PROMPT_IDS) + 65)
+    decoder.capture()
+    model = decoder.model
+    cache = model.new_cache(len(PROMPT_IDS) + 65)
+    first = decoder.start(PROMPT_IDS)
+    eager_logits = model.forward(PROMPT_IDS, cache).get()[0]
+    assert first == int(np.argmax(eager_logits)) or top2_gaps(eager_logits[None])[0] < NEAR_TIE[dtype_name]
+    token = first
+    for step in range(64):
+        (next_token,) = decoder.replay(1)
+        graph_logits = decoder.logits.get()[0].astype(np.float64)
+        eager = model.forward([token], cache).get()[0].astype(np.float64)
+        rel = np.linalg.norm(graph_logits - eager) / np.linalg.norm(eager)
+        assert rel <= LOGIT_RTOL[dtype_name], f"step {step}: relative logit difference {rel:.4f}"
+        if top2_gaps(eager[None])[0] >= NEAR_TIE[dtype_name]:
+            assert next_token == int(np.argmax(eager)), f"step {step}"
+        token = int(next_token)
+    rows = len(PROMPT_IDS) + 64
+    atol = {"fp16": 0.05, "bf16": 0.3}[dtype_name]
+    for layer in (0, 15, 29):
+        np.testing.assert_allclose(decoder.cache.k[layer][:rows].get().astype(np.float64),
+                                   cache.k[layer][:rows].get().astype(np.float64), rtol=0.05, atol=atol)
+        np.testing.assert_allclose(decoder.cache.v[layer][:rows].get().astype(np.float64),
+                                   cache.v[layer][:rows].get().astype(np.float64), rtol=0.05, atol=atol)
+    assert int(decoder.positions.get()[0]) == rows
+    assert cupy.asnumpy(decoder.history[0, len(PROMPT_IDS)]) == first
+
+
+@pytest.mark.gpu
+def test_graph_sampling_is_reproduced_by_its_seed(device_weights):
+    from cupykern.llm import decode_graph
+
+    runs = [decode_graph.generate(_graph_decoder(device_weights, "fp16", 40, temperature=0.8, seed=s), PROMPT_IDS,
+                                  24).new_ids for s in (5, 5, 6)]
+    assert runs[0] == runs[1] and runs[0] != runs[2]
+
+
+@pytest.mark.gpu
+def test_graph_decoder_rejects_a_run_past_its_cache(device_weights):
+    from cupykern.llm import decode_graph
+
+    decoder = _graph_decoder(device_weights, "fp16", 12)
+    with pytest.raises(ValueError, match="exceed the decoder's 12 positions"):
+        decode_graph.generate(decoder, PROMPT_IDS, 4)

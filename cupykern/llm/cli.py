@@ -74,14 +74,19 @@ def _stage_table(prefill_ms: dict, decode_ms: dict, title: str):
 @click.option("--ops", "ops_name", type=click.Choice(["cupykern", "plain"]), default="cupykern", show_default=True,
               help="cupykern kernels, or plain-CuPy compositions of the same math.")
 @click.option("--reference", is_flag=True, help="Run the float64 NumPy forward on the CPU instead (no GPU; slow).")
+@click.option("--graph/--no-graph", default=True, show_default=True,
+              help="Decode by replaying one captured CUDA graph per token (cupykern ops only); --no-graph launches "
+                   "every op from Python (the eager path, and the only one for --ops plain).")
 @click.option("--stage-times/--no-stage-times", default=True, show_default=True,
               help="Replay the generation with a timer per stage and print the split.")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
               help="A llama GGUF file (default: the cached SmolLM2-135M-Instruct, fetched if missing).")
-def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops_name, reference, stage_times,
+def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops_name, reference, graph, stage_times,
                      model_path):
     """Generate text after PROMPT with SmolLM2-135M-Instruct (greedy by default).
 
+    Decoding replays one CUDA graph per token (six kernels per layer, the next token
+    chosen on the GPU; cupykern/llm/decode_graph.py) unless --no-graph or --ops plain.
     Streams the text, then prints prefill and decode tokens/s, the device memory
     (weights, KV cache, and the peak bytes CuPy's memory pool held during the run) and
     the time per stage (norm, rope, activation, matmul, attention). Needs a CUDA GPU
@@ -90,7 +95,14 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
     from rich.console import Console
 
     from cupykern import _dtypes
-    from cupykern.llm import fetch, generate, gguf_weights, memory, stage_timer, tokenizer
+    from cupykern.llm import (
+        fetch,
+        generate,
+        gguf_weights,
+        memory,
+        stage_timer,
+        tokenizer,
+    )
 
     console = Console(stderr=True)
     if not reference:
@@ -151,15 +163,31 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
         warm = model.new_cache(3)
         model.forward(prompt_ids[:2], warm)
         model.forward(prompt_ids[:1], warm)
+    use_graph = graph and not reference and ops_name == "cupykern"
+    if use_graph:
+        from cupykern.llm import decode_graph
+
+        try:
+            decoder = decode_graph.GraphDecoder(model, len(prompt_ids) + max_new_tokens, temperature=temperature,
+                                                seed=seed)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+        capture_s = decoder.capture()
+        console.print(f"[dim]decode step captured as one CUDA graph in {capture_s * 1e3:.0f} ms "
+                      f"(warm-up step included)[/dim]")
     sys.stdout.write(prompt if not chat else "")
     try:
         stop = [tok.eos_token_id] if tok.eos_token_id is not None else []
-        result = generate.generate(model, prompt_ids, max_new_tokens, temperature=temperature, seed=seed,
-                                   stop_ids=stop, on_token=on_token)
+        if use_graph:
+            result = decode_graph.generate(decoder, prompt_ids, max_new_tokens, stop_ids=stop, on_token=on_token)
+        else:
+            result = generate.generate(model, prompt_ids, max_new_tokens, temperature=temperature, seed=seed,
+                                       stop_ids=stop, on_token=on_token)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     sys.stdout.write("\n")
     sys.stdout.flush()
+    console.print(f"decode path: {'one CUDA graph per token' if use_graph else 'eager (a Python launch per op)'}")
     console.print(f"prefill: {len(result.prompt_ids)} tokens in {result.prefill_s * 1e3:.1f} ms "
                   f"({result.prefill_tokens_per_s:.1f} tokens/s); decode: {len(result.new_ids) - 1} tokens in "
                   f"{result.decode_s * 1e3:.1f} ms ({result.decode_tokens_per_s:.1f} tokens/s)")
@@ -170,6 +198,8 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
                                     max_tokens=result.cache.max_tokens,
                                     tables=model.lm_head_f32.nbytes + model.cos_sin_cache.nbytes))
     result.cache = None  # measured: let the replay reuse its blocks
+    if use_graph:
+        del decoder
     if stage_times:
         prefill_ms, decode_ms = generate.profile_stages(model, make_timer, result.prompt_ids, result.new_ids)
         kind = "wall time" if reference else "CUDA events around each stage"

@@ -9,12 +9,14 @@ al. 2023, arXiv:2302.13971; Hugging Face ``LlamaDecoderLayer``; vLLM's
    sum normalised, one launch);
 2. ``qkv = x @ Wqkv^T`` (one cuBLAS GEMM on the fused ``(q | k | v)`` weight); q, k and
    v are **views** of ``qkv`` (``(T, H, D)``, ``(T, KV, D)``), not copies;
-3. ``apply_rope(q, k)`` in place on those views, ``is_neox=False`` (GGUF's adjacent
-   pairs), from a float32 ``cos_sin_cache`` of ``context_length`` rows;
-4. attention in plain CuPy, fp32 math: k and v written into the KV cache, scores
-   ``q k^T / sqrt(D)`` over the cached positions with a causal mask, ``softmax``,
-   weighted sum of v; query head j uses kv head ``j // (H / KV)`` (GQA); the output
-   is rounded once to the dtype;
+3. RoPE on those views, ``is_neox=False`` (GGUF's adjacent pairs), from a float32
+   ``cos_sin_cache`` of ``context_length`` rows, and k and v written into the KV cache;
+4. causal attention over the cache, fp32 math: scores ``q k^T / sqrt(D)`` over
+   positions ``0 .. p`` for the token at ``p``, softmax, weighted sum of v; query head
+   j uses kv head ``j // (H / KV)`` (GQA); the output is rounded once to the dtype.
+   With cupykern's ops, steps 3-4 are :func:`cupykern.rope_kv_append` and
+   :func:`cupykern.decode_attention` (two launches per layer); with plain CuPy,
+   ``apply_rope``, two cache copies, batched matmuls, a mask and ``softmax``;
 5. ``attn_out = attn @ Wo^T``; ``x, h = fused_add_rms_norm(attn_out, h)``;
 6. ``gate_up = x @ Wgu^T`` (fused gate/up weight); ``act = silu_and_mul(gate_up)``;
    ``mlp_out = act @ Wdown^T``.
@@ -40,7 +42,12 @@ import math
 import numpy as np
 
 from cupykern import _dtypes
-from cupykern.llm.gguf_weights import LayerWeights, LlamaConfig, LlamaWeights, load_weights
+from cupykern.llm.gguf_weights import (
+    LayerWeights,
+    LlamaConfig,
+    LlamaWeights,
+    load_weights,
+)
 from cupykern.llm.kv_cache import KVCache
 from cupykern.llm.ops import KERNELS
 from cupykern.llm.reference import check_tokens
@@ -175,7 +182,7 @@ class LlamaModel:
         check_tokens(host_ids, start, cache.max_tokens, cfg.vocab_size)
         num_tokens = host_ids.shape[0]
         ids = cupy.asarray(host_ids)
-        positions = cupy.arange(start, start + num_tokens, dtype=cupy.int64)  # < context_length: new_cache checks
+        positions = cupy.arange(start, start + num_tokens, dtype=cupy.int32)  # < context_length: new_cache checks
         nq, nkv, eps = cfg.num_heads, cfg.num_kv_heads, cfg.rms_norm_eps
         with timer("other"):
             residual = w.embed[ids]  # (T, hidden): a fresh array, so updating it in place is safe
@@ -189,10 +196,15 @@ class LlamaModel:
             with timer("matmul"):
                 qkv = (x @ layer.qkv.T).reshape(num_tokens, nq + 2 * nkv, cfg.head_dim)
             q, k, v = qkv[:, :nq], qkv[:, nq:nq + nkv], qkv[:, nq + nkv:]  # views of qkv
-            with timer("rope"):
-                ops.apply_rope(q, k, positions, self.cos_sin_cache)
-            with timer("attention"):
-                attn = self._attention(q, k, v, cache, n, start)
+            if ops.fused_attention:
+                with timer("attention"):
+                    attn = ops.rope_attention(q, k, v, positions, self.cos_sin_cache, cache.k[n], cache.v[n])
+                    attn = attn.reshape(num_tokens, nq * cfg.head_dim)
+            else:
+                with timer("rope"):
+                    ops.apply_rope(q, k, positions, self.cos_sin_cache)
+                with timer("attention"):
+                    attn = self._attention(q, k, v, cache, n, start)
             with timer("matmul"):
                 attn_out = attn @ layer.o.T
             with timer("norm"):

@@ -11,7 +11,12 @@ fp32 summation order inside a reduction). Each set has:
   ``(T, KV, D)`` (views of the fused QKV buffer), GGUF/GPT-J pairs (2i, 2i+1)
   (``is_neox=False``);
 * ``silu_and_mul(x) -> silu(x[:, :d]) * x[:, d:]`` (new array);
-* ``softmax(x) -> float32`` over the last axis (attention probabilities).
+* ``softmax(x) -> float32`` over the last axis (attention probabilities);
+* ``fused_attention``: True when the set has ``rope_attention(q, k, v, positions,
+  cos_sin_cache, k_cache, v_cache) -> (T, H, D)``: RoPE, the cache append and causal
+  attention over the cache in two launches (:func:`cupykern.rope_kv_append`,
+  :func:`cupykern.decode_attention`); else the model composes apply_rope, the cache
+  write and attention itself.
 
 ``KERNELS`` runs one cupykern launch per op; ``PLAIN`` is the same math as several
 CuPy elementwise/reduction launches (the way one would write it without cupykern),
@@ -25,6 +30,16 @@ class KernelOps:
     """cupykern's fused kernels (``cupykern.rms_norm`` and friends)."""
 
     name = "cupykern"
+    fused_attention = True
+
+    @staticmethod
+    def rope_attention(q, k, v, positions, cos_sin_cache, k_cache, v_cache):
+        import cupykern
+
+        # Positions come from the KV-cache length, checked by the model (no sync here).
+        cupykern.rope_kv_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, is_neox=False,
+                                check_positions=False)
+        return cupykern.decode_attention(q, k_cache, v_cache, positions)
 
     @staticmethod
     def rms_norm(x, weight, eps):
@@ -65,6 +80,7 @@ class PlainOps:
     model's arguments."""
 
     name = "plain CuPy"
+    fused_attention = False
 
     # cupykern.compositions is imported per call, as cupykern is by KernelOps: it imports
     # CuPy at module level, and importing this module (model.py does) must not need CuPy.

@@ -21,7 +21,6 @@ Memory: about 1.1 GB of float64 weights for SmolLM2-135M (0.23 GB of it the embe
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from cupykern import reference as ref

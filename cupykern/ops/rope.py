@@ -185,15 +185,16 @@ _QK_RMS_NORM_ROPE = launcher.Op("qk_rms_norm_rope",
                                 scalars=("eps", "is_neox"), prepare=_prepare_qk_rms_norm_rope, plan_kind="rope")
 
 
-def _check_positions_in_range(positions, max_position: int) -> None:
-    """ValueError if a position is outside [0, max_position): one min/max reduction and a sync."""
+def _check_positions_in_range(positions, max_position: int, what: str = "the rows of cos_sin_cache") -> None:
+    """ValueError if a position is outside [0, max_position) (``what`` says what bounds
+    it): one min/max reduction and a sync."""
     import cupy
 
     if positions.size == 0:
         return
     lo, hi = (int(v) for v in cupy.stack((positions.min(), positions.max())).get())
     if lo < 0 or hi >= max_position:
-        raise ValueError(f"positions: expected values in [0, {max_position}) (the rows of cos_sin_cache), got "
+        raise ValueError(f"positions: expected values in [0, {max_position}) ({what}), got "
                          f"min {lo}, max {hi}; pass check_positions=False to leave such tokens unchanged")
 
 

@@ -46,6 +46,7 @@ class OpSpec:
             samples rows of these; tables such as ``cos_sin_cache`` are passed whole).
         model_aware: ``make_inputs`` accepts ``model=``.
         min_size, size_multiple: the row sizes the op accepts (RoPE: even head_dim).
+        max_tokens: the most tokens the op takes (decode-size kernels), None for any.
     """
 
     name: str
@@ -61,6 +62,16 @@ class OpSpec:
     model_aware: bool = False
     min_size: int = 1
     size_multiple: int = 1
+    max_tokens: int | None = None
+
+    def takes_tokens(self, num_tokens: int) -> bool:
+        """Whether the op accepts ``num_tokens`` tokens (decode-size ops take at most ``max_tokens``)."""
+        return self.max_tokens is None or num_tokens <= self.max_tokens
+
+    @property
+    def check_token_counts(self) -> tuple:
+        """The num_tokens ``cupykern check`` validates at: 1, and 257 or the most the op takes."""
+        return (1, 257 if self.max_tokens is None else min(257, self.max_tokens))
 
     def with_run(self, run) -> "OpSpec":
         """The same spec driving another implementation (benchmarks of peers)."""
@@ -74,8 +85,10 @@ class OpSpec:
         return dataclasses.replace(self, make_inputs=functools.partial(self.make_inputs, model=model))
 
     def size_for_model(self, model) -> int:
-        """This op's row size in ``model``: see :data:`MODEL_SIZES`."""
-        return getattr(model, MODEL_SIZES[self.size_name])
+        """This op's row size in ``model`` (:data:`MODEL_SIZES`); sizes a preset does not
+        give (vocabulary, history length) stay at the first check size."""
+        field = MODEL_SIZES.get(self.size_name)
+        return getattr(model, field) if field else self.check_sizes[0]
 
     def size_error(self, size: int) -> str | None:
         """Why the op cannot take rows of ``size``, or None."""

@@ -1,0 +1,233 @@
+"""The decode step of a llama model captured once as a CUDA graph and replayed per token.
+
+One step, for the token at position ``p`` (device state: ``positions[0] = p``, ``token[0]``):
+
+==========================================  =====================================
+launch                                      per layer / once
+==========================================  =====================================
+``embedding(token) -> hidden``              once
+``rms_norm_gemv(hidden, attn_norm, Wqkv)``  layer: QKV of the normalised row
+``rope_kv_append(q, k, v, positions)``      layer: RoPE; k, v into cache row p
+``decode_attention(q, cache, positions)``   layer: rows 0 .. p of the cache
+``gemv_add_residual(attn, Wo, hidden)``     layer: o_proj + residual
+``rms_norm_gemv_silu_and_mul(hidden, ..)``  layer: norm + gate/up + SiLU gate
+``gemv_add_residual(act, Wdown, hidden)``   layer: down + residual
+``rms_norm_gemv(hidden, final_norm, E)``    once: float32 logits (tied LM head)
+``sample_tokens(logits, positions)``        once: argmax, or a seeded draw
+``append_tokens(token, positions, history)`` once: p + 1, history[p + 1] = token
+==========================================  =====================================
+
+Six launches per layer plus four, every one reading the position from device memory,
+so the graph needs no new kernel arguments from step to step (CuPy exposes no graph
+parameter updates). What capture forbids decides the rest (../shared/DECODE.md):
+no cuBLAS (the GEMVs are cupykern's), no host-to-device copies (the position lives on
+the device and the graph advances it), no allocation (every buffer is made before the
+capture and held as long as the graph; :meth:`GraphDecoder.capture` checks the pool's
+used bytes do not move), every kernel loaded first (a warm-up step).
+
+The math is :class:`~cupykern.llm.model.LlamaModel`'s with its rounding points (the
+normalised rows, the gate and up products rounded to the dtype), except that the
+residual add takes the fp32 product (one rounding instead of the unfused GEMM's two)
+and sums run in the kernels' order: logits agree with the eager forward within the
+per-dtype bounds, greedy tokens up to near-ties (tests/test_llm.py).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from cupykern.llm.generate import Generation, check_args
+from cupykern.llm.kv_cache import KVCache
+
+
+class NonFiniteLogits(ValueError):
+    """The forward produced NaN or infinite logits (the sampler reports them as ``-count``)."""
+
+
+class GraphDecoder:
+    """Decode steps of ``model`` (a :class:`~cupykern.llm.model.LlamaModel`) for up to
+    ``max_tokens`` positions, as one captured CUDA graph.
+
+    Parameters:
+        model: the GPU model (fp16 or bf16 weights).
+        max_tokens: positions the static KV cache holds (prompt plus new tokens), at most
+            the model's context length.
+        temperature: 0 for greedy, else the sampling temperature (:func:`cupykern.sample_tokens`).
+        seed: the sampler's Philox key; with the position it fixes every draw.
+
+    Device memory held: the KV cache (``2 * layers * max_tokens * kv_heads * head_dim``
+    elements), one activation row per buffer, float32 logits and the token history.
+
+    Raises:
+        ValueError: ``max_tokens`` outside ``1 .. context_length``; a bad temperature or seed.
+    """
+
+    def __init__(self, model, max_tokens: int, *, temperature: float = 0.0, seed: int = 0):
+        import cupy
+
+        import cupykern
+        from cupykern.ops import attention, tokens
+
+        cfg = model.config
+        self.model, self.config = model, cfg
+        self.temperature = float(tokens.temperature(temperature))
+        tokens.seed(seed)
+        self.seed = int(seed)
+        self.cache: KVCache = model.new_cache(max_tokens)
+        dtype = model.dtype
+        self.positions = cupy.zeros((1,), np.int32)
+        self.token = cupy.zeros((1,), np.int32)
+        self.history = cupy.zeros((1, max_tokens + 1), np.int32)  # token ids by position
+        self.hidden = cupy.empty((1, cfg.hidden_size), dtype)  # the residual stream
+        self.qkv = cupy.empty((1, cfg.num_heads + 2 * cfg.num_kv_heads, cfg.head_dim), dtype)
+        self.attn = cupy.empty((1, cfg.num_heads, cfg.head_dim), dtype)
+        self.act = cupy.empty((1, cfg.intermediate_size), dtype)
+        self.logits = cupy.empty((1, cfg.vocab_size), np.float32)
+        size = attention.workspace_size(1, cfg.num_heads, cfg.head_dim, max_tokens)
+        self.workspace = cupy.empty((size,), np.float32) if size else None
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.graph = None
+        self.position = 0  # host copy of positions[0] between replays
+        self._ops = cupykern
+
+    @property
+    def max_tokens(self) -> int:
+        return self.cache.max_tokens
+
+    def step(self) -> None:
+        """One decode step on the current stream (eager; :meth:`capture` records it)."""
+        k_ = self._ops
+        cfg, w = self.config, self.model.weights
+        nq, nkv, eps = cfg.num_heads, cfg.num_kv_heads, cfg.rms_norm_eps
+        q, k, v = self.qkv[:, :nq], self.qkv[:, nq:nq + nkv], self.qkv[:, nq + nkv:]
+        qkv_rows = self.qkv.reshape(1, -1)
+        attn_rows = self.attn.reshape(1, -1)
+        k_.embedding(self.token, w.embed, out=self.hidden, check_ids=False)
+        for n, layer in enumerate(w.layers):
+            k_.rms_norm_gemv(self.hidden, layer.attn_norm, layer.qkv, eps, out=qkv_rows)
+            k_.rope_kv_append(q, k, v, self.positions, self.model.cos_sin_cache, self.cache.k[n], self.cache.v[n],
+                              is_neox=False, check_positions=False)
+            k_.decode_attention(q, self.cache.k[n], self.cache.v[n], self.positions, out=self.attn,
+                                workspace=self.workspace)
+            k_.gemv_add_residual(attn_rows, layer.o, self.hidden)
+            k_.rms_norm_gemv_silu_and_mul(self.hidden, layer.ffn_norm, layer.gate_up, eps, out=self.act)
+            k_.gemv_add_residual(self.act, layer.down, self.hidden)
+        k_.rms_norm_gemv(self.hidden, w.final_norm, w.lm_head, eps, out=self.logits, out_dtype=np.float32)
+        k_.sample_tokens(self.logits, temperature=self.temperature, seed=self.seed, positions=self.positions,
+                         out=self.token)
+        k_.append_tokens(self.token, self.positions, self.history)
+
+    def capture(self) -> float:
+        """Warms every kernel up with one eager step, then records :meth:`step` as the graph.
+
+        Returns the seconds it took. Leaves the cache and state to be reset by
+        :meth:`start`. Raises RuntimeError if the capture allocated device memory.
+        """
+        import cupy
+
+        t0 = time.perf_counter()
+        pool = cupy.get_default_memory_pool()
+        with self.stream:
+            self.positions.fill(0)
+            self.token.fill(0)
+            self.step()  # loads every kernel (a module load cannot happen inside a capture)
+            self.stream.synchronize()
+            used = pool.used_bytes()
+            self.stream.begin_capture()
+            try:
+                self.step()
+            finally:
+                graph = self.stream.end_capture()
+            if pool.used_bytes() != used:
+                raise RuntimeError(f"the decode step allocated {pool.used_bytes() - used} bytes during capture: "
+                                   "its addresses would be reused by later arrays")
+            graph.upload(self.stream)
+            self.stream.synchronize()
+        self.graph = graph
+        return time.perf_counter() - t0
+
+    def start(self, prompt_ids: list[int]) -> int:
+        """Prefills ``prompt_ids`` with the eager forward into the static cache and picks
+        the first new token on the device; sets the state for the first replay.
+
+        Returns the first new token (read back: the host needs it anyway to stream it).
+        """
+        import cupy
+
+        import cupykern
+
+        self.cache.length = 0
+        with self.stream:
+            logits = self.model.forward(prompt_ids, self.cache)
+            last = len(prompt_ids) - 1
+            self.positions[...] = last
+            first = cupykern.sample_tokens(logits, temperature=self.temperature, seed=self.seed,
+                                           positions=self.positions, out=self.token)
+            self.history[0, :last + 1] = cupy.asarray(np.asarray(prompt_ids, np.int32))
+            cupykern.append_tokens(first, self.positions, self.history)
+            token = int(self.token.get()[0])
+        _check_token(token, last)
+        self.position = last + 1
+        return token
+
+    def replay(self, steps: int) -> np.ndarray:
+        """Replays the graph ``steps`` times and returns the new tokens (host int array)."""
+        start = self.position
+        if start + steps > self.max_tokens:
+            raise ValueError(f"steps: {steps} more steps from position {start} pass the cache's {self.max_tokens} rows")
+        with self.stream:
+            for _ in range(steps):
+                self.graph.launch(self.stream)
+            new = self.history[0, start + 1:start + 1 + steps].get()
+        self.position = start + steps
+        for i, token in enumerate(new):
+            _check_token(int(token), start + i)
+        return new
+
+
+def _check_token(token: int, position: int) -> None:
+    if token < 0:
+        raise NonFiniteLogits(f"the forward produced {-token} NaN or infinite logits at position {position}: "
+                              "no token was chosen")
+
+
+def generate(decoder: GraphDecoder, prompt_ids, max_new_tokens: int, *, stop_ids=(), on_token=None,
+             read_every: int = 16) -> Generation:
+    """:func:`cupykern.llm.generate.generate` on a captured decoder: the prompt's forward
+    (eager), then graph replays, the host reading ``read_every`` tokens at a time to
+    stream them and look for stop tokens (replays past a stop token are wasted, not
+    returned). Temperature and seed are the decoder's.
+
+    Raises:
+        ValueError: bad ``max_new_tokens``; prompt plus new tokens beyond the decoder's
+            ``max_tokens``; as the model's ``forward``.
+        NonFiniteLogits: the forward produced NaN or infinite logits.
+    """
+    check_args(max_new_tokens, decoder.temperature)
+    prompt_ids = [int(i) for i in prompt_ids]
+    if len(prompt_ids) + max_new_tokens > decoder.max_tokens:
+        raise ValueError(f"max_new_tokens: {len(prompt_ids)} prompt tokens + {max_new_tokens} exceed the decoder's "
+                         f"{decoder.max_tokens} positions")
+    stop_ids = {int(i) for i in stop_ids}
+    if decoder.graph is None:
+        decoder.capture()
+    t0 = time.perf_counter()
+    new_ids = [decoder.start(prompt_ids)]
+    t1 = time.perf_counter()
+    if on_token is not None:
+        on_token(new_ids[0])
+    stopped = new_ids[0] in stop_ids
+    while not stopped and len(new_ids) < max_new_tokens:
+        for token in decoder.replay(min(read_every, max_new_tokens - len(new_ids))):
+            new_ids.append(int(token))
+            if on_token is not None:
+                on_token(int(token))
+            if token in stop_ids:
+                stopped = True
+                break
+    t2 = time.perf_counter()
+    decoder.cache.length = len(prompt_ids) + len(new_ids) - 1  # rows written: the last token is not yet in it
+    return Generation(prompt_ids, new_ids, prefill_s=t1 - t0, decode_s=t2 - t1, stopped=stopped,
+                      cache=decoder.cache)

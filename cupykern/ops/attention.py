@@ -1,0 +1,306 @@
+"""The KV-cache side of a decode step (kernels_cu/attention.cu): rope_kv_append, decode_attention.
+
+Both read token positions from a device array, so a captured CUDA graph replays them
+step after step while the graph itself advances the position (see
+:func:`cupykern.append_tokens`); the cache is a static ``(max_tokens, num_kv_heads,
+head_dim)`` buffer per layer, as FlashInfer's and vLLM's non-paged layouts.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cupykern import _arrays, _dtypes, launcher, plans
+from cupykern.jit import KernelTemplate
+from cupykern.ops import rope as _rope
+
+__all__ = ["decode_attention", "rope_kv_append"]
+
+ROPE_KV_APPEND = KernelTemplate("attention.cu", "rope_kv_append_kernel")
+DECODE_ATTENTION = KernelTemplate("attention.cu", "decode_attention_kernel")
+ATTENTION_COMBINE = KernelTemplate("attention.cu", "attention_combine_kernel")
+
+#: head_dim values decode_attention is compiled for.
+HEAD_DIMS = (64, 128)
+INDEX_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
+
+
+def instantiations() -> dict[KernelTemplate, list[str]]:
+    """Every instantiation of this family."""
+    rope = [ROPE_KV_APPEND.expr(_dtypes.c_type(d), _dtypes.c_type(c), idx, neox)
+            for d in _dtypes.DTYPES for c in sorted({d, _dtypes.float32}, key=str)
+            for idx in INDEX_TYPES.values() for neox in (False, True)]
+    attention = [DECODE_ATTENTION.expr(_dtypes.c_type(d), idx, hd, split) for d in _dtypes.DTYPES
+                 for idx in INDEX_TYPES.values() for hd in HEAD_DIMS for split in (False, True)]
+    combine = [ATTENTION_COMBINE.expr(_dtypes.c_type(d), hd) for d in _dtypes.DTYPES for hd in HEAD_DIMS]
+    return {ROPE_KV_APPEND: rope, DECODE_ATTENTION: attention, ATTENTION_COMBINE: combine}
+
+
+# ----------------------------------------------------------------- intake
+def _positions(sig, num_tokens: int) -> _arrays.Sig:
+    """``(num_tokens,)`` int32 or int64, unit-stride (a graph's position counter is one)."""
+    sig = _arrays.required(sig, "positions", "a device array (num_tokens,) of int32 or int64")
+    if sig.dtype not in INDEX_TYPES:
+        raise TypeError(f"positions: expected dtype int32 or int64, got {sig.dtype}")
+    _arrays.check_shape(sig, (num_tokens,), "positions")
+    _arrays.element_aligned(sig, "positions")
+    if num_tokens > 1 and sig.strides[0] != sig.itemsize:
+        raise ValueError(f"positions: must be unit-stride, got stride {sig.strides[0]} bytes")
+    return sig
+
+
+def _cache(sig, name: str, dtype, num_kv_heads: int, head_dim: int) -> tuple[_arrays.Sig, _arrays.Heads]:
+    """A KV cache ``(max_tokens, num_kv_heads, head_dim)`` of ``dtype`` with distinct heads."""
+    cache = _arrays.heads(sig, name)
+    _arrays.check_dtype(sig, dtype, name, "the dtype of q")
+    if len(sig.shape) != 3:
+        raise ValueError(f"{name}: expected shape (max_tokens, num_kv_heads, head_dim), got {tuple(sig.shape)}")
+    if (cache.num_heads, cache.head_dim) != (num_kv_heads, head_dim):
+        raise ValueError(f"{name}: expected shape (max_tokens, {num_kv_heads}, {head_dim}), got {tuple(sig.shape)}")
+    _arrays.distinct_heads(cache, name)
+    return sig, cache
+
+
+def _prepare_rope_kv_append(a: launcher.Args) -> launcher.Launch:
+    q, qh = a.q, _arrays.heads(a.q, "q")
+    if len(q.shape) != 3:
+        raise ValueError(f"q: expected shape (num_tokens, num_heads, head_dim), got {tuple(q.shape)}")
+    k, kh = a.k, _arrays.heads(a.k, "k")
+    v, vh = a.v, _arrays.heads(a.v, "v")
+    for name, sig, h in (("k", k, kh), ("v", v, vh)):
+        _arrays.check_dtype(sig, q.dtype, name, "the dtype of q")
+        if len(sig.shape) != 3 or h.num_tokens != qh.num_tokens or h.head_dim != qh.head_dim:
+            raise ValueError(f"{name}: expected shape ({qh.num_tokens}, num_kv_heads, {qh.head_dim}), got "
+                             f"{tuple(sig.shape)}")
+    if vh.num_heads != kh.num_heads:
+        raise ValueError(f"v: expected shape {tuple(k.shape)} (as k), got {tuple(v.shape)}")
+    positions = _positions(a.positions, qh.num_tokens)
+    table, rotary_dim, table_stride = _rope._cache(a.cos_sin_cache, q.dtype, qh.head_dim)
+    _, kc = _cache(a.k_cache, "k_cache", q.dtype, kh.num_heads, qh.head_dim)
+    _, vc = _cache(a.v_cache, "v_cache", q.dtype, kh.num_heads, qh.head_dim)
+    is_neox = _arrays.flag(a.is_neox, "is_neox")
+    _arrays.distinct_heads(qh, "q")
+    if table_stride != rotary_dim:
+        raise ValueError(f"cos_sin_cache: expected C-contiguous rows of {rotary_dim} values, got a row stride of "
+                         f"{table_stride}")
+    # q is written in place; the caches are written; k, v and the table are read.
+    disjoint = (launcher.Disjoint("k_cache", "v_cache"),
+                *(launcher.Disjoint(r, w) for w in ("q", "k_cache", "v_cache")
+                  for r in ("k", "v", "positions", "cos_sin_cache")),
+                launcher.Disjoint("q", "k_cache"), launcher.Disjoint("q", "v_cache"))
+    if qh.num_tokens == 0:
+        return launcher.Launch(None, returns=("q", "k_cache", "v_cache"))
+    plan = plans.DecodePlan("attention", (qh.num_tokens, 1, 1), plans.TOKEN_BLOCK_SIZE)
+    return launcher.Launch(
+        ROPE_KV_APPEND, (_dtypes.c_type(q.dtype), _dtypes.c_type(table.dtype), INDEX_TYPES[positions.dtype],
+                         is_neox), plan,
+        pointers=("q", "k_cache", "v_cache", "k", "v", "positions", "cos_sin_cache"),
+        scalars=(*map(np.int32, (qh.num_heads, kh.num_heads, qh.head_dim, rotary_dim)),
+                 *map(np.int64, (qh.token_stride, qh.head_stride, kh.token_stride, kh.head_stride, vh.token_stride,
+                                 vh.head_stride, kc.token_stride, kc.head_stride, vc.token_stride, vc.head_stride,
+                                 table.shape[0], kc.num_tokens))),
+        returns=("q", "k_cache", "v_cache"), disjoint=disjoint)
+
+
+def _scale(value, head_dim: int) -> np.float32:
+    if value is None:
+        return np.float32(1.0 / math.sqrt(head_dim))
+    scale = _arrays.finite(value, "scale")
+    if not scale > 0:
+        raise ValueError(f"scale: expected a finite value > 0, got {value!r}")
+    return scale
+
+
+def _prepare_decode_attention(a: launcher.Args) -> launcher.Launch:
+    q = a.q
+    qh = _arrays.heads(q, "q")
+    if len(q.shape) != 3:
+        raise ValueError(f"q: expected shape (num_tokens, num_heads, head_dim), got {tuple(q.shape)}")
+    if qh.head_dim not in HEAD_DIMS:
+        raise ValueError(f"q: head_dim {qh.head_dim} is not supported; expected one of {HEAD_DIMS}")
+    kc_sig = _arrays.required(a.k_cache, "k_cache", "a device array (max_tokens, num_kv_heads, head_dim)")
+    if len(kc_sig.shape) != 3:
+        raise ValueError(f"k_cache: expected shape (max_tokens, num_kv_heads, head_dim), got "
+                         f"{tuple(kc_sig.shape)}")
+    num_kv_heads = kc_sig.shape[1]
+    if num_kv_heads < 1 or qh.num_heads % num_kv_heads:
+        raise ValueError(f"k_cache: num_kv_heads ({num_kv_heads}) must divide q's num_heads ({qh.num_heads})")
+    k_cache, kc = _cache(kc_sig, "k_cache", q.dtype, num_kv_heads, qh.head_dim)
+    v_cache, vc = _cache(a.v_cache, "v_cache", q.dtype, num_kv_heads, qh.head_dim)
+    if vc.num_tokens != kc.num_tokens:
+        raise ValueError(f"v_cache: expected shape {tuple(kc_sig.shape)} (as k_cache), got {tuple(v_cache.shape)}")
+    positions = _positions(a.positions, qh.num_tokens)
+    scale = _scale(a.scale, qh.head_dim)
+    out, allocate = launcher.output(a.out, "out", q.shape, q.dtype)
+    oh = _arrays.heads(out, "out")
+    _arrays.distinct_heads(oh, "out")
+    vw = _dtypes.vec_width(q.dtype)
+    for name, sig, strides in (("q", q, (qh.token_stride, qh.head_stride)), ("out", out, (oh.token_stride,
+                                                                                         oh.head_stride)),
+                               ("k_cache", k_cache, (kc.token_stride, kc.head_stride)),
+                               ("v_cache", v_cache, (vc.token_stride, vc.head_stride))):
+        if not _arrays.vector_aligned(vw, *[(sig, s) for s in strides]):
+            raise ValueError(f"{name}: decode_attention reads 16-byte vectors: the address and the token and head "
+                             f"strides must be multiples of 16 bytes")
+    disjoint = tuple(launcher.Disjoint(r, "out") for r in ("q", "k_cache", "v_cache", "positions"))
+    if qh.num_tokens == 0 or qh.num_heads == 0:
+        return launcher.Launch(None, allocate=allocate, returns="out")
+    plan = plans.plan_attention(qh.num_tokens, qh.num_heads, kc.num_tokens, q.dtype, limits=a.limits,
+                                overrides=a.overrides)
+    split = plan.num_splits > 1
+    workspace = None
+    if split:
+        # Per-split outputs then log2-sum-exps, float32, one buffer; the caller may pass it
+        # (a captured graph must not allocate).
+        rows = qh.num_tokens * qh.num_heads * plan.num_splits
+        need = rows * (qh.head_dim + 1)
+        workspace = a.workspace
+        if workspace is None:
+            allocate = (*allocate, ("workspace", (need,), _dtypes.float32))
+        else:
+            _arrays.check_dtype(workspace, _dtypes.float32, "workspace", "float32")
+            if len(workspace.shape) != 1 or workspace.shape[0] < need or workspace.strides[0] != 4:
+                raise ValueError(f"workspace: expected a unit-stride float32 vector of at least {need} elements "
+                                 f"(decode_attention_workspace_size), got shape {tuple(workspace.shape)}")
+            disjoint = (*disjoint, *(launcher.Disjoint(r, "workspace") for r in ("q", "k_cache", "v_cache",
+                                                                                 "positions", "out")))
+        lse_offset = ("workspace", rows * qh.head_dim * 4)
+    group = qh.num_heads // num_kv_heads
+    scale_log2 = np.float32(float(scale) * math.log2(math.e))  # the kernel works in base 2 (exp2f)
+    then = None
+    if split:
+        combine_plan = plans.DecodePlan("attention", (qh.num_heads, qh.num_tokens, 1), qh.head_dim)
+        then = launcher.Launch(ATTENTION_COMBINE, (_dtypes.c_type(q.dtype), qh.head_dim), combine_plan,
+                               pointers=("out", "workspace", lse_offset),
+                               scalars=(np.int32(plan.num_splits), np.int64(oh.token_stride),
+                                        np.int64(oh.head_stride)))
+    return launcher.Launch(
+        DECODE_ATTENTION, (_dtypes.c_type(q.dtype), INDEX_TYPES[positions.dtype], qh.head_dim, split), plan,
+        pointers=("out", "workspace" if split else "out", lse_offset if split else "out", "q", "k_cache", "v_cache",
+                  "positions"),
+        scalars=(np.int32(group), *map(np.int64, (qh.token_stride, qh.head_stride, kc.token_stride, kc.head_stride,
+                                                  vc.token_stride, vc.head_stride, oh.token_stride, oh.head_stride,
+                                                  kc.num_tokens, plan.split_size)), scale_log2),
+        allocate=allocate, returns="out", disjoint=disjoint, then=then)
+
+
+def workspace_size(num_tokens: int, num_heads: int, head_dim: int, max_tokens: int, *, limits=None) -> int:
+    """float32 elements of the ``workspace`` decode_attention needs for these sizes (0 when
+    it runs unsplit). ``limits``: the device's (:class:`cupykern.plans.DeviceLimits`),
+    the current GPU's by default."""
+    if limits is None:
+        import cupy
+
+        limits = plans.DeviceLimits.of_device(cupy.cuda.runtime.getDevice())
+    plan = plans.plan_attention(num_tokens, num_heads, max_tokens, _dtypes.float32, limits=limits)
+    return 0 if plan.num_splits == 1 else num_tokens * num_heads * plan.num_splits * (head_dim + 1)
+
+
+_ROPE_KV_APPEND = launcher.Op("rope_kv_append",
+                              arrays=("q", "k", "v", "positions", "cos_sin_cache", "k_cache", "v_cache"),
+                              scalars=("is_neox",), prepare=_prepare_rope_kv_append, plan_kind="attention")
+_DECODE_ATTENTION = launcher.Op("decode_attention",
+                                arrays=("q", "k_cache", "v_cache", "positions", "out", "workspace"),
+                                scalars=("scale",), prepare=_prepare_decode_attention, plan_kind="attention")
+
+
+# ----------------------------------------------------------------- public API
+def rope_kv_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, *, is_neox=True, check_positions=True):
+    """RoPE on q and k, and k and v appended to the KV cache at each token's position, in one launch.
+
+    For token ``t`` at ``p = positions[t]``: ``q[t]`` is rotated in place;
+    ``k_cache[p] = rope(k[t])`` and ``v_cache[p] = v[t]``. The rotation is
+    :func:`cupykern.apply_rope`'s (``x0 * cos - x1 * sin``, ``x1 * cos + x0 * sin`` in fp32,
+    one rounding; dims past ``rotary_dim`` unchanged), what vLLM's ``rotary_embedding``
+    followed by ``reshape_and_cache`` do, for a contiguous (non-paged) cache.
+
+    Parameters:
+        q: device array ``(num_tokens, num_heads, head_dim)``, float16, bfloat16 or
+            float32; head_dim unit-stride (q may be a view of a fused QKV buffer).
+        k, v: ``(num_tokens, num_kv_heads, head_dim)`` of q's dtype (views allowed).
+        positions: ``(num_tokens,)`` int32 or int64 on the device: each token's position,
+            the cache row it is written to and the cos_sin_cache row it is rotated by.
+        cos_sin_cache: ``(max_position, rotary_dim)`` float32 or q's dtype, C-contiguous
+            rows ``[cos | sin]`` (:func:`cupykern.rope_cos_sin_cache`).
+        k_cache, v_cache: ``(max_tokens, num_kv_heads, head_dim)`` of q's dtype.
+        is_neox: pairs ``(i, i + rotary_dim / 2)`` (True, GPT-NeoX / Hugging Face) or
+            ``(2i, 2i + 1)`` (False, GPT-J / GGUF).
+        check_positions: check that every position is in ``[0, min(max_position,
+            max_tokens))`` (a reduction and a device-to-host copy). False skips it, as a
+            captured graph must: a token whose position is outside is then left alone
+            (q unrotated, nothing written).
+
+    Returns:
+        ``(q, k_cache, v_cache)``.
+
+    Mutates: ``q``, and row ``positions[t]`` of ``k_cache`` and ``v_cache`` for each token.
+
+    Raises:
+        TypeError: a non-device array; dtypes that differ or are unsupported; positions
+            not int32/int64; ``is_neox`` not a bool.
+        ValueError: shapes that disagree; a rotary_dim that is odd or beyond head_dim;
+            heads of a written array overlapping; written arrays overlapping inputs or
+            each other; a position out of range (with ``check_positions``).
+
+    References:
+        Su et al., "RoFormer", 2021 (arXiv:2104.09864); vLLM's ``rotary_embedding`` and
+        ``reshape_and_cache``; FlashInfer's ``apply_rope_with_cos_sin_cache_inplace`` and
+        ``append_paged_kv_cache``.
+    """
+    arrays, scalars = (q, k, v, positions, cos_sin_cache, k_cache, v_cache), (is_neox,)
+    if _arrays.flag(check_positions, "check_positions"):
+        # Before the launch, on checked arrays: a bad position must not reach the cache.
+        q, k, v, positions, cos_sin_cache, k_cache, v_cache = _ROPE_KV_APPEND.intake(arrays, scalars)
+        _rope._check_positions_in_range(positions, min(cos_sin_cache.shape[0], k_cache.shape[0]),
+                                        "the rows of cos_sin_cache and of k_cache")
+    return _ROPE_KV_APPEND(arrays, scalars)
+
+
+def decode_attention(q, k_cache, v_cache, positions, *, scale=None, out=None, workspace=None):
+    """Causal grouped-query attention of a few new tokens over a KV cache (flash-decoding).
+
+    ``out[t, h] = sum_{p <= positions[t]} softmax_p(scale * q[t, h] . k_cache[p, g]) v_cache[p, g]``
+    with ``g = h // (num_heads // num_kv_heads)``: token ``t`` attends to cache rows
+    ``0 .. positions[t]`` (its own row included: append it first, e.g. with
+    :func:`rope_kv_append`). fp32 math, one rounding to q's dtype.
+
+    Parameters:
+        q: device array ``(num_tokens, num_heads, head_dim)``, float16, bfloat16 or
+            float32, head_dim 64 or 128; token and head strides multiples of 16 bytes.
+        k_cache, v_cache: ``(max_tokens, num_kv_heads, head_dim)`` of q's dtype,
+            num_kv_heads dividing num_heads; strides multiples of 16 bytes.
+        positions: ``(num_tokens,)`` int32 or int64 on the device (read by the kernel,
+            so a captured graph sees each step's value). Rows past ``max_tokens - 1``
+            are clamped to the cache; a negative position attends to nothing (output 0).
+        scale: the logit scale, default ``1 / sqrt(head_dim)``; finite and > 0.
+        out: optional ``(num_tokens, num_heads, head_dim)`` of q's dtype.
+        workspace: optional float32 vector of at least :func:`workspace_size` elements,
+            for long caches (more than 1024 rows), which are split over blocks and
+            combined by a second launch; allocated per call if not given (a captured
+            graph must pass it).
+
+    Returns:
+        ``out`` (allocated if not given).
+
+    Mutates: ``out`` (and ``workspace``) only.
+
+    Raises:
+        TypeError: a non-device array; dtypes that differ or are unsupported; positions
+            not int32/int64; a workspace not float32.
+        ValueError: shapes that disagree; an unsupported head_dim; num_kv_heads not
+            dividing num_heads; misaligned strides; a bad ``scale``; a workspace too
+            small; ``out`` overlapping an input.
+
+    Notes:
+        The online softmax runs in base 2 (``exp2f`` of logits times ``scale *
+        log2(e)``); states merge in a fixed order (lane groups, warps, then splits), so
+        results do not depend on the batch.
+
+    References:
+        Dao et al., "Flash-Decoding for long-context inference", 2023; Milakov &
+        Gimelshein, "Online normalizer calculation for softmax", 2018
+        (arXiv:1805.02867); Ainslie et al., "GQA", 2023 (arXiv:2305.13245).
+    """
+    return _DECODE_ATTENTION((q, k_cache, v_cache, positions, out, workspace), (scale,))

@@ -1,0 +1,288 @@
+"""Decode-size matrix products with fused norm and epilogue (kernels_cu/gemv.cu):
+gemv, gemv_add_residual, rms_norm_gemv, rms_norm_gemv_silu_and_mul.
+
+A decode step multiplies 1-16 token rows by each weight matrix; cuBLAS is slow to start
+for so few rows and cannot run inside a CUDA graph that CuPy captures (its calls raise
+during capture). These kernels read each weight row once with one warp, accumulate in
+fp32 and fuse what sits around the product in a Llama layer: the RMSNorm before it (QKV,
+gate/up, LM head), the SiLU gate after it, the residual add after it (o_proj, down).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cupykern import _arrays, _dtypes, launcher, plans
+from cupykern.jit import KernelTemplate
+
+__all__ = ["gemv", "gemv_add_residual", "rms_norm_gemv", "rms_norm_gemv_silu_and_mul"]
+
+GEMV = KernelTemplate("gemv.cu", "gemv_kernel")
+
+#: kEpilogue of gemv_kernel (gemv.cu).
+GEMV_EPILOGUES = {"store": 0, "add_residual": 1, "silu_and_mul": 2}
+
+#: (kNorm, epilogue, float32 output allowed) of each op.
+_VARIANTS = {
+    "gemv": (False, "store", True),
+    "gemv_add_residual": (False, "add_residual", False),
+    "rms_norm_gemv": (True, "store", True),
+    "rms_norm_gemv_silu_and_mul": (True, "silu_and_mul", False),
+}
+
+
+def _template_args(dtype, out_dtype, norm: bool, epilogue: str, vec_width: int, max_tokens: int) -> tuple:
+    return (_dtypes.c_type(dtype), _dtypes.c_type(out_dtype), norm, GEMV_EPILOGUES[epilogue], vec_width, max_tokens)
+
+
+def instantiations() -> dict[KernelTemplate, list[str]]:
+    """Every instantiation of this family: variant x dtype (x float32 output) x vector x max tokens."""
+    exprs = []
+    for norm, epilogue, f32_out in _VARIANTS.values():
+        for d in _dtypes.DTYPES:
+            for out_dtype in sorted({d, _dtypes.float32} if f32_out else {d}, key=str):
+                for v in sorted({1, _dtypes.vec_width(d)}):
+                    exprs += [GEMV.expr(*_template_args(d, out_dtype, norm, epilogue, v, m))
+                              for m in plans.GEMV_MAX_TOKENS]
+    return {GEMV: exprs}
+
+
+# ----------------------------------------------------------------- intake and plan
+def _weight(sig, name: str, dtype, k: int, rows: int, what: str) -> tuple[_arrays.Sig, int]:
+    """A weight matrix ``(rows, k)`` of ``dtype`` with a unit-stride last axis; returns it
+    and its row stride in elements."""
+    sig = _arrays.required(sig, name, f"a device array ({what})")
+    _arrays.check_dtype(sig, dtype, name, "the dtype of x")
+    if len(sig.shape) != 2:
+        raise ValueError(f"{name}: expected a 2-d array ({what}), got shape {tuple(sig.shape)}")
+    _arrays.check_shape(sig, (rows, k), name)
+    _arrays.element_aligned(sig, name)
+    w_rows = _arrays.rows_of(sig, name)
+    return sig, w_rows.row_stride
+
+
+def _out_dtype(value, dtype, f32_allowed: bool):
+    if value is None:
+        return dtype
+    try:
+        out_dtype = np.dtype(value)
+    except TypeError:
+        raise TypeError(f"out_dtype: expected None, x's dtype or float32, got {value!r}") from None
+    if out_dtype != dtype and not (f32_allowed and out_dtype == _dtypes.float32):
+        raise TypeError(f"out_dtype: expected None, x's dtype {dtype} or float32, got {out_dtype}")
+    return out_dtype
+
+
+def _prepare(op: str):
+    norm, epilogue, f32_allowed = _VARIANTS[op]
+    silu = epilogue == "silu_and_mul"
+    residual_out = epilogue == "add_residual"
+    weight_name = "gate_up_weight" if silu else "weight"
+
+    def prepare(a: launcher.Args) -> launcher.Launch:
+        x, rows = _arrays.row_input(a.x)
+        if x.dtype not in _dtypes.DTYPES:
+            _arrays.supported_dtype(x, "x")
+        k = rows.hidden_size
+        w_sig = _arrays.required(getattr(a, weight_name), weight_name, "a device array (n, k)")
+        if len(w_sig.shape) != 2:
+            raise ValueError(f"{weight_name}: expected a 2-d array (out_features, {k}), got shape "
+                             f"{tuple(w_sig.shape)}")
+        n_rows = w_sig.shape[0]
+        if silu and n_rows % 2:
+            raise ValueError(f"{weight_name}: expected an even number of rows (gate rows, then up rows), got "
+                             f"{n_rows}")
+        n_out = n_rows // 2 if silu else n_rows
+        what = f"{'2 * d' if silu else 'out_features'}, {k}"
+        weight, w_stride = _weight(w_sig, weight_name, x.dtype, k, n_rows, what)
+        norm_weight = (_arrays.vector(a.norm_weight, "norm_weight", x.dtype, k, what="the dtype of x")
+                       if norm else None)
+        eps = _arrays.eps(a.eps) if norm else np.float32(0)
+        out_shape = (*x.shape[:-1], n_out)
+        if residual_out:
+            out = _arrays.required(a.residual, "residual", f"a device array {out_shape}")
+            _arrays.check_dtype(out, x.dtype, "residual", "the dtype of x")
+            _arrays.check_shape(out, out_shape, "residual")
+            _arrays.element_aligned(out, "residual")
+            out_name, allocate = "residual", ()
+        else:
+            out_dtype = _out_dtype(a.out_dtype, x.dtype, True) if f32_allowed else x.dtype
+            out, allocate = launcher.output(a.out, "out", out_shape, out_dtype)
+            out_name = "out"
+        out_rows = _arrays.written_rows(out, out_name)
+        if rows.num_rows > plans.GEMV_MAX_TOKENS[-1]:
+            raise ValueError(f"x: {op} takes at most {plans.GEMV_MAX_TOKENS[-1]} rows (decode-size batches), got "
+                             f"{rows.num_rows}; use cupy.matmul for more")
+        disjoint = tuple(launcher.Disjoint(name, out_name) for name in ("x", weight_name, "norm_weight")
+                         if name != "norm_weight" or norm)
+        if rows.num_rows == 0 or n_out == 0:
+            return launcher.Launch(None, allocate=allocate, returns=out_name)
+        vw = _dtypes.vec_width(x.dtype)
+        aligned = k % vw == 0 and _arrays.vector_aligned(vw, (x, rows.row_stride), (weight, w_stride),
+                                                         (norm_weight, 0))
+        plan = plans.plan_gemv(rows.num_rows, n_out, x.dtype, aligned=aligned, limits=a.limits,
+                               overrides=a.overrides, op=op)
+        return launcher.Launch(
+            GEMV, _template_args(x.dtype, out.dtype, norm, epilogue, plan.vec_width, plan.max_tokens), plan,
+            pointers=(out_name, "x", weight_name, "norm_weight" if norm else "x"),
+            scalars=(np.int32(rows.num_rows), *map(np.int64, (k, n_out, rows.row_stride, w_stride,
+                                                              out_rows.row_stride)), eps),
+            allocate=allocate, returns=out_name, disjoint=disjoint)
+    return prepare
+
+
+_GEMV = launcher.Op("gemv", arrays=("x", "weight", "out"), scalars=("out_dtype",), prepare=_prepare("gemv"),
+                    plan_kind="gemv")
+_GEMV_ADD_RESIDUAL = launcher.Op("gemv_add_residual", arrays=("x", "weight", "residual"),
+                                 prepare=_prepare("gemv_add_residual"), plan_kind="gemv")
+_RMS_NORM_GEMV = launcher.Op("rms_norm_gemv", arrays=("x", "norm_weight", "weight", "out"),
+                             scalars=("eps", "out_dtype"), prepare=_prepare("rms_norm_gemv"), plan_kind="gemv")
+_RMS_NORM_GEMV_SILU_AND_MUL = launcher.Op("rms_norm_gemv_silu_and_mul",
+                                          arrays=("x", "norm_weight", "gate_up_weight", "out"), scalars=("eps",),
+                                          prepare=_prepare("rms_norm_gemv_silu_and_mul"), plan_kind="gemv")
+
+
+# ----------------------------------------------------------------- public API
+def gemv(x, weight, *, out=None, out_dtype=None):
+    """Decode-size matrix product ``out = x @ weight.T`` (1-16 rows; fp32 accumulation).
+
+    Parameters:
+        x: device array ``(..., k)`` with at most 16 rows (the leading axes' product),
+            float16, bfloat16 or float32; unit-stride last axis, rows one stride apart.
+        weight: ``(n, k)`` of x's dtype (a ``torch.nn.Linear`` weight: out_features x
+            in_features), unit-stride rows, any row stride.
+        out: optional ``(..., n)`` array to write into (of ``out_dtype``).
+        out_dtype: None (x's dtype) or float32 (unrounded fp32 sums, e.g. logits).
+
+    Returns:
+        ``out`` (allocated if not given), shape ``(..., n)``.
+
+    Mutates: ``out`` only.
+
+    Raises:
+        TypeError: a non-device or NumPy array; dtypes that differ or are unsupported;
+            an ``out_dtype`` other than x's dtype or float32.
+        ValueError: ``weight`` not 2-d or of another ``k``; more than 16 rows; a wrong
+            ``out`` shape; layouts as :func:`cupykern.rms_norm`; ``out`` overlapping an
+            input; an array on another GPU.
+
+    Notes:
+        fp32 accumulation: each lane sums its 16-byte slices of the row in index order,
+        then a butterfly over the warp adds the 32 lanes, an order fixed by ``k`` alone:
+        a token's result is the same bits in any batch (1 to 16 rows). Rounded once to
+        the output dtype. Runs in a captured CUDA graph (no cuBLAS).
+
+    References:
+        The decode GEMV of vLLM and llama.cpp's ``mul_mat_vec`` (one warp per output row).
+    """
+    return _GEMV((x, weight, out), (out_dtype,))
+
+
+def gemv_add_residual(x, weight, residual):
+    """``residual += x @ weight.T`` in place, rounded once.
+
+    ``residual = round(residual + x @ weight.T)`` with the fp32 product: the residual
+    update of a Llama layer after o_proj and down_proj (the add half of vLLM's
+    ``fused_add_rms_norm``, moved into the GEMV's epilogue). An unfused GEMM + add
+    rounds twice (the product to the dtype, then the sum); one rounding is closer to
+    the exact value, by up to a unit in the last place of the product where the add
+    cancels.
+
+    Parameters:
+        x: device array ``(..., k)``, at most 16 rows, float16, bfloat16 or float32.
+        weight: ``(n, k)`` of x's dtype, unit-stride rows.
+        residual: ``(..., n)`` of x's dtype, updated in place; must not overlap x or weight.
+
+    Returns:
+        ``residual``.
+
+    Mutates: ``residual`` only.
+
+    Raises:
+        TypeError, ValueError: as :func:`gemv` (``residual`` in place of ``out``).
+
+    Notes:
+        fp32 accumulation: each lane sums its 16-byte slices of the row in index order,
+        then a butterfly over the warp adds the 32 lanes, an order fixed by ``k`` alone:
+        a token's result is the same bits in any batch (1 to 16 rows).
+
+    References:
+        Residual stream of Llama (Touvron et al. 2023, arXiv:2302.13971); the epilogue
+        fusion of the "no bubbles" megakernel (Hazy Research, 2025).
+    """
+    return _GEMV_ADD_RESIDUAL((x, weight, residual))
+
+
+def rms_norm_gemv(x, norm_weight, weight, eps=1e-6, *, out=None, out_dtype=None):
+    """``out = rms_norm(x, norm_weight, eps) @ weight.T`` in one launch (1-16 rows).
+
+    The normalised row ``xn = round(x / sqrt(mean(x**2) + eps) * norm_weight)`` is rounded
+    to x's dtype as :func:`cupykern.rms_norm` stores it, then multiplied with fp32
+    accumulation: the QKV projection after a layer's input norm, or the LM head after
+    the final norm (``out_dtype=float32``: logits not rounded to 16 bits).
+
+    Parameters:
+        x: device array ``(..., k)``, at most 16 rows, float16, bfloat16 or float32.
+        norm_weight: ``(k,)`` of x's dtype, the RMSNorm weight.
+        weight: ``(n, k)`` of x's dtype, unit-stride rows.
+        eps: finite, >= 0 (added to the mean square).
+        out: optional ``(..., n)`` of ``out_dtype``.
+        out_dtype: None (x's dtype) or float32.
+
+    Returns:
+        ``out`` (allocated if not given), shape ``(..., n)``.
+
+    Mutates: ``out`` only.
+
+    Raises:
+        TypeError, ValueError: as :func:`gemv`; a ``norm_weight`` of another dtype or
+            length; a bad ``eps``.
+
+    Notes:
+        The mean square is reduced by one warp per row in an order fixed by ``k``.
+        fp32 accumulation: each lane sums its 16-byte slices of the row in index order,
+        then a butterfly over the warp adds the 32 lanes, an order fixed by ``k`` alone:
+        a token's result is the same bits in any batch (1 to 16 rows).
+
+    References:
+        RMSNorm, Zhang & Sennrich 2019 (arXiv:1910.07467); the fused norm + QKV
+        instruction of the "no bubbles" megakernel (Hazy Research, 2025).
+    """
+    return _RMS_NORM_GEMV((x, norm_weight, weight, out), (eps, out_dtype))
+
+
+def rms_norm_gemv_silu_and_mul(x, norm_weight, gate_up_weight, eps=1e-6, *, out=None):
+    """A Llama MLP's first half in one launch: ``silu_and_mul(rms_norm(x) @ gate_up_weight.T)``.
+
+    ``xn = round(rms_norm(x))`` as in :func:`rms_norm_gemv`; then for each ``j < d``
+    ``out[..., j] = round(silu(g) * u)`` with ``g = round(xn . gate_up_weight[j])`` and
+    ``u = round(xn . gate_up_weight[d + j])``: the rounding points of a GEMM that writes
+    the fused gate_up product followed by :func:`cupykern.silu_and_mul`.
+
+    Parameters:
+        x: device array ``(..., k)``, at most 16 rows, float16, bfloat16 or float32.
+        norm_weight: ``(k,)`` of x's dtype (the post-attention norm).
+        gate_up_weight: ``(2 * d, k)`` of x's dtype: the d gate rows, then the d up rows.
+        eps: finite, >= 0.
+        out: optional ``(..., d)`` of x's dtype.
+
+    Returns:
+        ``out`` (allocated if not given), shape ``(..., d)``.
+
+    Mutates: ``out`` only.
+
+    Raises:
+        TypeError, ValueError: as :func:`rms_norm_gemv`; an odd number of rows in
+            ``gate_up_weight``.
+
+    Notes:
+        SiLU as :func:`cupykern.silu_and_mul` (fast intrinsics for 16-bit dtypes).
+        fp32 accumulation: each lane sums its 16-byte slices of the row in index order,
+        then a butterfly over the warp adds the 32 lanes, an order fixed by ``k`` alone:
+        a token's result is the same bits in any batch (1 to 16 rows).
+
+    References:
+        SwiGLU, Shazeer 2020 (arXiv:2002.05202); RMSNorm, Zhang & Sennrich 2019
+        (arXiv:1910.07467).
+    """
+    return _RMS_NORM_GEMV_SILU_AND_MUL((x, norm_weight, gate_up_weight, out), (eps,))

@@ -1,0 +1,92 @@
+"""float64 references of kernels_cu/tokens.cu: sample_tokens, embedding, append_tokens.
+
+:func:`philox4x32_10` is the counter-based generator the sampling kernel uses, in NumPy
+(uint64 arithmetic, vectorised over counters), so the reference draws the same noise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cupykern.reference._common import f64, host
+
+__all__ = ["append_tokens", "embedding", "philox4x32_10", "sample_tokens"]
+
+_M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+_W0, _W1 = 0x9E3779B9, 0xBB67AE85
+_MASK = np.uint64(0xFFFFFFFF)
+
+
+def philox4x32_10(counter, key) -> np.ndarray:
+    """Philox4x32-10 (Salmon et al., SC 2011; Random123's constants): ``counter`` an
+    ``(..., 4)`` array of uint32 words, ``key`` two uint32 words; returns ``(..., 4)`` uint32."""
+    c = np.asarray(counter, dtype=np.uint64)
+    x, y, z, w = (c[..., i] for i in range(4))
+    k0, k1 = int(key[0]), int(key[1])
+    for _ in range(10):
+        p0, p1 = _M0 * x, _M1 * z  # exact: 32 x 32 bits fit in 64
+        hi0, lo0 = p0 >> np.uint64(32), p0 & _MASK
+        hi1, lo1 = p1 >> np.uint64(32), p1 & _MASK
+        x, y, z, w = hi1 ^ y ^ np.uint64(k0), lo1, hi0 ^ w ^ np.uint64(k1), lo0
+        k0, k1 = (k0 + _W0) & 0xFFFFFFFF, (k1 + _W1) & 0xFFFFFFFF
+    return np.stack([x, y, z, w], axis=-1).astype(np.uint32)
+
+
+def gumbel_noise(vocab_size: int, counter: int, seed: int) -> np.ndarray:
+    """``-log(-log(u_i))`` for ``i < vocab_size``, float64, with the kernel's ``u_i``:
+    ``((x >> 8) + 0.5) / 2**24``, ``x`` the first Philox word at counter ``(i, counter, 0, 0)``
+    and key ``(seed mod 2**32, seed // 2**32)``."""
+    counters = np.zeros((vocab_size, 4), dtype=np.uint64)
+    counters[:, 0] = np.arange(vocab_size, dtype=np.uint64)
+    counters[:, 1] = np.uint64(counter & 0xFFFFFFFF)
+    words = philox4x32_10(counters, (seed & 0xFFFFFFFF, seed >> 32))[:, 0]
+    u = ((words >> np.uint32(8)).astype(np.float64) + 0.5) * 2.0**-24
+    return -np.log(-np.log(u))
+
+
+_FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def sample_tokens(logits, *, temperature=0.0, seed=0, positions=None, out=None) -> np.ndarray:
+    """The kernel's choice per row: the first argmax of ``logits[t]`` (temperature 0, or
+    below float32's smallest normal number, which the kernel flushes to 0) or of
+    ``logits[t] + temperature * gumbel_noise(vocab, positions[t], seed)`` computed in
+    float64 and rounded once to float32 (the kernel's ``fmaf``, so ties between
+    perturbed logits break alike); ``-n`` for a row with ``n`` NaN or infinite logits.
+    int64 array."""
+    rows = f64(logits)
+    pos = host(positions).astype(np.int64).reshape(-1) if positions is not None else np.zeros(len(rows), np.int64)
+    result = np.empty(rows.shape[0], dtype=np.int64)
+    for t, row in enumerate(rows):
+        bad = int((~np.isfinite(row)).sum())
+        if bad:
+            result[t] = -bad
+            continue
+        if float(temperature) < _FLOAT32_TINY:
+            z = row
+        else:
+            z = (row + float(temperature) * gumbel_noise(row.size, int(pos[t]), int(seed))).astype(np.float32)
+        result[t] = int(np.argmax(z))
+    return result
+
+
+def embedding(token_ids, weight, *, out=None, check_ids=True) -> np.ndarray:
+    """``weight[token_ids]`` in float64; an id outside the table gives a row of NaN (as
+    the kernel writes without ``check_ids``)."""
+    ids = host(token_ids).astype(np.int64).reshape(-1)
+    table = f64(weight)
+    valid = (ids >= 0) & (ids < table.shape[0])
+    rows = table[np.where(valid, ids, 0)]
+    rows[~valid] = np.nan
+    return rows
+
+
+def append_tokens(tokens, positions, history):
+    """``(positions + 1, history with history[b, positions[b] + 1] = tokens[b])`` as int64
+    arrays (the write skipped past the history's end)."""
+    new_positions = host(positions).astype(np.int64) + 1
+    after = host(history).astype(np.int64).copy()
+    for b, (p, token) in enumerate(zip(new_positions, host(tokens).astype(np.int64))):
+        if 0 <= p < after.shape[1]:
+            after[b, p] = token
+    return new_positions, after

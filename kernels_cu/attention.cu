@@ -1,0 +1,249 @@
+// attention.cu: the KV-cache side of a decode step.
+//   rope_kv_append_kernel    RoPE on q (in place) and k; k and v written to the cache row
+//                            of each token's position (read from device memory)
+//   decode_attention_kernel  softmax(q k^T * scale) v over cache rows [0, position] for
+//                            grouped-query heads, split over the cache (flash-decoding):
+//                            one split writes the output, more write partials ...
+//   attention_combine_kernel ... that this kernel merges
+//
+// Part of the decode kernels (gemv.cu, attention.cu, tokens.cu): each can run inside a
+// captured CUDA graph, since every size it needs from the sequence (position, length) is
+// read from device memory, so a replay needs no new kernel arguments.
+//
+// Sources: RoPE, Su et al. 2021 (arXiv:2104.09864), vLLM's cos_sin_cache layout ([cos |
+// sin] per position, rotary_dim values) and its rotary_embedding + reshape_and_cache pair;
+// split-KV decoding, Dao et al., "Flash-Decoding for long-context inference" (2023); the
+// online softmax, Milakov & Gimelshein 2018 (arXiv:1805.02867); grouped-query attention,
+// Ainslie et al. 2023 (arXiv:2305.13245).
+#include <cupykern/vec.cuh>
+#include <cupykern/reduce.cuh>
+
+using namespace cupykern;
+
+// ---------------------------------------------------------------- RoPE + KV append
+// One block per token (blockIdx.x = t), threads over heads x pairs. For the token at
+// position p = positions[t] (skipped whole when p is outside [0, num_positions) or
+// [0, cache_rows): the Python side checks positions unless told not to):
+//   q[t, h] rotated in place (pairs (i, i + rotary_dim/2) when kIsNeox, else (2i, 2i+1));
+//   k_cache[p, h] = rotate(k[t, h]), v_cache[p, h] = v[t, h]; dims past rotary_dim copied.
+// cos_sin_cache: [num_positions, rotary_dim], cos then sin (CacheT float or T).
+// Mutates q, k_cache, v_cache. k and v are read only (they may be views of a fused QKV
+// buffer beside q).
+template <typename T, typename CacheT, typename IdxT, bool kIsNeox>
+__global__ void __launch_bounds__(256) rope_kv_append_kernel(
+    T* q, T* k_cache, T* v_cache, const T* k, const T* v, const IdxT* positions, const CacheT* cos_sin_cache,
+    int num_heads, int num_kv_heads, int head_dim, int rotary_dim,
+    int64_t q_token_stride, int64_t q_head_stride, int64_t k_token_stride, int64_t k_head_stride,
+    int64_t v_token_stride, int64_t v_head_stride, int64_t kc_row_stride, int64_t kc_head_stride,
+    int64_t vc_row_stride, int64_t vc_head_stride, int64_t num_positions, int64_t cache_rows) {
+  const int t = blockIdx.x;
+  const int64_t p = static_cast<int64_t>(positions[t]);
+  if (p < 0 || p >= num_positions || p >= cache_rows) return;
+  const int half = rotary_dim / 2;
+  const CacheT* cos = cos_sin_cache + p * rotary_dim;
+  const CacheT* sin = cos + half;
+
+  // q: each thread rotates whole pairs in place (both elements read before either is written).
+  for (int idx = threadIdx.x; idx < num_heads * half; idx += blockDim.x) {
+    const int h = idx / half, i = idx - h * half;
+    T* row = q + t * q_token_stride + h * q_head_stride;
+    const int a = kIsNeox ? i : 2 * i, b = kIsNeox ? i + half : 2 * i + 1;
+    const float x0 = to_float(row[a]), x1 = to_float(row[b]);
+    const float c = to_float(cos[i]), s = to_float(sin[i]);
+    row[a] = from_float<T>(x0 * c - x1 * s);
+    row[b] = from_float<T>(x1 * c + x0 * s);
+  }
+  // k and v: one output element per thread, into the cache row of position p.
+  for (int idx = threadIdx.x; idx < num_kv_heads * head_dim; idx += blockDim.x) {
+    const int h = idx / head_dim, d = idx - h * head_dim;
+    const T* k_row = k + t * k_token_stride + h * k_head_stride;
+    float y = to_float(k_row[d]);
+    if (d < rotary_dim) {
+      int i, partner;
+      bool first;
+      if (kIsNeox) {
+        first = d < half;
+        i = first ? d : d - half;
+        partner = first ? d + half : d - half;
+      } else {
+        first = (d & 1) == 0;
+        i = d >> 1;
+        partner = first ? d + 1 : d - 1;
+      }
+      const float c = to_float(cos[i]), s = to_float(sin[i]);
+      const float other = to_float(k_row[partner]);
+      y = first ? y * c - other * s : y * c + other * s;
+    }
+    k_cache[p * kc_row_stride + h * kc_head_stride + d] = from_float<T>(y);
+    v_cache[p * vc_row_stride + h * vc_head_stride + d] = v[t * v_token_stride + h * v_head_stride + d];
+  }
+}
+
+// ---------------------------------------------------------------- decode attention
+// Warps per block of decode_attention_kernel; cupykern/plans.py::ATTENTION_WARPS mirrors it.
+constexpr int kAttnWarps = 8;
+
+// Online-softmax state of one lane group: running max m (base-2 logits), sum l, and the
+// lane's kVec accumulated output dims.
+template <int kVec>
+struct SoftmaxState {
+  float m, l, acc[kVec];
+};
+
+// Merges state b into a (both in base-2 units). Empty states have m = -inf, l = 0.
+template <int kVec>
+__device__ __forceinline__ void merge_state(SoftmaxState<kVec>& a, const SoftmaxState<kVec>& b) {
+  const float m = fmaxf(a.m, b.m);
+  if (m == -positive_infinity()) return;  // both empty
+  const float ca = exp2f(a.m - m), cb = exp2f(b.m - m);
+  a.l = a.l * ca + b.l * cb;
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) a.acc[e] = a.acc[e] * ca + b.acc[e] * cb;
+  a.m = m;
+}
+
+// Grid (num_heads, num_tokens, num_splits), block kAttnWarps * 32. Query head h of token t
+// attends to cache rows [0, positions[t]] of kv head h / group (grouped-query attention),
+// split s covering rows [s * split_size, (s + 1) * split_size). A lane group of
+// kHeadDim / kVec lanes holds one cache row (16-byte vectors); a warp takes 32 / (kHeadDim
+// / kVec) rows at a time, each warp strides by kAttnWarps such batches. States merge in a
+// fixed order: lane groups by a butterfly, then warps 0, 1, ... in shared memory.
+// kSplit false (one split): out[t, h] = round(sum_p softmax_p v_p). kSplit true: the
+// split's normalised output and its log2-sum-exp go to partial_out / partial_lse for
+// attention_combine_kernel. Positions past cache_rows are clamped to the cache; a
+// negative position attends to nothing (output 0).
+// Mutates out (or the partials) only.
+template <typename T, typename IdxT, int kHeadDim, bool kSplit>
+__global__ void __launch_bounds__(kAttnWarps * 32) decode_attention_kernel(
+    T* out, float* partial_out, float* partial_lse, const T* q, const T* k_cache, const T* v_cache,
+    const IdxT* positions, int group, int64_t q_token_stride, int64_t q_head_stride, int64_t kc_row_stride,
+    int64_t kc_head_stride, int64_t vc_row_stride, int64_t vc_head_stride, int64_t out_token_stride,
+    int64_t out_head_stride, int64_t cache_rows, int64_t split_size, float scale_log2) {
+  constexpr int kVec = 16 / sizeof(T);
+  constexpr int kLanesPerRow = kHeadDim / kVec;
+  static_assert(kLanesPerRow >= 1 && kLanesPerRow <= 32 && 32 % kLanesPerRow == 0, "head_dim / vector mismatch");
+  constexpr int kRowsPerWarp = 32 / kLanesPerRow;
+  using V = Vec<T, kVec>;
+  const int h = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
+  const int num_heads = gridDim.x, num_splits = gridDim.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int slot = lane / kLanesPerRow, part = lane % kLanesPerRow;
+  const int kv_head = h / group;
+
+  const int64_t length = min(static_cast<int64_t>(positions[t]) + 1, cache_rows);
+  const int64_t begin = split * split_size;
+  const int64_t end = min(begin + split_size, length);
+
+  float qv[kVec];
+  {
+    const V v = load_vec<T, kVec>(q + t * q_token_stride + h * q_head_stride + part * kVec);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) qv[e] = to_float(v.elt[e]) * scale_log2;  // logits in base 2
+  }
+  SoftmaxState<kVec> st;
+  st.m = -positive_infinity();
+  st.l = 0.0f;
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) st.acc[e] = 0.0f;
+
+  const T* k_base = k_cache + kv_head * kc_head_stride + part * kVec;
+  const T* v_base = v_cache + kv_head * vc_head_stride + part * kVec;
+  // Every lane runs the same trip count (the butterfly needs the whole warp).
+  for (int64_t base = begin + warp * kRowsPerWarp; base < end; base += kAttnWarps * kRowsPerWarp) {
+    const int64_t p = base + slot;
+    const bool valid = p < end;
+    float s = 0.0f;
+    V kv, vv;
+    if (valid) {
+      kv = load_vec<T, kVec>(k_base + p * kc_row_stride);
+      vv = load_vec<T, kVec>(v_base + p * vc_row_stride);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) s = fmaf(qv[e], to_float(kv.elt[e]), s);
+    }
+    s = warp_reduce<SumOp, kLanesPerRow>(s);
+    if (valid) {
+      const float m = fmaxf(st.m, s);
+      const float c = exp2f(st.m - m), w = exp2f(s - m);
+      st.l = st.l * c + w;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) st.acc[e] = st.acc[e] * c + w * to_float(vv.elt[e]);
+      st.m = m;
+    }
+  }
+  // Lane groups of a warp: butterfly over the slot bits.
+#pragma unroll
+  for (int offset = kLanesPerRow; offset < 32; offset <<= 1) {
+    SoftmaxState<kVec> other;
+    other.m = __shfl_xor_sync(0xffffffffu, st.m, offset);
+    other.l = __shfl_xor_sync(0xffffffffu, st.l, offset);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) other.acc[e] = __shfl_xor_sync(0xffffffffu, st.acc[e], offset);
+    // Lower slot first, so both partners compute the same bits.
+    if (slot & (offset / kLanesPerRow)) {
+      merge_state(other, st);
+      st = other;
+    } else {
+      merge_state(st, other);
+    }
+  }
+  // Warps: through shared memory, in warp order.
+  __shared__ float s_m[kAttnWarps], s_l[kAttnWarps];
+  __shared__ float s_acc[kAttnWarps][kHeadDim];
+  if (slot == 0) {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) s_acc[warp][part * kVec + e] = st.acc[e];
+    if (part == 0) {
+      s_m[warp] = st.m;
+      s_l[warp] = st.l;
+    }
+  }
+  __syncthreads();
+  if (warp == 0 && slot == 0) {
+    SoftmaxState<kVec> total;
+    total.m = s_m[0];
+    total.l = s_l[0];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) total.acc[e] = s_acc[0][part * kVec + e];
+    for (int w = 1; w < kAttnWarps; ++w) {
+      SoftmaxState<kVec> other;
+      other.m = s_m[w];
+      other.l = s_l[w];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) other.acc[e] = s_acc[w][part * kVec + e];
+      merge_state(total, other);
+    }
+    const float inv_l = total.l > 0.0f ? 1.0f / total.l : 0.0f;  // empty: output 0
+    if constexpr (kSplit) {
+      const int64_t row = (static_cast<int64_t>(t) * num_heads + h) * num_splits + split;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) partial_out[row * kHeadDim + part * kVec + e] = total.acc[e] * inv_l;
+      if (part == 0) partial_lse[row] = total.l > 0.0f ? total.m + log2f(total.l) : -positive_infinity();
+    } else {
+      float y[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) y[e] = total.acc[e] * inv_l;
+      store_rounded<T, kVec>(out + t * out_token_stride + h * out_head_stride + part * kVec, y);
+    }
+  }
+}
+
+// Grid (num_heads, num_tokens), block kHeadDim threads: merges the num_splits partials of
+// (t, h) in split order, weights exp2(lse_s - max lse), and rounds once to T.
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kHeadDim) attention_combine_kernel(
+    T* out, const float* partial_out, const float* partial_lse, int num_splits, int64_t out_token_stride,
+    int64_t out_head_stride) {
+  const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
+  const int64_t row0 = (static_cast<int64_t>(t) * gridDim.x + h) * num_splits;
+  float m = -positive_infinity();
+  for (int s = 0; s < num_splits; ++s) m = fmaxf(m, partial_lse[row0 + s]);
+  float num = 0.0f, den = 0.0f;
+  if (m != -positive_infinity()) {
+    for (int s = 0; s < num_splits; ++s) {
+      const float w = exp2f(partial_lse[row0 + s] - m);
+      num += w * partial_out[(row0 + s) * kHeadDim + d];
+      den += w;
+    }
+  }
+  out[t * out_token_stride + h * out_head_stride + d] = from_float<T>(den > 0.0f ? num / den : 0.0f);
+}

@@ -1,0 +1,231 @@
+"""attention family: rope_kv_append, decode_attention (kernels_cu/attention.cu).
+
+CPU: instantiations, intake checks, the split rule, reference properties. GPU
+(marked): against the float64 reference over dtypes, head_dim 64/128, GQA groups, one
+split and several; positions out of range; replays in a captured graph with the
+position advanced on the device.
+"""
+
+from __future__ import annotations
+
+import math
+
+import cupy
+import numpy as np
+import pytest
+
+import cupykern
+from cupykern import _dtypes, plans, reference
+from cupykern.ops import attention
+from tests.helpers import (
+    DTYPE_IDS,
+    DTYPES,
+    assert_close,
+    contiguous,
+    prepare_args,
+    random_device,
+)
+
+
+def _table(rows, rotary_dim, base=10000.0):
+    return cupykern.rope_cos_sin_cache(rows, rotary_dim, base) if cupykern.environment.gpu_available() else None
+
+
+# ----------------------------------------------------------------- CPU
+def test_split_rule_keeps_short_caches_whole_and_splits_long_ones():
+    short = plans.plan_attention(1, 9, 265, _dtypes.float16, limits=plans.H200_LIMITS)
+    assert short.num_splits == 1 and short.grid == (9, 1, 1)
+    long = plans.plan_attention(1, 32, 8192, _dtypes.float16, limits=plans.H200_LIMITS)
+    assert long.num_splits == 9 and long.split_size * long.num_splits >= 8192  # ~2 blocks per SM
+    assert plans.plan_attention(64, 32, 8192, _dtypes.float16, limits=plans.H200_LIMITS).num_splits == 1
+
+
+def _attention_args(**over):
+    values = dict(q=contiguous((1, 8, 64), np.float16), k_cache=contiguous((100, 2, 64), np.float16),
+                  v_cache=contiguous((100, 2, 64), np.float16), positions=contiguous((1,), np.int32), out=None,
+                  workspace=None, scale=None)
+    values.update(over)
+    return prepare_args("decode_attention", **values)
+
+
+@pytest.mark.parametrize("over, error, match", [
+    (dict(q=contiguous((1, 8, 96), np.float16), k_cache=contiguous((100, 2, 96), np.float16),
+          v_cache=contiguous((100, 2, 96), np.float16)), ValueError, "head_dim 96 is not supported"),
+    (dict(k_cache=contiguous((100, 3, 64), np.float16), v_cache=contiguous((100, 3, 64), np.float16)), ValueError,
+     r"num_kv_heads \(3\) must divide"),
+    (dict(v_cache=contiguous((99, 2, 64), np.float16)), ValueError, "v_cache"),
+    (dict(positions=contiguous((1,), np.float32)), TypeError, "positions: expected dtype int32 or int64"),
+    (dict(positions=contiguous((2,), np.int32)), ValueError, "positions"),
+    (dict(scale=0.0), ValueError, "scale"),
+    (dict(q=contiguous((1, 8, 64), np.float16, align=2)), ValueError, "q: decode_attention reads 16-byte"),
+])
+def test_decode_attention_intake_names_the_bad_argument(over, error, match):
+    with pytest.raises(error, match=match):
+        attention._prepare_decode_attention(_attention_args(**over))
+
+
+def test_decode_attention_split_needs_a_large_enough_workspace():
+    big = dict(k_cache=contiguous((8192, 2, 64), np.float16), v_cache=contiguous((8192, 2, 64), np.float16))
+    launch = attention._prepare_decode_attention(_attention_args(**big))
+    assert launch.then is not None and launch.allocate[-1][0] == "workspace"
+    with pytest.raises(ValueError, match="workspace: expected a unit-stride float32 vector"):
+        attention._prepare_decode_attention(_attention_args(**big, workspace=contiguous((10,), np.float32)))
+
+
+def test_rope_kv_append_intake_checks_caches_and_flags():
+    values = dict(q=contiguous((2, 4, 64), np.float16), k=contiguous((2, 2, 64), np.float16),
+                  v=contiguous((2, 2, 64), np.float16), positions=contiguous((2,), np.int64),
+                  cos_sin_cache=contiguous((10, 64), np.float32), k_cache=contiguous((10, 2, 64), np.float16),
+                  v_cache=contiguous((10, 2, 64), np.float16), is_neox=True)
+    assert attention._prepare_rope_kv_append(prepare_args("rope_kv_append", **values)).plan.grid == (2, 1, 1)
+    for name, bad, error in (("k_cache", contiguous((10, 3, 64), np.float16), ValueError),
+                             ("v_cache", contiguous((10, 2, 64), np.float32), TypeError),
+                             ("is_neox", 1.5, TypeError)):
+        with pytest.raises(error, match=name):
+            attention._prepare_rope_kv_append(prepare_args("rope_kv_append", **dict(values, **{name: bad})))
+
+
+def test_reference_attention_of_one_position_is_its_value():
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 4, 64))
+    keys, values = rng.standard_normal((5, 2, 64)), rng.standard_normal((5, 2, 64))
+    out = reference.decode_attention(q, keys, values, np.array([0]))
+    np.testing.assert_allclose(out[0], np.repeat(values[0], 2, axis=0))
+    # Negative positions attend to nothing; the result is exact softmax weights otherwise.
+    assert not reference.decode_attention(q, keys, values, np.array([-1])).any()
+    s = q[0, 3] @ keys[:3, 1].T / math.sqrt(64)
+    w = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+    np.testing.assert_allclose(reference.decode_attention(q, keys, values, np.array([2]))[0, 3], w @ values[:3, 1])
+
+
+def test_reference_rope_kv_append_writes_rotated_k_and_v_at_positions():
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((2, 2, 8)), rng.standard_normal((2, 1, 8)), rng.standard_normal((2, 1, 8))
+    table = reference.rope_cos_sin_cache(16, 8)
+    kc, vc = np.zeros((16, 1, 8)), np.zeros((16, 1, 8))
+    q_out, k_after, v_after = reference.rope_kv_append(q, k, v, np.array([3, 7]), table, kc, vc)
+    q_ref, k_ref = reference.apply_rope(q, k, np.array([3, 7]), table)
+    np.testing.assert_array_equal(q_out, q_ref)
+    np.testing.assert_array_equal(k_after[[3, 7]], k_ref)
+    np.testing.assert_array_equal(v_after[[3, 7]], v)
+    assert not k_after[[0, 1, 2, 4, 5, 6, 8]].any()
+
+
+# ----------------------------------------------------------------- GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("is_neox", [True, False])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("head_dim, rotary_dim", [(64, 64), (128, 128), (128, 64)])
+def test_rope_kv_append_against_float64(rng, dtype, is_neox, index_dtype, head_dim, rotary_dim):
+    num_tokens, rows = 5, 300
+    qkv = random_device(rng, (num_tokens, 9 + 2 * 3, head_dim), dtype)  # a fused QKV buffer, as a model has
+    q, k, v = qkv[:, :9], qkv[:, 9:12], qkv[:, 12:]
+    positions = cupy.asarray(rng.choice(rows, num_tokens, replace=False).astype(index_dtype))
+    table = _table(rows, rotary_dim)
+    k_cache, v_cache = random_device(rng, (rows, 3, head_dim), dtype), random_device(rng, (rows, 3, head_dim), dtype)
+    want_q, want_k, want_v = reference.rope_kv_append(q, k, v, positions, table, k_cache, v_cache, is_neox=is_neox)
+    k_before = k.copy()
+    cupykern.rope_kv_append(q, k, v, positions, table, k_cache, v_cache, is_neox=is_neox)
+    assert_close(q, want_q, dtype, seed=rng.seed, what="q")
+    assert_close(k_cache, want_k, dtype, seed=rng.seed, what="k_cache")
+    np.testing.assert_array_equal(v_cache.get(), want_v.astype(dtype))  # a copy: exact
+    np.testing.assert_array_equal(k.get(), k_before.get())  # read only
+
+
+@pytest.mark.gpu
+def test_rope_kv_append_refuses_positions_out_of_range_before_writing(rng):
+    dtype = _dtypes.float16
+    q, k, v = (random_device(rng, (2, h, 64), dtype) for h in (4, 2, 2))
+    k_cache, v_cache = cupy.zeros((8, 2, 64), dtype), cupy.zeros((8, 2, 64), dtype)
+    table = _table(16, 64)
+    q_before = q.copy()
+    with pytest.raises(ValueError, match=r"positions: expected values in \[0, 8\)"):
+        cupykern.rope_kv_append(q, k, v, cupy.asarray([1, 8], np.int32), table, k_cache, v_cache)
+    assert not k_cache.any() and (q == q_before).all()
+    # Unchecked, the bad token is left alone and the good one written.
+    cupykern.rope_kv_append(q, k, v, cupy.asarray([1, 8], np.int32), table, k_cache, v_cache, check_positions=False)
+    assert k_cache[1].any() and not k_cache[0].any() and not k_cache[2:].any()
+    assert (q[1] == q_before[1]).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("head_dim", attention.HEAD_DIMS)
+@pytest.mark.parametrize("num_heads, num_kv_heads", [(9, 3), (32, 8), (4, 4)])
+@pytest.mark.parametrize("rows", [265, 3000])
+def test_decode_attention_against_float64(rng, dtype, head_dim, num_heads, num_kv_heads, rows):
+    num_tokens = 3
+    q = random_device(rng, (num_tokens, num_heads, head_dim), dtype)
+    k_cache = random_device(rng, (rows, num_kv_heads, head_dim), dtype)
+    v_cache = random_device(rng, (rows, num_kv_heads, head_dim), dtype)
+    positions = cupy.asarray([0, rows // 2, rows - 1], np.int32)
+    out = cupy.full(q.shape, np.nan, dtype)
+    cupykern.decode_attention(q, k_cache, v_cache, positions, out=out)
+    assert_close(out, reference.decode_attention(q, k_cache, v_cache, positions), dtype, seed=rng.seed)
+
+
+@pytest.mark.gpu
+def test_decode_attention_with_a_given_workspace_and_clamped_positions(rng):
+    dtype = _dtypes.bfloat16
+    q = random_device(rng, (2, 8, 128), dtype)
+    k_cache, v_cache = (random_device(rng, (4096, 2, 128), dtype) for _ in range(2))
+    positions = cupy.asarray([-1, 10**6], np.int64)  # nothing; clamped to the whole cache
+    workspace = cupy.empty(attention.workspace_size(2, 8, 128, 4096), np.float32)
+    assert workspace.size > 0
+    out = cupykern.decode_attention(q, k_cache, v_cache, positions, workspace=workspace)
+    assert not out[0].any()
+    assert_close(out, reference.decode_attention(q, k_cache, v_cache, positions), dtype, seed=rng.seed)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [265, 3000])
+def test_append_and_attend_replay_in_a_graph_as_the_position_advances(rng, rows):
+    """A captured step (rope_kv_append, decode_attention, append_tokens moving the
+    position on) replayed 8 times equals 8 eager steps."""
+    dtype = _dtypes.float16
+    table = _table(rows, 64)
+    steps = [random_device(rng, (1, 4 + 2 * 2, 64), dtype) for _ in range(8)]
+
+    def run(capture: bool):
+        qkv = cupy.empty((1, 8, 64), dtype)
+        k_cache, v_cache = cupy.zeros((rows, 2, 64), dtype), cupy.zeros((rows, 2, 64), dtype)
+        positions = cupy.asarray([rows - 9], np.int32)
+        history = cupy.zeros((1, rows), np.int32)
+        token = cupy.zeros((1,), np.int32)
+        out = cupy.empty((1, 4, 64), dtype)
+        workspace = cupy.empty(max(1, attention.workspace_size(1, 4, 64, rows)), np.float32)
+        outs = []
+
+        def step():
+            q, k, v = qkv[:, :4], qkv[:, 4:6], qkv[:, 6:]
+            cupykern.rope_kv_append(q, k, v, positions, table, k_cache, v_cache, is_neox=False,
+                                    check_positions=False)
+            cupykern.decode_attention(q, k_cache, v_cache, positions, out=out,
+                                      workspace=workspace if workspace.size > 1 else None)
+            cupykern.append_tokens(token, positions, history)
+
+        stream = cupy.cuda.Stream(non_blocking=True)
+        graph = None
+        with stream:
+            if capture:
+                qkv[...] = steps[0]
+                step()  # loads every kernel before the capture
+                positions[...] = rows - 9
+                k_cache[...] = 0
+                v_cache[...] = 0
+                stream.begin_capture()
+                step()
+                graph = stream.end_capture()
+            for s in steps:
+                qkv[...] = s
+                graph.launch(stream=stream) if capture else step()
+                outs.append(out.copy())
+            stream.synchronize()
+        return [o.get() for o in outs], k_cache.get(), positions.get()
+
+    eager, graphed = run(False), run(True)
+    for a, b in zip(eager[0], graphed[0]):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(eager[1], graphed[1])
+    assert eager[2][0] == graphed[2][0] == rows - 1

@@ -1,0 +1,211 @@
+"""gemv family: gemv, gemv_add_residual, rms_norm_gemv, rms_norm_gemv_silu_and_mul (kernels_cu/gemv.cu).
+
+CPU: the instantiation space, intake checks on hand-built signatures, the plan, and
+the references' rounding points. GPU (marked): each op against the float64 reference
+over dtypes, token counts (1-16), row lengths (vector and scalar paths), guarded
+outputs; a token's bits the same in any batch; inside a captured CUDA graph.
+
+Tolerance: the kernels round where the references round (the normalised row, the gate
+and up products); an fp32 sum can land on the other side of such an
+intermediate rounding than the float64 one, which moves the output by up to one more
+unit in the last place: rtol = 2.5 ulp of the dtype instead of the usual 1.5.
+"""
+
+from __future__ import annotations
+
+import math
+
+import cupy
+import numpy as np
+import pytest
+
+import cupykern
+from cupykern import _dtypes, plans, reference
+from cupykern.ops import gemv
+from cupykern.reference._common import round_to
+from tests.helpers import (
+    DTYPE_IDS,
+    DTYPES,
+    Guarded,
+    assert_close,
+    contiguous,
+    prepare_args,
+    random_device,
+)
+
+OPS = ["gemv", "gemv_add_residual", "rms_norm_gemv", "rms_norm_gemv_silu_and_mul"]
+#: Row lengths: SmolLM2's hidden and intermediate sizes, Llama-3-8B's hidden size, and
+#: lengths that are not a multiple of a 16-byte vector (the scalar path).
+K_SIZES = [576, 1536, 4096, 577, 33]
+TOKENS = [1, 3, 16]
+
+
+def _rtol(dtype) -> float:
+    bits = {_dtypes.float16: 10, _dtypes.bfloat16: 7}.get(np.dtype(dtype))
+    return 2.5 * 2.0**-bits if bits else 3e-5
+
+
+def _inputs(rng, op, num_tokens, k, dtype, n=None):
+    n = n or max(8, k // 2)
+    rows = 2 * n if op == "rms_norm_gemv_silu_and_mul" else n
+    return {"x": random_device(rng, (num_tokens, k), dtype),
+            "weight": random_device(rng, (rows, k), dtype, scale=1 / math.sqrt(k)),
+            "norm_weight": random_device(rng, (k,), dtype, scale=0.1, loc=1.0),
+            "residual": random_device(rng, (num_tokens, n), dtype), "n": n}
+
+
+def _call(op, i, out=None, out_dtype=None):
+    if op == "gemv":
+        return cupykern.gemv(i["x"], i["weight"], out=out, out_dtype=out_dtype)
+    if op == "gemv_add_residual":
+        return cupykern.gemv_add_residual(i["x"], i["weight"], i["residual"])
+    if op == "rms_norm_gemv":
+        return cupykern.rms_norm_gemv(i["x"], i["norm_weight"], i["weight"], 1e-6, out=out, out_dtype=out_dtype)
+    return cupykern.rms_norm_gemv_silu_and_mul(i["x"], i["norm_weight"], i["weight"], 1e-6, out=out)
+
+
+def _expected(op, i):
+    if op == "gemv":
+        return reference.gemv(i["x"], i["weight"])
+    if op == "gemv_add_residual":
+        return reference.gemv_add_residual(i["x"], i["weight"], i["residual"])
+    if op == "rms_norm_gemv":
+        return reference.rms_norm_gemv(i["x"], i["norm_weight"], i["weight"], 1e-6)
+    return reference.rms_norm_gemv_silu_and_mul(i["x"], i["norm_weight"], i["weight"], 1e-6)
+
+
+# ----------------------------------------------------------------- CPU
+def test_instantiations_cover_every_variant_dtype_vector_and_token_bound():
+    exprs = gemv.instantiations()[gemv.GEMV]
+    assert len(exprs) == len(set(exprs))
+    # 4 variants x 3 dtypes x 2 vector widths x 3 token bounds, plus float32 outputs of
+    # the two store variants for the 16-bit dtypes.
+    assert len(exprs) == (4 * 3 + 2 * 2) * 2 * 3
+    assert "gemv_kernel<__half, float, true, 0, 8, 1>" in exprs
+
+
+@pytest.mark.parametrize("num_tokens, expected", [(1, 1), (2, 4), (4, 4), (5, 16), (16, 16)])
+def test_plan_takes_the_smallest_token_bound(num_tokens, expected):
+    plan = plans.plan_gemv(num_tokens, 960, _dtypes.float16, aligned=True, limits=plans.H200_LIMITS)
+    assert plan.max_tokens == expected and plan.block_size == plans.GEMV_WARPS * 32
+    assert plan.grid == (240, 1, 1) and plan.vec_width == 8
+
+
+def _args(op, **values):
+    return prepare_args(op, **values)
+
+
+def test_intake_rejects_more_than_16_rows():
+    a = _args("gemv", x=contiguous((17, 64), np.float16), weight=contiguous((8, 64), np.float16), out=None,
+              out_dtype=None)
+    with pytest.raises(ValueError, match="x: gemv takes at most 16 rows"):
+        gemv._prepare("gemv")(a)
+
+
+def test_intake_rejects_a_weight_of_another_k_and_dtype():
+    with pytest.raises(ValueError, match=r"weight: expected shape \(8, 64\)"):
+        gemv._prepare("gemv")(_args("gemv", x=contiguous((1, 64), np.float16), weight=contiguous((8, 65), np.float16),
+                                    out=None, out_dtype=None))
+    with pytest.raises(TypeError, match="weight"):
+        gemv._prepare("gemv")(_args("gemv", x=contiguous((1, 64), np.float16), weight=contiguous((8, 64), np.float32),
+                                    out=None, out_dtype=None))
+
+
+def test_intake_rejects_an_odd_gate_up_weight_and_a_bad_out_dtype():
+    x, nw = contiguous((1, 64), np.float16), contiguous((64,), np.float16)
+    with pytest.raises(ValueError, match="gate_up_weight: expected an even number of rows"):
+        gemv._prepare("rms_norm_gemv_silu_and_mul")(_args("rms_norm_gemv_silu_and_mul", x=x, norm_weight=nw,
+                                                          gate_up_weight=contiguous((7, 64), np.float16), eps=1e-6,
+                                                          out=None))
+    with pytest.raises(TypeError, match="out_dtype"):
+        gemv._prepare("rms_norm_gemv")(_args("rms_norm_gemv", x=x, norm_weight=nw, weight=contiguous((8, 64), np.float16),
+                                             eps=1e-6, out=None, out_dtype=np.float64))
+    with pytest.raises(ValueError, match="eps"):
+        gemv._prepare("rms_norm_gemv")(_args("rms_norm_gemv", x=x, norm_weight=nw, weight=contiguous((8, 64), np.float16),
+                                             eps=-1.0, out=None, out_dtype=None))
+
+
+def test_intake_picks_the_scalar_path_when_k_is_not_a_vector_multiple():
+    a = _args("gemv", x=contiguous((2, 60), np.float16), weight=contiguous((8, 60), np.float16), out=None,
+              out_dtype=None)
+    assert gemv._prepare("gemv")(a).plan.vec_width == 1
+    a = _args("gemv", x=contiguous((2, 64), np.float16), weight=contiguous((8, 64), np.float16), out=None,
+              out_dtype=None)
+    assert gemv._prepare("gemv")(a).plan.vec_width == 8
+
+
+def test_references_round_where_the_unfused_ops_store():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 16)).astype(np.float16)
+    w = (rng.standard_normal((4, 16)) / 4).astype(np.float16)
+    g = (1 + 0.1 * rng.standard_normal(16)).astype(np.float16)
+    residual = rng.standard_normal((2, 4)).astype(np.float16)
+    product = x.astype(np.float64) @ w.astype(np.float64).T
+    np.testing.assert_array_equal(reference.gemv_add_residual(x, w, residual), residual.astype(np.float64) + product)
+    xn = round_to(reference.rms_norm(x, g, 1e-6), np.float16)
+    np.testing.assert_array_equal(reference.rms_norm_gemv(x, g, w, 1e-6), xn @ w.astype(np.float64).T)
+    gate_up = round_to(xn @ w.astype(np.float64).T, np.float16)
+    np.testing.assert_array_equal(reference.rms_norm_gemv_silu_and_mul(x, g, w, 1e-6),
+                                  reference.silu_and_mul(gate_up))
+
+
+# ----------------------------------------------------------------- GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("k", K_SIZES)
+@pytest.mark.parametrize("num_tokens", TOKENS)
+@pytest.mark.parametrize("op", OPS)
+def test_against_float64_with_guarded_output(rng, op, num_tokens, k, dtype):
+    i = _inputs(rng, op, num_tokens, k, dtype)
+    expected = _expected(op, i)
+    if op == "gemv_add_residual":
+        got = _call(op, i)
+        assert got is i["residual"]
+    else:
+        guard = Guarded((num_tokens, i["n"]), dtype)
+        got = _call(op, i, out=guard.view)
+        guard.check_margins()
+    assert_close(got, expected, dtype, seed=rng.seed, rtol=_rtol(dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [_dtypes.float16, _dtypes.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("op", ["gemv", "rms_norm_gemv"])
+def test_float32_output_is_the_unrounded_sum(rng, op, dtype):
+    i = _inputs(rng, op, 4, 576, dtype, n=1000)
+    got = _call(op, i, out_dtype=np.float32)
+    assert got.dtype == np.float32
+    assert_close(got, _expected(op, i), np.float32, seed=rng.seed, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("op", OPS)
+def test_a_token_gives_the_same_bits_in_any_batch(rng, op, dtype):
+    i = _inputs(rng, op, 16, 1536, dtype, n=200)
+    batch = _call(op, dict(i, residual=i["residual"].copy())).get()
+    for t in (0, 7, 15):
+        alone = dict(i, x=i["x"][t:t + 1], residual=i["residual"][t:t + 1].copy())
+        np.testing.assert_array_equal(_call(op, alone).get().view(np.uint8), batch[t:t + 1].view(np.uint8))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+def test_replays_inside_a_captured_graph(rng, op):
+    dtype = _dtypes.float16
+    i = _inputs(rng, op, 1, 576, dtype, n=960)
+    out = cupy.empty((1, i["n"]), dtype)
+    eager_residual = i["residual"].copy()
+    eager = _call(op, dict(i, residual=eager_residual), out=out).copy()  # also loads the kernel
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        _call(op, i, out=out)
+        graph = stream.end_capture()
+    out[...] = np.nan
+    graph.launch(stream=stream)
+    stream.synchronize()
+    if op == "gemv_add_residual":
+        np.testing.assert_array_equal(i["residual"].get(), eager_residual.get())
+    else:
+        np.testing.assert_array_equal(out.get(), eager.get())
