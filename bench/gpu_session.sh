@@ -10,7 +10,8 @@
 # TESTS: pytest arguments (empty: no tests). BENCHES: ';'-separated bench scripts with
 # their arguments. SWEEPS: ';'-separated argument lists of `cupykern sweep`; a relative
 # --json/--csv path lands in the results folder. PEERS: arguments of bench/peers.py
-# (unset: not run). Each step gets what is left of DEADLINE_S seconds (default 570,
+# (unset: not run). SANITIZE=1 runs bench/sanitize.py under compute-sanitizer memcheck and
+# racecheck (SANITIZE_FAMILIES: a comma-separated subset). Each step gets what is left of DEADLINE_S seconds (default 570,
 # inside the device tool's 600 s), so a slow step cannot cost the others' results.
 #
 # Runs from the checkout with the machine's python3 and packages (cupy, numpy,
@@ -75,7 +76,9 @@ fi
 
 if [ -n "${SANITIZE:-}" ]; then
   for tool in memcheck racecheck; do
-    step "sanitize_$tool" /usr/local/cuda/bin/compute-sanitizer --tool "$tool" --error-exitcode 3 python3 bench/sanitize.py
+    # shellcheck disable=SC2086
+    step "sanitize_$tool" /usr/local/cuda/bin/compute-sanitizer --tool "$tool" --error-exitcode 3 python3 bench/sanitize.py \
+      ${SANITIZE_FAMILIES:+--families "$SANITIZE_FAMILIES"}
   done
 fi
 

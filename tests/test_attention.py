@@ -229,3 +229,26 @@ def test_append_and_attend_replay_in_a_graph_as_the_position_advances(rng, rows)
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(eager[1], graphed[1])
     assert eager[2][0] == graphed[2][0] == rows - 1
+
+
+def test_rope_kv_append_accepts_q_k_v_views_of_one_fused_buffer(monkeypatch):
+    """q, k and v interleave token by token in a fused QKV buffer: no overlap; a k that
+    really overlaps q is refused."""
+    from tests.helpers import overlap_check
+
+    values = dict(q=None, k=None, v=None, positions=contiguous((5,), np.int32),
+                  cos_sin_cache=contiguous((300, 64), np.float32), k_cache=contiguous((300, 3, 64), np.float16),
+                  v_cache=contiguous((300, 3, 64), np.float16), is_neox=False)
+    row = 15 * 64  # 9 q heads, 3 k heads, 3 v heads of 64
+    strides = (row * 2, 128, 2)
+    from cupykern._arrays import Sig
+
+    values.update(q=Sig((5, 9, 64), strides, np.dtype(np.float16), 0), k=Sig((5, 3, 64), strides, np.dtype(np.float16), 0),
+                  v=Sig((5, 3, 64), strides, np.dtype(np.float16), 0))
+    launch = attention._prepare_rope_kv_append(prepare_args("rope_kv_append", **values))
+    base = 1 << 20
+    pointers = dict(q=base, k=base + 9 * 128, v=base + 12 * 128, positions=1 << 30, cos_sin_cache=1 << 31,
+                    k_cache=1 << 32, v_cache=1 << 33)
+    overlap_check(monkeypatch, attention._ROPE_KV_APPEND, launch, values, pointers)
+    with pytest.raises(ValueError, match="q overlaps k"):
+        overlap_check(monkeypatch, attention._ROPE_KV_APPEND, launch, values, dict(pointers, k=base + 128))

@@ -85,10 +85,15 @@ def _prepare_rope_kv_append(a: launcher.Args) -> launcher.Launch:
     if table_stride != rotary_dim:
         raise ValueError(f"cos_sin_cache: expected C-contiguous rows of {rotary_dim} values, got a row stride of "
                          f"{table_stride}")
-    # q is written in place; the caches are written; k, v and the table are read.
+    # q is written in place; the caches are written; k, v and the table are read. k and v
+    # may be views of one fused QKV buffer beside q: with their row geometries, heads that
+    # interleave token by token are told apart exactly.
+    q_rows, k_rows, v_rows = _arrays.heads_as_rows(qh), _arrays.heads_as_rows(kh), _arrays.heads_as_rows(vh)
     disjoint = (launcher.Disjoint("k_cache", "v_cache"),
-                *(launcher.Disjoint(r, w) for w in ("q", "k_cache", "v_cache")
-                  for r in ("k", "v", "positions", "cos_sin_cache")),
+                launcher.Disjoint("k", "q", a_rows=k_rows, b_rows=q_rows),
+                launcher.Disjoint("v", "q", a_rows=v_rows, b_rows=q_rows),
+                *(launcher.Disjoint(r, w) for w in ("k_cache", "v_cache") for r in ("k", "v")),
+                *(launcher.Disjoint(r, w) for w in ("q", "k_cache", "v_cache") for r in ("positions", "cos_sin_cache")),
                 launcher.Disjoint("q", "k_cache"), launcher.Disjoint("q", "v_cache"))
     if qh.num_tokens == 0:
         return launcher.Launch(None, returns=("q", "k_cache", "v_cache"))

@@ -1,0 +1,160 @@
+"""GPU time of the captured decode step of SmolLM2-135M's shapes, whole and launch by launch.
+
+Random weights of the model's shapes (no model file needed: the timing does not depend
+on the values), fp16 or bf16. Measures, by CUDA-graph replay (cupykern.timing.time_graph):
+
+* the whole step as :class:`cupykern.llm.decode_graph.GraphDecoder` captures it, at a
+  given cache position (the attention reads that many rows), and its tokens/s;
+* each launch of the step alone (the same arguments, 100 per graph), so the sum shows
+  where the step's time goes, with the weight bytes each GEMV reads and its GB/s.
+
+    python bench/bench_decode_step.py [--dtype fp16] [--position 136] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import DEFAULT_SEED, require_gpu, save  # noqa: E402
+from cupykern import _dtypes, environment, sweep, timing  # noqa: E402
+
+#: SmolLM2-135M-Instruct (HuggingFaceTB/SmolLM2-135M-Instruct config.json).
+SMOLLM2 = dict(num_layers=30, hidden_size=576, num_heads=9, num_kv_heads=3, head_dim=64, intermediate_size=1536,
+               vocab_size=49152, context_length=8192, rope_base=100000.0, rotary_dim=64, rms_norm_eps=1e-5,
+               tied_embeddings=True, name="SmolLM2-135M shapes, random weights")
+
+
+def random_model(dtype, seed: int):
+    """A LlamaModel of SmolLM2's shapes with random weights (std 1/sqrt(fan_in))."""
+    import cupy
+
+    from cupykern.llm.gguf_weights import LayerWeights, LlamaConfig, LlamaWeights
+    from cupykern.llm.model import LlamaModel
+
+    cfg = LlamaConfig(**SMOLLM2)
+    rng = cupy.random.default_rng(seed)
+
+    def mat(rows, cols):
+        return (rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)).astype(dtype)
+
+    def norm():
+        return (1 + 0.1 * rng.standard_normal(cfg.hidden_size, dtype=np.float32)).astype(dtype)
+
+    layers = [LayerWeights(attn_norm=norm(), qkv=mat(cfg.qkv_size, cfg.hidden_size),
+                           o=mat(cfg.hidden_size, cfg.num_heads * cfg.head_dim), ffn_norm=norm(),
+                           gate_up=mat(2 * cfg.intermediate_size, cfg.hidden_size),
+                           down=mat(cfg.hidden_size, cfg.intermediate_size)) for _ in range(cfg.num_layers)]
+    embed = mat(cfg.vocab_size, cfg.hidden_size)
+    return LlamaModel(LlamaWeights(config=cfg, embed=embed, layers=layers, final_norm=norm(), lm_head=embed))
+
+
+def launches(decoder) -> list[tuple[str, object, int]]:
+    """(name, call, weight bytes read) of each distinct launch of a step (layer 0's)."""
+    import cupykern
+
+    d, w, cfg = decoder, decoder.model.weights, decoder.config
+    layer, nq, nkv = w.layers[0], cfg.num_heads, cfg.num_kv_heads
+    q, k, v = d.qkv[:, :nq], d.qkv[:, nq:nq + nkv], d.qkv[:, nq + nkv:]
+    eps = cfg.rms_norm_eps
+    return [
+        ("embedding", lambda: cupykern.embedding(d.token, w.embed, out=d.hidden, check_ids=False), 0),
+        ("rms_norm_gemv (QKV)", lambda: cupykern.rms_norm_gemv(d.hidden, layer.attn_norm, layer.qkv, eps,
+                                                                out=d.qkv.reshape(1, -1)), layer.qkv.nbytes),
+        ("rope_kv_append", lambda: cupykern.rope_kv_append(q, k, v, d.positions, decoder.model.cos_sin_cache,
+                                                            d.cache.k[0], d.cache.v[0], is_neox=False,
+                                                            check_positions=False), 0),
+        ("decode_attention", lambda: cupykern.decode_attention(q, d.cache.k[0], d.cache.v[0], d.positions,
+                                                                out=d.attn, workspace=d.workspace), 0),
+        ("gemv_add_residual (o)", lambda: cupykern.gemv_add_residual(d.attn.reshape(1, -1), layer.o, d.hidden),
+         layer.o.nbytes),
+        ("rms_norm_gemv_silu_and_mul", lambda: cupykern.rms_norm_gemv_silu_and_mul(
+            d.hidden, layer.ffn_norm, layer.gate_up, eps, out=d.act), layer.gate_up.nbytes),
+        ("gemv_add_residual (down)", lambda: cupykern.gemv_add_residual(d.act, layer.down, d.hidden),
+         layer.down.nbytes),
+        ("rms_norm_gemv (LM head)", lambda: cupykern.rms_norm_gemv(d.hidden, w.final_norm, w.lm_head, eps,
+                                                                    out=d.logits, out_dtype=np.float32),
+         w.lm_head.nbytes),
+        ("sample_tokens", lambda: cupykern.sample_tokens(d.logits, positions=d.positions, out=d.token), 0),
+        ("append_tokens", lambda: cupykern.append_tokens(d.token, d.positions, d.history), 0),
+    ]
+
+
+#: Launches per step of each entry of :func:`launches` (per layer ones times 30).
+PER_STEP = {"rms_norm_gemv (QKV)": 30, "rope_kv_append": 30, "decode_attention": 30, "gemv_add_residual (o)": 30,
+            "rms_norm_gemv_silu_and_mul": 30, "gemv_add_residual (down)": 30}
+
+
+@click.command(help=__doc__.splitlines()[0])
+@click.option("--dtype", default="fp16", type=click.Choice(["fp16", "bf16"]), show_default=True)
+@click.option("--position", default=136, type=click.IntRange(min=0), show_default=True,
+              help="Cache position of the timed step (SmolLM2's 9-token prompt + 256 new: 136 on average).")
+@click.option("--max-tokens", default=265, type=click.IntRange(min=1), show_default=True,
+              help="Rows of the static KV cache (prompt + new tokens).")
+@click.option("--seed", default=DEFAULT_SEED, show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Also write the JSON here (it always goes to bench/results/).")
+def main(dtype, position, max_tokens, seed, out_dir):
+    require_gpu("bench_decode_step.py")
+    import cupy
+
+    from cupykern.llm.decode_graph import GraphDecoder
+
+    console = Console()
+    model = random_model(_dtypes.parse(dtype), seed)
+    decoder = GraphDecoder(model, max_tokens)
+    capture_s = decoder.capture()
+
+    def at_position():
+        decoder.positions.fill(position)  # every replay re-reads this position (no state moves)
+
+    at_position()
+    copy_gbps = timing.copy_bandwidth()
+    rows = []
+    for name, call, weight_bytes in launches(decoder):
+        at_position()
+        t = timing.time_graph(call)
+        rows.append({"launch": name, "per_step": PER_STEP.get(name, 1), "median_us": t.median_us,
+                     "weight_bytes": weight_bytes, "gbps": weight_bytes / t.median_us / 1e3 if weight_bytes else None})
+    # The whole step: replays of the captured graph, the position reset before each.
+    samples = []
+    with decoder.stream:
+        for _ in range(30):
+            decoder.positions.fill(position)
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record(decoder.stream)
+            decoder.graph.launch(decoder.stream)
+            end.record(decoder.stream)
+            end.synchronize()
+            samples.append(cupy.cuda.get_elapsed_time(start, end) * 1e3)
+    step = timing.Timing.of(samples, "graph replay")
+    launches_per_step = sum(r["per_step"] for r in rows)
+    table = Table(title=f"decode step of SmolLM2-135M shapes, {dtype}, position {position} "
+                        f"({launches_per_step} launches; copy {copy_gbps:.0f} GB/s)")
+    for column in ("launch", "x per step", "us each", "us per step", "% of sum", "weight GB/s"):
+        table.add_column(column, justify="right" if column != "launch" else "left")
+    total = sum(r["median_us"] * r["per_step"] for r in rows)
+    for r in rows:
+        per = r["median_us"] * r["per_step"]
+        table.add_row(r["launch"], str(r["per_step"]), f"{r['median_us']:.2f}", f"{per:.1f}",
+                      f"{100 * per / total:.1f}", f"{r['gbps']:.0f}" if r["gbps"] else "")
+    table.add_row("sum of launches alone", "", "", f"{total:.1f}", "", "")
+    table.add_row("whole step (graph replay)", "", "", f"{step.median_us:.1f}", "", "")
+    console.print(table)
+    console.print(f"{1e6 / step.median_us:.0f} tokens/s at this position (graph captured in {capture_s * 1e3:.0f} ms)")
+    result = {"format": sweep.RESULT_FORMAT, "suite": f"decode_step_{dtype}", "dtype": dtype, "position": position,
+              "max_tokens": max_tokens, "seed": seed, "copy_gbps": copy_gbps, "step_us": step.median_us,
+              "step_p10_us": step.p10_us, "step_p90_us": step.p90_us, "tokens_per_s": 1e6 / step.median_us,
+              "launches": rows, "environment": environment.describe()}
+    console.print(f"wrote {save(result, Path(out_dir) if out_dir else None)}")
+
+
+if __name__ == "__main__":
+    main()
