@@ -485,9 +485,9 @@ GEMV_WARPS = 4
 #: kMaxTokens choices of gemv_kernel: registers per lane grow with it, so the plan takes
 #: the smallest that holds num_tokens.
 GEMV_MAX_TOKENS = (1, 4, 16)
-#: kAttnWarps of decode_attention_kernel (attention.cu): 16 warps walk 64 cache rows (of
-#: head_dim 64, 16-bit) per step, so a 265-row decode cache takes 5 steps per block.
-ATTENTION_WARPS = 16
+#: kAttnWarps of decode_attention_kernel (attention.cu). 16 (with the row loop unrolled
+#: twice) measured slower at a 265-row cache: bench/results/NOTES.md item 11.
+ATTENTION_WARPS = 8
 #: Cache rows below which decode attention runs as one split: one block per (head,
 #: token) walks them in a few microseconds, less than a second launch (the combine) costs.
 ATTENTION_ONE_SPLIT_ROWS = 1024

@@ -44,7 +44,10 @@ class CheckResult:
 
 
 def ulp(values: np.ndarray, dtype) -> np.ndarray:
-    """The spacing of ``dtype`` at each float64 value (its subnormal spacing near zero)."""
+    """The spacing of ``dtype`` at each float64 value (its subnormal spacing near zero; 1
+    for integer dtypes such as token ids)."""
+    if np.dtype(dtype).kind in "iu":
+        return np.ones_like(values, dtype=np.float64)
     info = ml_dtypes.finfo(dtype) if np.dtype(dtype).kind == "V" else np.finfo(dtype)
     magnitude = np.abs(values)
     with np.errstate(divide="ignore"):

@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(256) rope_kv_append_kernel(
 
 // ---------------------------------------------------------------- decode attention
 // Warps per block of decode_attention_kernel; cupykern/plans.py::ATTENTION_WARPS mirrors it.
-constexpr int kAttnWarps = 16;
+constexpr int kAttnWarps = 8;
 
 // Online-softmax state of one lane group: running max m (base-2 logits), sum l, and the
 // lane's kVec accumulated output dims.
@@ -148,9 +148,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) decode_attention_kernel(
 
   const T* k_base = k_cache + kv_head * kc_head_stride + part * kVec;
   const T* v_base = v_cache + kv_head * vc_head_stride + part * kVec;
-  // Every lane runs the same trip count (the butterfly needs the whole warp). Unrolled
-  // so that the next rows' loads are in flight while this row's softmax update runs.
-#pragma unroll 2
+  // Every lane runs the same trip count (the butterfly needs the whole warp).
   for (int64_t base = begin + warp * kRowsPerWarp; base < end; base += kAttnWarps * kRowsPerWarp) {
     const int64_t p = base + slot;
     const bool valid = p < end;

@@ -41,8 +41,7 @@ constexpr int kEpilogueSiluAndMul = 2;   // out[t, j] = round(silu(round(acc_j))
 // then a butterfly over the warp sums the lanes: the order depends on k alone.
 //
 // kNorm: x is normalised on the fly, xn = round(x * inv_rms * norm_weight), with inv_rms
-// = rsqrt(mean(x^2) + eps) per token, reduced by each warp for itself (same order, so
-// the same bits, in every warp).
+// = rsqrt(mean(x^2) + eps) per token, reduced by one warp per token before the barrier.
 //
 // Template parameters: T (x, weight, norm_weight) float / __half / __nv_bfloat16; OutT T,
 // or float for kEpilogueStore (logits); kVecWidth 1 or 16 / sizeof(T) (the plan picks 16
@@ -64,54 +63,38 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
 
+  __shared__ float inv_rms[kMaxTokens];
+  if constexpr (kNorm) {
+    for (int t = warp; t < num_tokens; t += kGemvWarps) {
+      const T* row = x + t * x_row_stride;
+      float sumsq = 0.0f;
+      for (int64_t i = lane * kVecWidth; i < k; i += 32 * kVecWidth) {
+        const V v = load_vec<T, kVecWidth>(row + i);
+#pragma unroll
+        for (int e = 0; e < kVecWidth; ++e) sumsq += to_float(v.elt[e]) * to_float(v.elt[e]);
+      }
+      sumsq = warp_reduce<SumOp, 32>(sumsq);
+      if (lane == 0) inv_rms[t] = rsqrtf(sumsq / static_cast<float>(k) + eps);
+    }
+    __syncthreads();
+  }
+
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp; j < n_out;
        j += static_cast<int64_t>(gridDim.x) * kGemvWarps) {
-    const T* w_row[kRows];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) w_row[r] = weight + (j + r * n_out) * weight_row_stride;
-    // The first weight vectors are requested before anything else, so their latency
-    // overlaps the norm's reduction; each iteration then requests the next ones
-    // before using the current ones (software pipelining, two loads in flight).
-    int64_t i = lane * kVecWidth;
-    V w_next[kRows];
-    if (i < k) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) w_next[r] = load_vec<T, kVecWidth>(w_row[r] + i);
-    }
-
-    // kNorm: every warp reduces the mean squares itself (the x rows are a few KiB, read
-    // from L1): no shared memory, no barrier between the loads and the products.
-    float inv_rms[kMaxTokens];
-    if constexpr (kNorm) {
-#pragma unroll
-      for (int t = 0; t < kMaxTokens; ++t) {
-        if (t < num_tokens) {
-          const T* row = x + t * x_row_stride;
-          float sumsq = 0.0f;
-          for (int64_t e0 = lane * kVecWidth; e0 < k; e0 += 32 * kVecWidth) {
-            const V v = load_vec<T, kVecWidth>(row + e0);
-#pragma unroll
-            for (int e = 0; e < kVecWidth; ++e) sumsq += to_float(v.elt[e]) * to_float(v.elt[e]);
-          }
-          inv_rms[t] = rsqrtf(warp_reduce<SumOp, 32>(sumsq) / static_cast<float>(k) + eps);
-        }
-      }
-    }
-
     float acc[kRows][kMaxTokens];
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
       for (int t = 0; t < kMaxTokens; ++t) acc[r][t] = 0.0f;
+    const T* w_row[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) w_row[r] = weight + (j + r * n_out) * weight_row_stride;
 
-    for (; i < k; i += 32 * kVecWidth) {
+#pragma unroll 4
+    for (int64_t i = lane * kVecWidth; i < k; i += 32 * kVecWidth) {
       V w[kRows];
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) w[r] = w_next[r];
-      if (i + 32 * kVecWidth < k) {
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) w_next[r] = load_vec<T, kVecWidth>(w_row[r] + i + 32 * kVecWidth);
-      }
+      for (int r = 0; r < kRows; ++r) w[r] = load_vec<T, kVecWidth>(w_row[r] + i);
       V g;
       if constexpr (kNorm) g = load_vec<T, kVecWidth>(norm_weight + i);
 #pragma unroll
