@@ -61,17 +61,13 @@ def launches(decoder) -> list[tuple[str, object, int]]:
     import cupykern
 
     d, w, cfg = decoder, decoder.model.weights, decoder.config
-    layer, nq, nkv = w.layers[0], cfg.num_heads, cfg.num_kv_heads
-    q, k, v = d.qkv[:, :nq], d.qkv[:, nq:nq + nkv], d.qkv[:, nq + nkv:]
-    eps = cfg.rms_norm_eps
+    layer, eps = w.layers[0], cfg.rms_norm_eps
     return [
         ("embedding", lambda: cupykern.embedding(d.token, w.embed, out=d.hidden, check_ids=False), 0),
-        ("rms_norm_gemv (QKV)", lambda: cupykern.rms_norm_gemv(d.hidden, layer.attn_norm, layer.qkv, eps,
-                                                                out=d.qkv.reshape(1, -1)), layer.qkv.nbytes),
-        ("rope_kv_append", lambda: cupykern.rope_kv_append(q, k, v, d.positions, decoder.model.cos_sin_cache,
-                                                            d.cache.k[0], d.cache.v[0], is_neox=False,
-                                                            check_positions=False), 0),
-        ("decode_attention", lambda: cupykern.decode_attention(q, d.cache.k[0], d.cache.v[0], d.positions,
+        ("rms_norm_gemv_rope_kv_append", lambda: cupykern.rms_norm_gemv_rope_kv_append(
+            d.hidden, layer.attn_norm, layer.qkv, d.positions, decoder.model.cos_sin_cache, d.cache.k[0],
+            d.cache.v[0], eps, is_neox=False, q_out=d.q, check_positions=False), layer.qkv.nbytes),
+        ("decode_attention", lambda: cupykern.decode_attention(d.q, d.cache.k[0], d.cache.v[0], d.positions,
                                                                 out=d.attn, workspace=d.workspace), 0),
         ("gemv_add_residual (o)", lambda: cupykern.gemv_add_residual(d.attn.reshape(1, -1), layer.o, d.hidden),
          layer.o.nbytes),
@@ -87,8 +83,29 @@ def launches(decoder) -> list[tuple[str, object, int]]:
     ]
 
 
+def time_prefill(model, num_tokens: int, seed: int, repeat: int = 7) -> float:
+    """Median wall milliseconds of ``model.forward`` over ``num_tokens`` random ids into a
+    fresh cache (host launches included: that is what a prompt costs), after a warm-up."""
+    import time
+
+    import cupy
+
+    ids = np.random.default_rng(seed).integers(0, model.config.vocab_size, num_tokens)
+    cache = model.new_cache(num_tokens)
+    model.forward(ids, cache)  # compiles and cuBLAS start-up
+    samples = []
+    for _ in range(repeat):
+        cache.length = 0
+        cupy.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        model.forward(ids, cache)
+        cupy.cuda.Device().synchronize()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return float(np.median(samples))
+
+
 #: Launches per step of each entry of :func:`launches` (per layer ones times 30).
-PER_STEP = {"rms_norm_gemv (QKV)": 30, "rope_kv_append": 30, "decode_attention": 30, "gemv_add_residual (o)": 30,
+PER_STEP = {"rms_norm_gemv_rope_kv_append": 30, "decode_attention": 30, "gemv_add_residual (o)": 30,
             "rms_norm_gemv_silu_and_mul": 30, "gemv_add_residual (down)": 30}
 
 
@@ -98,10 +115,12 @@ PER_STEP = {"rms_norm_gemv (QKV)": 30, "rope_kv_append": 30, "decode_attention":
               help="Cache position of the timed step (SmolLM2's 9-token prompt + 256 new: 136 on average).")
 @click.option("--max-tokens", default=265, type=click.IntRange(min=1), show_default=True,
               help="Rows of the static KV cache (prompt + new tokens).")
+@click.option("--prefill", default=512, type=click.IntRange(min=1), show_default=True,
+              help="Also time the eager forward of this many prompt tokens (wall time, after a warm-up).")
 @click.option("--seed", default=DEFAULT_SEED, show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Also write the JSON here (it always goes to bench/results/).")
-def main(dtype, position, max_tokens, seed, out_dir):
+def main(dtype, position, max_tokens, prefill, seed, out_dir):
     require_gpu("bench_decode_step.py")
     import cupy
 
@@ -135,6 +154,7 @@ def main(dtype, position, max_tokens, seed, out_dir):
             end.synchronize()
             samples.append(cupy.cuda.get_elapsed_time(start, end) * 1e3)
     step = timing.Timing.of(samples, "graph replay")
+    prefill_ms = time_prefill(model, prefill, seed)
     launches_per_step = sum(r["per_step"] for r in rows)
     table = Table(title=f"decode step of SmolLM2-135M shapes, {dtype}, position {position} "
                         f"({launches_per_step} launches; copy {copy_gbps:.0f} GB/s)")
@@ -149,10 +169,12 @@ def main(dtype, position, max_tokens, seed, out_dir):
     table.add_row("whole step (graph replay)", "", "", f"{step.median_us:.1f}", "", "")
     console.print(table)
     console.print(f"{1e6 / step.median_us:.0f} tokens/s at this position (graph captured in {capture_s * 1e3:.0f} ms)")
+    console.print(f"prefill of {prefill} tokens (eager forward, wall time): {prefill_ms:.2f} ms")
     result = {"format": sweep.RESULT_FORMAT, "suite": f"decode_step_{dtype}", "dtype": dtype, "position": position,
               "max_tokens": max_tokens, "seed": seed, "copy_gbps": copy_gbps, "step_us": step.median_us,
               "step_p10_us": step.p10_us, "step_p90_us": step.p90_us, "tokens_per_s": 1e6 / step.median_us,
-              "launches": rows, "environment": environment.describe()}
+              "launches": rows, "prefill_tokens": prefill, "prefill_ms": prefill_ms,
+              "environment": environment.describe()}
     console.print(f"wrote {save(result, Path(out_dir) if out_dir else None)}")
 
 

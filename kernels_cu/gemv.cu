@@ -3,8 +3,9 @@
 //   out = x @ weight^T                                     (gemv)
 //   residual = round(residual + x @ weight^T)              (gemv_add_residual)
 //   out = round(rms_norm(x)) @ weight^T                    (rms_norm_gemv; float32 out for logits)
-//   out = silu(round(xn @ Wg^T)) * round(xn @ Wu^T), xn = round(rms_norm(x))
+//   out = silu(xn @ Wg^T) * (xn @ Wu^T), xn = round(rms_norm(x))
 //                                                          (rms_norm_gemv_silu_and_mul)
+//   q_out, k_cache[p], v_cache[p] = rope(xn @ Wqkv^T)       (rms_norm_gemv_rope_kv_append)
 //
 // Part of the decode kernels (gemv.cu, attention.cu, tokens.cu): each can run inside a
 // captured CUDA graph, since every size it needs from the sequence (position, length) is
@@ -14,10 +15,11 @@
 // instructions (Hazy Research, 2025-05-27) and vLLM's decode path; RMSNorm, Zhang &
 // Sennrich 2019 (arXiv:1910.07467); SwiGLU, Shazeer 2020 (arXiv:2002.05202).
 //
-// Numerics: the normalised row and the gate and up products are rounded to T where the
-// unfused ops store them (rms_norm -> GEMM -> silu_and_mul), up to fp32 summation order;
-// the residual add takes the fp32 product (one rounding, not the unfused GEMM's two:
-// with two, the first can move a cancelling sum by a unit of the product's last place). Every reduction runs in an order fixed by k alone,
+// Numerics: the normalised row is rounded to T as rms_norm stores it; the products stay
+// in fp32 through the epilogue (residual add, SiLU gate, rotation) and the result is
+// rounded once. The unfused ops round twice (the GEMM's output, then the epilogue's):
+// one rounding is closer to the exact value, and where the epilogue cancels (a residual
+// add, a rotation) the difference can reach a unit in the last place of the product. Every reduction runs in an order fixed by k alone,
 // so a token's result does not depend on the other tokens of the batch.
 #include <cupykern/vec.cuh>
 #include <cupykern/reduce.cuh>
@@ -32,16 +34,113 @@ constexpr int kGemvWarps = 4;
 // kEpilogue of gemv_kernel (cupykern/ops/decode.py::GEMV_EPILOGUES mirrors them).
 constexpr int kEpilogueStore = 0;        // out[t, j] = round(acc)
 constexpr int kEpilogueAddResidual = 1;  // out[t, j] = round(out[t, j] + acc): out is the residual
-constexpr int kEpilogueSiluAndMul = 2;   // out[t, j] = round(silu(round(acc_j)) * round(acc_{j + n_out}))
+constexpr int kEpilogueSiluAndMul = 2;   // out[t, j] = round(silu(acc_j) * acc_{j + n_out})
 
+// ---------------------------------------------------------------- shared warp GEMV core
+// Weight vectors a lane requests before anything else (the norm's reduction, the
+// barrier): kGemvAhead * 32 * 16 bytes of a row, 1024 16-bit elements, cover the rows
+// of a small model whole, so their latency overlaps the norm instead of following it.
+constexpr int kGemvAhead = 4;
+
+// Requests this lane's first kGemvAhead vectors of each of kRows weight rows.
+template <typename T, int kVecWidth, int kRows>
+__device__ __forceinline__ void load_ahead(Vec<T, kVecWidth> (&ahead)[kGemvAhead][kRows],
+                                           const T* const (&w_row)[kRows], int64_t k, int lane) {
+#pragma unroll
+  for (int u = 0; u < kGemvAhead; ++u) {
+    const int64_t i = (lane + 32 * u) * static_cast<int64_t>(kVecWidth);
+    if (i < k) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) ahead[u][r] = load_vec<T, kVecWidth>(w_row[r] + i);
+    }
+  }
+}
+
+// inv_rms[t] = rsqrt(mean(x[t]^2) + eps) for each token, one warp per token (lanes sum
+// their vectors in index order, then a butterfly), then a barrier. Every thread of the
+// block must call it.
+template <typename T, int kVecWidth>
+__device__ __forceinline__ void block_inv_rms(float* inv_rms, const T* x, int num_tokens, int64_t k,
+                                              int64_t x_row_stride, float eps, int warp, int lane) {
+  for (int t = warp; t < num_tokens; t += kGemvWarps) {
+    const T* row = x + t * x_row_stride;
+    float sumsq = 0.0f;
+    for (int64_t i = lane * kVecWidth; i < k; i += 32 * kVecWidth) {
+      const Vec<T, kVecWidth> v = load_vec<T, kVecWidth>(row + i);
+#pragma unroll
+      for (int e = 0; e < kVecWidth; ++e) sumsq += to_float(v.elt[e]) * to_float(v.elt[e]);
+    }
+    sumsq = warp_reduce<SumOp, 32>(sumsq);
+    if (lane == 0) inv_rms[t] = rsqrtf(sumsq / static_cast<float>(k) + eps);
+  }
+  __syncthreads();
+}
+
+// acc[r][t] = sum_i w_row[r][i] * xn[t][i] in every lane of the warp, xn = x or, when
+// kNorm, round(x * inv_rms[t] * norm_weight). Lane l takes vectors l, l + 32, ... (the
+// first kGemvAhead of them from `ahead` when have_ahead), each lane sums in index order,
+// then a butterfly adds the lanes: the order depends on k alone.
+template <typename T, bool kNorm, int kRows, int kVecWidth, int kMaxTokens>
+__device__ __forceinline__ void warp_products(float (&acc)[kRows][kMaxTokens], const T* const (&w_row)[kRows],
+                                              const Vec<T, kVecWidth> (&ahead)[kGemvAhead][kRows], bool have_ahead,
+                                              const T* x, const T* norm_weight, const float* inv_rms,
+                                              int num_tokens, int64_t k, int64_t x_row_stride, int lane) {
+  using V = Vec<T, kVecWidth>;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int t = 0; t < kMaxTokens; ++t) acc[r][t] = 0.0f;
+  auto accumulate = [&](int64_t i, const V (&w)[kRows]) {
+    V g;
+    if constexpr (kNorm) g = load_vec<T, kVecWidth>(norm_weight + i);
+#pragma unroll
+    for (int t = 0; t < kMaxTokens; ++t) {
+      if (t < num_tokens) {
+        const V xv = load_vec<T, kVecWidth>(x + t * x_row_stride + i);
+#pragma unroll
+        for (int e = 0; e < kVecWidth; ++e) {
+          float xe = to_float(xv.elt[e]);
+          if constexpr (kNorm) xe = to_float(from_float<T>(xe * inv_rms[t] * to_float(g.elt[e])));
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) acc[r][t] = fmaf(to_float(w[r].elt[e]), xe, acc[r][t]);
+        }
+      }
+    }
+  };
+#pragma unroll
+  for (int u = 0; u < kGemvAhead; ++u) {
+    const int64_t i = (lane + 32 * u) * static_cast<int64_t>(kVecWidth);
+    if (i < k) {
+      V w[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) w[r] = have_ahead ? ahead[u][r] : load_vec<T, kVecWidth>(w_row[r] + i);
+      accumulate(i, w);
+    }
+  }
+#pragma unroll 4
+  for (int64_t i = (lane + 32 * kGemvAhead) * static_cast<int64_t>(kVecWidth); i < k; i += 32 * kVecWidth) {
+    V w[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) w[r] = load_vec<T, kVecWidth>(w_row[r] + i);
+    accumulate(i, w);
+  }
+#pragma unroll
+  for (int t = 0; t < kMaxTokens; ++t) {
+    if (t < num_tokens) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc[r][t] = warp_reduce<SumOp, 32>(acc[r][t]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- gemv_kernel
 // One warp per output feature j (two weight rows, j and j + n_out, for the SiLU gate),
-// walked grid-stride. Lane l reads vectors l, l + 32, ... of the weight row, so the
-// weight streams once through the warp in 16-byte loads; the x rows (at most
-// kMaxTokens) are re-read from L1. Each lane accumulates its vectors in index order,
-// then a butterfly over the warp sums the lanes: the order depends on k alone.
+// walked grid-stride; the weight streams once through the warp in 16-byte loads, the x
+// rows (at most kMaxTokens) are re-read from L1 (warp_products above).
 //
 // kNorm: x is normalised on the fly, xn = round(x * inv_rms * norm_weight), with inv_rms
-// = rsqrt(mean(x^2) + eps) per token, reduced by one warp per token before the barrier.
+// = rsqrt(mean(x^2) + eps) per token, reduced by one warp per token before a barrier;
+// the warp's first weight vectors are requested before it (load_ahead).
 //
 // Template parameters: T (x, weight, norm_weight) float / __half / __nv_bfloat16; OutT T,
 // or float for kEpilogueStore (logits); kVecWidth 1 or 16 / sizeof(T) (the plan picks 16
@@ -62,73 +161,131 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(
   constexpr bool kFastMath = sizeof(T) == 2;  // as activation.cu: intrinsics for 16-bit outputs
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kGemvWarps;
+  int64_t j = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+
+  const T* w_row[kRows];
+  V ahead[kGemvAhead][kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) w_row[r] = weight + (j + r * n_out) * weight_row_stride;
+  if (j < n_out) load_ahead<T, kVecWidth, kRows>(ahead, w_row, k, lane);
 
   __shared__ float inv_rms[kMaxTokens];
-  if constexpr (kNorm) {
-    for (int t = warp; t < num_tokens; t += kGemvWarps) {
-      const T* row = x + t * x_row_stride;
-      float sumsq = 0.0f;
-      for (int64_t i = lane * kVecWidth; i < k; i += 32 * kVecWidth) {
-        const V v = load_vec<T, kVecWidth>(row + i);
-#pragma unroll
-        for (int e = 0; e < kVecWidth; ++e) sumsq += to_float(v.elt[e]) * to_float(v.elt[e]);
-      }
-      sumsq = warp_reduce<SumOp, 32>(sumsq);
-      if (lane == 0) inv_rms[t] = rsqrtf(sumsq / static_cast<float>(k) + eps);
-    }
-    __syncthreads();
-  }
+  if constexpr (kNorm) block_inv_rms<T, kVecWidth>(inv_rms, x, num_tokens, k, x_row_stride, eps, warp, lane);
 
-  for (int64_t j = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp; j < n_out;
-       j += static_cast<int64_t>(gridDim.x) * kGemvWarps) {
-    float acc[kRows][kMaxTokens];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-#pragma unroll
-      for (int t = 0; t < kMaxTokens; ++t) acc[r][t] = 0.0f;
-    const T* w_row[kRows];
+  for (bool have_ahead = true; j < n_out; j += stride, have_ahead = false) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) w_row[r] = weight + (j + r * n_out) * weight_row_stride;
-
-#pragma unroll 4
-    for (int64_t i = lane * kVecWidth; i < k; i += 32 * kVecWidth) {
-      V w[kRows];
+    float acc[kRows][kMaxTokens];
+    warp_products<T, kNorm, kRows, kVecWidth, kMaxTokens>(acc, w_row, ahead, have_ahead, x, norm_weight, inv_rms,
+                                                          num_tokens, k, x_row_stride, lane);
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) w[r] = load_vec<T, kVecWidth>(w_row[r] + i);
-      V g;
-      if constexpr (kNorm) g = load_vec<T, kVecWidth>(norm_weight + i);
-#pragma unroll
-      for (int t = 0; t < kMaxTokens; ++t) {
-        if (t < num_tokens) {
-          const V xv = load_vec<T, kVecWidth>(x + t * x_row_stride + i);
-#pragma unroll
-          for (int e = 0; e < kVecWidth; ++e) {
-            float xe = to_float(xv.elt[e]);
-            if constexpr (kNorm) xe = to_float(from_float<T>(xe * inv_rms[t] * to_float(g.elt[e])));
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) acc[r][t] = fmaf(to_float(w[r].elt[e]), xe, acc[r][t]);
-          }
+    for (int t = 0; t < kMaxTokens; ++t) {
+      if (t < num_tokens && lane == t % 32) {  // spread the stores over lanes
+        OutT* o = out + t * out_row_stride + j;
+        if constexpr (kEpilogue == kEpilogueStore) {
+          *o = from_float<OutT>(acc[0][t]);
+        } else if constexpr (kEpilogue == kEpilogueAddResidual) {
+          *o = from_float<OutT>(to_float(*o) + acc[0][t]);
+        } else {
+          *o = from_float<OutT>(silu<kFastMath>(acc[0][t]) * acc[1][t]);
         }
       }
     }
+  }
+}
 
+// ---------------------------------------------------------------- QKV + RoPE + KV append
+// rms_norm_gemv_rope_kv_append: the attention half's first launch, as the "no bubbles"
+// megakernel's first instruction: xn = round(rms_norm(x)), qkv = xn @ Wqkv^T (q heads,
+// then k heads, then v heads, head_dim each), RoPE on the q and k heads, q to
+// q_out, k and v to cache row positions[t] (the products rotated in fp32, rounded once). One warp per unit of two output rows, so a
+// rotary pair is finished by the warp that computed it:
+//   unit u: head h = u / (head_dim / 2), i = u % (head_dim / 2);
+//   q or k head, i < rotary_dim / 2: the pair (i, i + rotary_dim / 2) (kIsNeox) or
+//     (2i, 2i + 1), rotated by cos/sin row positions[t] of cos_sin_cache:
+//     o_a = y_a * c - y_b * s, o_b = y_b * c + y_a * s (fp32 products, one rounding);
+//   else: rows rotary_dim + 2m and + 1 (m = i - rotary_dim / 2), or 2i and 2i + 1 for v
+//     heads, stored as they are.
+// A token whose position is outside [0, num_positions) or [0, cache_rows) writes its q
+// unrotated and nothing to the cache (the Python side checks positions unless told not to).
+// Launch contract (plans.py::plan_gemv with n_out = units): block kGemvWarps * 32, 1-D
+// grid. Mutates q_out, k_cache, v_cache.
+template <typename T, typename CacheT, typename IdxT, bool kIsNeox, int kVecWidth, int kMaxTokens>
+__global__ void __launch_bounds__(kGemvWarps * 32) rms_norm_gemv_rope_kv_append_kernel(
+    T* q_out, T* k_cache, T* v_cache, const T* x, const T* weight, const T* norm_weight, const IdxT* positions,
+    const CacheT* cos_sin_cache, int num_tokens, int64_t k, int num_heads, int num_kv_heads, int head_dim,
+    int rotary_dim, int64_t x_row_stride, int64_t weight_row_stride, int64_t q_token_stride, int64_t q_head_stride,
+    int64_t kc_row_stride, int64_t kc_head_stride, int64_t vc_row_stride, int64_t vc_head_stride,
+    int64_t num_positions, int64_t cache_rows, float eps) {
+  using V = Vec<T, kVecWidth>;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int half_dim = head_dim / 2, half_rot = rotary_dim / 2;
+  const int64_t units = static_cast<int64_t>(num_heads + 2 * num_kv_heads) * half_dim;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kGemvWarps;
+  int64_t u = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+
+  // The unit's head, its two rows within the head, and whether they are a rotary pair.
+  auto rows_of = [&](int64_t unit, int& head, int& a, int& b, bool& rotary) {
+    head = static_cast<int>(unit / half_dim);
+    const int i = static_cast<int>(unit - static_cast<int64_t>(head) * half_dim);
+    rotary = head < num_heads + num_kv_heads && i < half_rot;
+    if (rotary) {
+      a = kIsNeox ? i : 2 * i;
+      b = kIsNeox ? i + half_rot : 2 * i + 1;
+    } else {
+      const int base = head < num_heads + num_kv_heads ? rotary_dim + 2 * (i - half_rot) : 2 * i;
+      a = base;
+      b = base + 1;
+    }
+  };
+
+  int head, a, b;
+  bool rotary;
+  rows_of(u, head, a, b, rotary);
+  const T* w_row[2] = {weight + (static_cast<int64_t>(head) * head_dim + a) * weight_row_stride,
+                       weight + (static_cast<int64_t>(head) * head_dim + b) * weight_row_stride};
+  V ahead[kGemvAhead][2];
+  if (u < units) load_ahead<T, kVecWidth, 2>(ahead, w_row, k, lane);
+
+  __shared__ float inv_rms[kMaxTokens];
+  block_inv_rms<T, kVecWidth>(inv_rms, x, num_tokens, k, x_row_stride, eps, warp, lane);
+
+  for (bool have_ahead = true; u < units; u += stride, have_ahead = false) {
+    rows_of(u, head, a, b, rotary);
+    w_row[0] = weight + (static_cast<int64_t>(head) * head_dim + a) * weight_row_stride;
+    w_row[1] = weight + (static_cast<int64_t>(head) * head_dim + b) * weight_row_stride;
+    float acc[2][kMaxTokens];
+    warp_products<T, true, 2, kVecWidth, kMaxTokens>(acc, w_row, ahead, have_ahead, x, norm_weight, inv_rms,
+                                                     num_tokens, k, x_row_stride, lane);
 #pragma unroll
     for (int t = 0; t < kMaxTokens; ++t) {
-      if (t < num_tokens) {
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) acc[r][t] = warp_reduce<SumOp, 32>(acc[r][t]);
-        if (lane == t % 32) {  // spread the stores over lanes
-          OutT* o = out + t * out_row_stride + j;
-          if constexpr (kEpilogue == kEpilogueStore) {
-            *o = from_float<OutT>(acc[0][t]);
-          } else if constexpr (kEpilogue == kEpilogueAddResidual) {
-            *o = from_float<OutT>(to_float(*o) + acc[0][t]);
-          } else {
-            const float gate = to_float(from_float<T>(acc[0][t]));
-            const float up = to_float(from_float<T>(acc[1][t]));
-            *o = from_float<OutT>(silu<kFastMath>(gate) * up);
-          }
+      if (t < num_tokens && lane == t % 32) {
+        // The fp32 products rotated, then rounded once.
+        const float ya = acc[0][t], yb = acc[1][t];
+        const int64_t p = static_cast<int64_t>(positions[t]);
+        const bool in_range = p >= 0 && p < num_positions && p < cache_rows;
+        float oa = ya, ob = yb;
+        if (rotary && in_range) {
+          const int i = kIsNeox ? a : a / 2;
+          const float c = to_float(cos_sin_cache[p * rotary_dim + i]);
+          const float s = to_float(cos_sin_cache[p * rotary_dim + half_rot + i]);
+          oa = ya * c - yb * s;
+          ob = yb * c + ya * s;
         }
+        T* dst;
+        if (head < num_heads) {
+          dst = q_out + t * q_token_stride + head * q_head_stride;
+        } else if (!in_range) {
+          continue;
+        } else if (head < num_heads + num_kv_heads) {
+          dst = k_cache + p * kc_row_stride + (head - num_heads) * kc_head_stride;
+        } else {
+          dst = v_cache + p * vc_row_stride + (head - num_heads - num_kv_heads) * vc_head_stride;
+        }
+        dst[a] = from_float<T>(oa);
+        dst[b] = from_float<T>(ob);
       }
     }
   }

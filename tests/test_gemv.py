@@ -5,10 +5,10 @@ the references' rounding points. GPU (marked): each op against the float64 refer
 over dtypes, token counts (1-16), row lengths (vector and scalar paths), guarded
 outputs; a token's bits the same in any batch; inside a captured CUDA graph.
 
-Tolerance: the kernels round where the references round (the normalised row, the gate
-and up products); an fp32 sum can land on the other side of such an
-intermediate rounding than the float64 one, which moves the output by up to one more
-unit in the last place: rtol = 2.5 ulp of the dtype instead of the usual 1.5.
+Tolerance: the kernels round the normalised row where the references do; an fp32 mean
+square can land an element of it on the other side of that rounding than the float64
+one, which moves a product by that element's weight times one unit in its last place:
+rtol = 2.5 ulp of the dtype instead of the usual 1.5 covers it.
 """
 
 from __future__ import annotations
@@ -144,9 +144,8 @@ def test_references_round_where_the_unfused_ops_store():
     np.testing.assert_array_equal(reference.gemv_add_residual(x, w, residual), residual.astype(np.float64) + product)
     xn = round_to(reference.rms_norm(x, g, 1e-6), np.float16)
     np.testing.assert_array_equal(reference.rms_norm_gemv(x, g, w, 1e-6), xn @ w.astype(np.float64).T)
-    gate_up = round_to(xn @ w.astype(np.float64).T, np.float16)
     np.testing.assert_array_equal(reference.rms_norm_gemv_silu_and_mul(x, g, w, 1e-6),
-                                  reference.silu_and_mul(gate_up))
+                                  reference.silu_and_mul(xn @ w.astype(np.float64).T))
 
 
 # ----------------------------------------------------------------- GPU
@@ -209,3 +208,79 @@ def test_replays_inside_a_captured_graph(rng, op):
         np.testing.assert_array_equal(i["residual"].get(), eager_residual.get())
     else:
         np.testing.assert_array_equal(out.get(), eager.get())
+
+
+# ----------------------------------------------------------------- rms_norm_gemv_rope_kv_append
+def _qkv_rope_values(**over):
+    values = dict(x=contiguous((2, 64), np.float16), norm_weight=contiguous((64,), np.float16),
+                  qkv_weight=contiguous(((4 + 2 * 2) * 32, 64), np.float16), positions=contiguous((2,), np.int32),
+                  cos_sin_cache=contiguous((100, 32), np.float32), k_cache=contiguous((50, 2, 32), np.float16),
+                  v_cache=contiguous((50, 2, 32), np.float16), q_out=None, eps=1e-6, is_neox=True)
+    values.update(over)
+    return prepare_args("rms_norm_gemv_rope_kv_append", **values)
+
+
+def test_qkv_rope_plans_one_warp_per_pair_of_rows():
+    launch = gemv._prepare_qkv_rope(_qkv_rope_values())
+    assert launch.plan.grid == ((4 + 4) * 32 // 2 // plans.GEMV_WARPS, 1, 1)
+    assert launch.allocate == (("q_out", (2, 4, 32), np.dtype(np.float16)),)
+
+
+@pytest.mark.parametrize("over, error, match", [
+    (dict(qkv_weight=contiguous((8 * 32 + 1, 64), np.float16)), ValueError, "qkv_weight: expected"),
+    (dict(k_cache=contiguous((50, 2, 31), np.float16)), ValueError, "k_cache: expected shape .* even head_dim"),
+    (dict(cos_sin_cache=contiguous((100, 32), np.float16)), ValueError, "cos_sin_cache: expected C-contiguous float32"),
+    (dict(cos_sin_cache=contiguous((100, 34), np.float32)), ValueError, "rotary_dim"),
+    (dict(positions=contiguous((3,), np.int32)), ValueError, "positions"),
+    (dict(v_cache=contiguous((49, 2, 32), np.float16)), ValueError, "v_cache"),
+    (dict(x=contiguous((17, 64), np.float16), positions=contiguous((17,), np.int32)), ValueError, "at most 16 rows"),
+    (dict(is_neox=None), TypeError, "is_neox"),
+])
+def test_qkv_rope_intake_names_the_bad_argument(over, error, match):
+    with pytest.raises(error, match=match):
+        gemv._prepare_qkv_rope(_qkv_rope_values(**over))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("is_neox", [True, False])
+@pytest.mark.parametrize("num_tokens", [1, 5, 16])
+@pytest.mark.parametrize("head_dim, rotary_dim, heads, kv_heads", [(64, 64, 9, 3), (128, 128, 32, 8), (128, 64, 4, 2)])
+def test_qkv_rope_against_float64(rng, dtype, is_neox, num_tokens, head_dim, rotary_dim, heads, kv_heads):
+    k, rows = 576, 300
+    x = random_device(rng, (num_tokens, k), dtype)
+    norm_weight = random_device(rng, (k,), dtype, scale=0.1, loc=1.0)
+    weight = random_device(rng, ((heads + 2 * kv_heads) * head_dim, k), dtype, scale=1 / math.sqrt(k))
+    positions = cupy.asarray(rng.choice(rows, num_tokens, replace=False).astype(np.int32))
+    table = cupykern.rope_cos_sin_cache(rows, rotary_dim, 10000.0)
+    k_cache = random_device(rng, (rows, kv_heads, head_dim), dtype)
+    v_cache = random_device(rng, (rows, kv_heads, head_dim), dtype)
+    want_q, want_k, want_v = reference.rms_norm_gemv_rope_kv_append(x, norm_weight, weight, positions, table, k_cache,
+                                                                    v_cache, 1e-6, is_neox=is_neox)
+    q_out = cupy.full((num_tokens, heads, head_dim), np.nan, dtype)
+    cupykern.rms_norm_gemv_rope_kv_append(x, norm_weight, weight, positions, table, k_cache, v_cache, 1e-6,
+                                          is_neox=is_neox, q_out=q_out)
+    assert_close(q_out, want_q, dtype, seed=rng.seed, rtol=_rtol(dtype), what="q")
+    assert_close(k_cache, want_k, dtype, seed=rng.seed, rtol=_rtol(dtype), what="k_cache")
+    assert_close(v_cache, want_v, dtype, seed=rng.seed, rtol=_rtol(dtype), what="v_cache")
+
+
+@pytest.mark.gpu
+def test_qkv_rope_equals_the_unfused_pair_up_to_one_rounding(rng):
+    """Fused against rms_norm_gemv followed by rope_kv_append (which round the product
+    first): within two units in the last place of the O(1) products."""
+    dtype = _dtypes.float16
+    x = random_device(rng, (3, 576), dtype)
+    norm_weight = random_device(rng, (576,), dtype, scale=0.1, loc=1.0)
+    weight = random_device(rng, (15 * 64, 576), dtype, scale=1 / math.sqrt(576))
+    positions = cupy.asarray([3, 7, 8], np.int32)
+    table = cupykern.rope_cos_sin_cache(32, 64, 100000.0)
+    caches = [cupy.zeros((32, 3, 64), dtype) for _ in range(4)]
+    q_fused, _, _ = cupykern.rms_norm_gemv_rope_kv_append(x, norm_weight, weight, positions, table, caches[0],
+                                                          caches[1], 1e-5, is_neox=False)
+    qkv = cupykern.rms_norm_gemv(x, norm_weight, weight, 1e-5).reshape(3, 15, 64)
+    cupykern.rope_kv_append(qkv[:, :9], qkv[:, 9:12], qkv[:, 12:], positions, table, caches[2], caches[3],
+                            is_neox=False)
+    for fused, unfused in ((q_fused, qkv[:, :9]), (caches[0], caches[2]), (caches[1], caches[3])):
+        np.testing.assert_allclose(fused.get().astype(np.float64), unfused.get().astype(np.float64),
+                                   rtol=2.0**-10, atol=2 * 2.0**-10)

@@ -2,22 +2,22 @@
 
 One step, for the token at position ``p`` (device state: ``positions[0] = p``, ``token[0]``):
 
-==========================================  =====================================
-launch                                      per layer / once
-==========================================  =====================================
-``embedding(token) -> hidden``              once
-``rms_norm_gemv(hidden, attn_norm, Wqkv)``  layer: QKV of the normalised row
-``rope_kv_append(q, k, v, positions)``      layer: RoPE; k, v into cache row p
-``decode_attention(q, cache, positions)``   layer: rows 0 .. p of the cache
-``gemv_add_residual(attn, Wo, hidden)``     layer: o_proj + residual
-``rms_norm_gemv_silu_and_mul(hidden, ..)``  layer: norm + gate/up + SiLU gate
-``gemv_add_residual(act, Wdown, hidden)``   layer: down + residual
-``rms_norm_gemv(hidden, final_norm, E)``    once: float32 logits (tied LM head)
-``sample_tokens(logits, positions)``        once: argmax, or a seeded draw
-``append_tokens(token, positions, history)`` once: p + 1, history[p + 1] = token
-==========================================  =====================================
+==============================================  =====================================
+launch                                          per layer / once
+==============================================  =====================================
+``embedding(token) -> hidden``                  once
+``rms_norm_gemv_rope_kv_append(hidden, ...)``   layer: norm + QKV + RoPE; q out, k and
+                                                v into cache row p
+``decode_attention(q, cache, positions)``       layer: rows 0 .. p of the cache
+``gemv_add_residual(attn, Wo, hidden)``         layer: o_proj + residual
+``rms_norm_gemv_silu_and_mul(hidden, ..)``      layer: norm + gate/up + SiLU gate
+``gemv_add_residual(act, Wdown, hidden)``       layer: down + residual
+``rms_norm_gemv(hidden, final_norm, E)``        once: float32 logits (tied LM head)
+``sample_tokens(logits, positions)``            once: argmax, or a seeded draw
+``append_tokens(token, positions, history)``    once: p + 1, history[p + 1] = token
+==============================================  =====================================
 
-Six launches per layer plus four, every one reading the position from device memory,
+Five launches per layer plus four, every one reading the position from device memory,
 so the graph needs no new kernel arguments from step to step (CuPy exposes no graph
 parameter updates). What capture forbids decides the rest (../shared/DECODE.md):
 no cuBLAS (the GEMVs are cupykern's), no host-to-device copies (the position lives on
@@ -25,9 +25,9 @@ the device and the graph advances it), no allocation (every buffer is made befor
 capture and held as long as the graph; :meth:`GraphDecoder.capture` checks the pool's
 used bytes do not move), every kernel loaded first (a warm-up step).
 
-The math is :class:`~cupykern.llm.model.LlamaModel`'s with its rounding points (the
-normalised rows, the gate and up products rounded to the dtype), except that the
-residual add takes the fp32 product (one rounding instead of the unfused GEMM's two)
+The math is :class:`~cupykern.llm.model.LlamaModel`'s, the normalised rows rounded to
+the dtype as there, except that the products go into their epilogues (RoPE, the SiLU
+gate, the residual add) in fp32, one rounding where the eager path's GEMM rounds first,
 and sums run in the kernels' order: logits agree with the eager forward within the
 per-dtype bounds, greedy tokens up to near-ties (tests/test_llm.py).
 """
@@ -81,7 +81,7 @@ class GraphDecoder:
         self.token = cupy.zeros((1,), np.int32)
         self.history = cupy.zeros((1, max_tokens + 1), np.int32)  # token ids by position
         self.hidden = cupy.empty((1, cfg.hidden_size), dtype)  # the residual stream
-        self.qkv = cupy.empty((1, cfg.num_heads + 2 * cfg.num_kv_heads, cfg.head_dim), dtype)
+        self.q = cupy.empty((1, cfg.num_heads, cfg.head_dim), dtype)
         self.attn = cupy.empty((1, cfg.num_heads, cfg.head_dim), dtype)
         self.act = cupy.empty((1, cfg.intermediate_size), dtype)
         self.logits = cupy.empty((1, cfg.vocab_size), np.float32)
@@ -100,16 +100,14 @@ class GraphDecoder:
         """One decode step on the current stream (eager; :meth:`capture` records it)."""
         k_ = self._ops
         cfg, w = self.config, self.model.weights
-        nq, nkv, eps = cfg.num_heads, cfg.num_kv_heads, cfg.rms_norm_eps
-        q, k, v = self.qkv[:, :nq], self.qkv[:, nq:nq + nkv], self.qkv[:, nq + nkv:]
-        qkv_rows = self.qkv.reshape(1, -1)
+        eps = cfg.rms_norm_eps
         attn_rows = self.attn.reshape(1, -1)
         k_.embedding(self.token, w.embed, out=self.hidden, check_ids=False)
         for n, layer in enumerate(w.layers):
-            k_.rms_norm_gemv(self.hidden, layer.attn_norm, layer.qkv, eps, out=qkv_rows)
-            k_.rope_kv_append(q, k, v, self.positions, self.model.cos_sin_cache, self.cache.k[n], self.cache.v[n],
-                              is_neox=False, check_positions=False)
-            k_.decode_attention(q, self.cache.k[n], self.cache.v[n], self.positions, out=self.attn,
+            k_.rms_norm_gemv_rope_kv_append(self.hidden, layer.attn_norm, layer.qkv, self.positions,
+                                            self.model.cos_sin_cache, self.cache.k[n], self.cache.v[n], eps,
+                                            is_neox=False, q_out=self.q, check_positions=False)
+            k_.decode_attention(self.q, self.cache.k[n], self.cache.v[n], self.positions, out=self.attn,
                                 workspace=self.workspace)
             k_.gemv_add_residual(attn_rows, layer.o, self.hidden)
             k_.rms_norm_gemv_silu_and_mul(self.hidden, layer.ffn_norm, layer.gate_up, eps, out=self.act)

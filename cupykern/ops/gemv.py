@@ -14,10 +14,13 @@ import numpy as np
 
 from cupykern import _arrays, _dtypes, launcher, plans
 from cupykern.jit import KernelTemplate
+from cupykern.ops import attention as _attention
+from cupykern.ops import rope as _rope
 
-__all__ = ["gemv", "gemv_add_residual", "rms_norm_gemv", "rms_norm_gemv_silu_and_mul"]
+__all__ = ["gemv", "gemv_add_residual", "rms_norm_gemv", "rms_norm_gemv_rope_kv_append", "rms_norm_gemv_silu_and_mul"]
 
 GEMV = KernelTemplate("gemv.cu", "gemv_kernel")
+QKV_ROPE = KernelTemplate("gemv.cu", "rms_norm_gemv_rope_kv_append_kernel")
 
 #: kEpilogue of gemv_kernel (gemv.cu).
 GEMV_EPILOGUES = {"store": 0, "add_residual": 1, "silu_and_mul": 2}
@@ -44,7 +47,10 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
                 for v in sorted({1, _dtypes.vec_width(d)}):
                     exprs += [GEMV.expr(*_template_args(d, out_dtype, norm, epilogue, v, m))
                               for m in plans.GEMV_MAX_TOKENS]
-    return {GEMV: exprs}
+    qkv_rope = [QKV_ROPE.expr(_dtypes.c_type(d), "float", idx, neox, v, m) for d in _dtypes.DTYPES
+                for idx in _attention.INDEX_TYPES.values() for neox in (False, True)
+                for v in sorted({1, _dtypes.vec_width(d)}) for m in plans.GEMV_MAX_TOKENS]
+    return {GEMV: exprs, QKV_ROPE: qkv_rope}
 
 
 # ----------------------------------------------------------------- intake and plan
@@ -140,6 +146,71 @@ _RMS_NORM_GEMV = launcher.Op("rms_norm_gemv", arrays=("x", "norm_weight", "weigh
 _RMS_NORM_GEMV_SILU_AND_MUL = launcher.Op("rms_norm_gemv_silu_and_mul",
                                           arrays=("x", "norm_weight", "gate_up_weight", "out"), scalars=("eps",),
                                           prepare=_prepare("rms_norm_gemv_silu_and_mul"), plan_kind="gemv")
+
+
+def _prepare_qkv_rope(a: launcher.Args) -> launcher.Launch:
+    op = "rms_norm_gemv_rope_kv_append"
+    x, rows = _arrays.row_input(a.x)
+    k = rows.hidden_size
+    norm_weight = _arrays.vector(a.norm_weight, "norm_weight", x.dtype, k, what="the dtype of x")
+    kc_sig = _arrays.required(a.k_cache, "k_cache", "a device array (max_tokens, num_kv_heads, head_dim)")
+    if len(kc_sig.shape) != 3 or kc_sig.shape[1] < 1 or kc_sig.shape[2] < 2 or kc_sig.shape[2] % 2:
+        raise ValueError(f"k_cache: expected shape (max_tokens, num_kv_heads, head_dim) with an even head_dim, got "
+                         f"{tuple(kc_sig.shape)}")
+    _, num_kv_heads, head_dim = kc_sig.shape
+    w_sig = _arrays.required(a.qkv_weight, "qkv_weight", "a device array ((num_heads + 2 * num_kv_heads) * head_dim, k)")
+    rows_w = w_sig.shape[0] if len(w_sig.shape) == 2 else 0
+    num_heads = rows_w // head_dim - 2 * num_kv_heads if rows_w % head_dim == 0 else 0
+    if num_heads < 1:
+        raise ValueError(f"qkv_weight: expected ((num_heads + 2 * {num_kv_heads}) * {head_dim}, {k}) rows (q, k, v "
+                         f"heads of k_cache's head_dim), got shape {tuple(w_sig.shape)}")
+    weight, w_stride = _weight(w_sig, "qkv_weight", x.dtype, k, rows_w, f"(num_heads + 2 * num_kv_heads) * head_dim, {k}")
+    _, kc = _attention._cache(kc_sig, "k_cache", x.dtype, num_kv_heads, head_dim)
+    _, vc = _attention._cache(a.v_cache, "v_cache", x.dtype, num_kv_heads, head_dim)
+    if vc.num_tokens != kc.num_tokens:
+        raise ValueError(f"v_cache: expected shape {tuple(kc_sig.shape)} (as k_cache), got {tuple(a.v_cache.shape)}")
+    positions = _attention._positions(a.positions, rows.num_rows)
+    table, rotary_dim, table_stride = _rope._cache(a.cos_sin_cache, x.dtype, head_dim)
+    if table.dtype != _dtypes.float32 or table_stride != rotary_dim:
+        raise ValueError(f"cos_sin_cache: expected C-contiguous float32 rows of {rotary_dim} values, got dtype "
+                         f"{table.dtype} and a row stride of {table_stride}")
+    eps = _arrays.eps(a.eps)
+    is_neox = _arrays.flag(a.is_neox, "is_neox")
+    q_out, allocate = launcher.output(a.q_out, "q_out", (*x.shape[:-1], num_heads, head_dim), x.dtype)
+    if len(q_out.shape) != 3:
+        raise ValueError(f"x: expected shape (num_tokens, k), got {tuple(x.shape)}")
+    qh = _arrays.heads(q_out, "q_out")
+    _arrays.distinct_heads(qh, "q_out")
+    if rows.num_rows > plans.GEMV_MAX_TOKENS[-1]:
+        raise ValueError(f"x: {op} takes at most {plans.GEMV_MAX_TOKENS[-1]} rows (decode-size batches), got "
+                         f"{rows.num_rows}")
+    written = ("q_out", "k_cache", "v_cache")
+    disjoint = (*(launcher.Disjoint(r, w) for w in written
+                  for r in ("x", "norm_weight", "qkv_weight", "positions", "cos_sin_cache")),
+                launcher.Disjoint("q_out", "k_cache"), launcher.Disjoint("q_out", "v_cache"),
+                launcher.Disjoint("k_cache", "v_cache"))
+    if rows.num_rows == 0:
+        return launcher.Launch(None, allocate=allocate, returns=written)
+    units = (num_heads + 2 * num_kv_heads) * head_dim // 2
+    vw = _dtypes.vec_width(x.dtype)
+    aligned = k % vw == 0 and _arrays.vector_aligned(vw, (x, rows.row_stride), (weight, w_stride), (norm_weight, 0))
+    plan = plans.plan_gemv(rows.num_rows, units, x.dtype, aligned=aligned, limits=a.limits, overrides=a.overrides,
+                           op=op)
+    return launcher.Launch(
+        QKV_ROPE, (_dtypes.c_type(x.dtype), "float", _attention.INDEX_TYPES[positions.dtype], is_neox,
+                   plan.vec_width, plan.max_tokens), plan,
+        pointers=("q_out", "k_cache", "v_cache", "x", "qkv_weight", "norm_weight", "positions", "cos_sin_cache"),
+        scalars=(np.int32(rows.num_rows), np.int64(k), *map(np.int32, (num_heads, num_kv_heads, head_dim, rotary_dim)),
+                 *map(np.int64, (rows.row_stride, w_stride, qh.token_stride, qh.head_stride, kc.token_stride,
+                                 kc.head_stride, vc.token_stride, vc.head_stride, table.shape[0], kc.num_tokens)),
+                 eps),
+        allocate=allocate, returns=written, disjoint=disjoint)
+
+
+_QKV_ROPE = launcher.Op("rms_norm_gemv_rope_kv_append",
+                        arrays=("x", "norm_weight", "qkv_weight", "positions", "cos_sin_cache", "k_cache", "v_cache",
+                                "q_out"),
+                        scalars=("eps", "is_neox"), prepare=_prepare_qkv_rope, plan_kind="gemv")
 
 
 # ----------------------------------------------------------------- public API
@@ -255,9 +326,10 @@ def rms_norm_gemv_silu_and_mul(x, norm_weight, gate_up_weight, eps=1e-6, *, out=
     """A Llama MLP's first half in one launch: ``silu_and_mul(rms_norm(x) @ gate_up_weight.T)``.
 
     ``xn = round(rms_norm(x))`` as in :func:`rms_norm_gemv`; then for each ``j < d``
-    ``out[..., j] = round(silu(g) * u)`` with ``g = round(xn . gate_up_weight[j])`` and
-    ``u = round(xn . gate_up_weight[d + j])``: the rounding points of a GEMM that writes
-    the fused gate_up product followed by :func:`cupykern.silu_and_mul`.
+    ``out[..., j] = round(silu(g) * u)`` with the fp32 products ``g = xn .
+    gate_up_weight[j]`` and ``u = xn . gate_up_weight[d + j]``: one rounding, where a
+    GEMM writing the gate_up product followed by :func:`cupykern.silu_and_mul` rounds
+    g and u first.
 
     Parameters:
         x: device array ``(..., k)``, at most 16 rows, float16, bfloat16 or float32.
@@ -286,3 +358,59 @@ def rms_norm_gemv_silu_and_mul(x, norm_weight, gate_up_weight, eps=1e-6, *, out=
         (arXiv:1910.07467).
     """
     return _RMS_NORM_GEMV_SILU_AND_MUL((x, norm_weight, gate_up_weight, out), (eps,))
+
+
+def rms_norm_gemv_rope_kv_append(x, norm_weight, qkv_weight, positions, cos_sin_cache, k_cache, v_cache, eps=1e-6, *,
+                                 is_neox=True, q_out=None, check_positions=True):
+    """The attention block's first launch: RMSNorm, the QKV product, RoPE and the KV-cache append.
+
+    ``qkv = round(rms_norm(x)) @ qkv_weight.T`` split into ``num_heads`` q heads,
+    ``num_kv_heads`` k heads and as many v heads of ``head_dim``; then, for token ``t``
+    at ``p = positions[t]``: ``q_out[t] = rope(q)``, ``k_cache[p] = rope(k)``,
+    ``v_cache[p] = v``, the fp32 products rotated and rounded once (the unfused
+    :func:`rms_norm_gemv` then :func:`cupykern.rope_kv_append` round the product first).
+    One warp computes both rows of a rotary pair, so the rotation happens in its
+    epilogue.
+
+    Parameters:
+        x: device array ``(num_tokens, k)``, 1-16 rows, float16, bfloat16 or float32.
+        norm_weight: ``(k,)`` of x's dtype (the layer's input norm).
+        qkv_weight: ``((num_heads + 2 * num_kv_heads) * head_dim, k)`` of x's dtype: the
+            q rows, then k, then v (Llama's fused QKV weight).
+        positions: ``(num_tokens,)`` int32 or int64 device array.
+        cos_sin_cache: ``(max_position, rotary_dim)`` float32, C-contiguous
+            (:func:`cupykern.rope_cos_sin_cache`).
+        k_cache, v_cache: ``(max_tokens, num_kv_heads, head_dim)`` of x's dtype; they
+            give num_kv_heads and head_dim (even), and num_heads follows from qkv_weight.
+        eps: finite, >= 0.
+        is_neox: rotary pairs ``(i, i + rotary_dim / 2)`` (True) or ``(2i, 2i + 1)``
+            (False, GGUF's permuted weights).
+        q_out: optional ``(num_tokens, num_heads, head_dim)`` of x's dtype.
+        check_positions: as :func:`cupykern.rope_kv_append` (False in a captured graph:
+            a token outside the table or cache then gets its q unrotated and writes nothing).
+
+    Returns:
+        ``(q_out, k_cache, v_cache)`` (q_out allocated if not given).
+
+    Mutates: ``q_out``, and row ``positions[t]`` of ``k_cache`` and ``v_cache``.
+
+    Raises:
+        TypeError: as :func:`rms_norm_gemv`; positions not int32/int64; ``is_neox`` not a bool.
+        ValueError: shapes that disagree (qkv_weight's rows not a whole number of heads
+            of the caches' head_dim); a cos_sin_cache that is not float32 or not
+            contiguous, or whose rotary_dim is odd or beyond head_dim; more than 16 rows;
+            written arrays overlapping inputs or each other; a position out of range
+            (with ``check_positions``).
+
+    References:
+        The "no bubbles" megakernel's first instruction (RMSNorm + QKV + RoPE + KV
+        append; Hazy Research, 2025); RoPE, Su et al. 2021 (arXiv:2104.09864); vLLM's
+        ``rotary_embedding`` + ``reshape_and_cache``.
+    """
+    arrays = (x, norm_weight, qkv_weight, positions, cos_sin_cache, k_cache, v_cache, q_out)
+    scalars = (eps, is_neox)
+    if _arrays.flag(check_positions, "check_positions"):
+        checked = _QKV_ROPE.intake(arrays, scalars)
+        _rope._check_positions_in_range(checked[3], min(checked[4].shape[0], checked[5].shape[0]),
+                                        "the rows of cos_sin_cache and of k_cache")
+    return _QKV_ROPE(arrays, scalars)

@@ -1,9 +1,9 @@
 """float64 references of kernels_cu/gemv.cu: gemv, gemv_add_residual, rms_norm_gemv,
 rms_norm_gemv_silu_and_mul.
 
-Values the kernels round to the storage dtype on the way (the normalised row, the gate
-and up products) are rounded here at the same points; the final output is returned
-unrounded.
+The normalised row is rounded to the storage dtype, as the kernels (and rms_norm) store
+it; products go unrounded into the epilogue (residual add, SiLU gate, rotation), and the
+final output is returned unrounded.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import numpy as np
 
 from cupykern.reference._common import f64, host, round_to
 from cupykern.reference.activation import silu_and_mul as _silu_and_mul
+from cupykern.reference.attention import rope_kv_append as _rope_kv_append
 from cupykern.reference.norm import rms_norm as _rms_norm
 
-__all__ = ["gemv", "gemv_add_residual", "rms_norm_gemv", "rms_norm_gemv_silu_and_mul"]
+__all__ = ["gemv", "gemv_add_residual", "rms_norm_gemv", "rms_norm_gemv_rope_kv_append", "rms_norm_gemv_silu_and_mul"]
 
 
 def gemv(x, weight, *, out=None, out_dtype=None) -> np.ndarray:
@@ -38,8 +39,19 @@ def rms_norm_gemv(x, norm_weight, weight, eps=1e-6, *, out=None, out_dtype=None)
 
 
 def rms_norm_gemv_silu_and_mul(x, norm_weight, gate_up_weight, eps=1e-6, *, out=None) -> np.ndarray:
-    """``silu_and_mul(round(round(rms_norm(x)) @ gate_up_weight.T))`` in float64 (SwiGLU,
+    """``silu_and_mul(round(rms_norm(x)) @ gate_up_weight.T)`` in float64 (SwiGLU,
     arXiv:2002.05202)."""
-    dtype = host(x).dtype
-    product = round_to(_normalised(x, norm_weight, eps) @ f64(gate_up_weight).T, dtype)
-    return _silu_and_mul(product)
+    return _silu_and_mul(_normalised(x, norm_weight, eps) @ f64(gate_up_weight).T)
+
+
+def rms_norm_gemv_rope_kv_append(x, norm_weight, qkv_weight, positions, cos_sin_cache, k_cache, v_cache, eps=1e-6, *,
+                                 is_neox=True, q_out=None, check_positions=True):
+    """``(q_out, k_cache_after, v_cache_after)`` in float64: :func:`rms_norm_gemv` (not
+    rounded) split into q, k and v heads (the caches give num_kv_heads and head_dim),
+    then :func:`~cupykern.reference.rope_kv_append` on copies of the caches."""
+    _, num_kv_heads, head_dim = host(k_cache).shape
+    qkv = rms_norm_gemv(x, norm_weight, qkv_weight, eps)
+    qkv = qkv.reshape(qkv.shape[0], -1, head_dim)
+    num_heads = qkv.shape[1] - 2 * num_kv_heads
+    q, k, v = qkv[:, :num_heads], qkv[:, num_heads:num_heads + num_kv_heads], qkv[:, num_heads + num_kv_heads:]
+    return _rope_kv_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, is_neox=is_neox)

@@ -5,12 +5,15 @@ drawn with standard deviation 1 / sqrt(k), so products are O(1) like x. Without 
 model, gemv, gemv_add_residual and rms_norm_gemv are square (n = k) and the gated
 variant has d = k; with a preset, rms_norm_gemv is the QKV projection ((num_heads + 2 *
 num_kv_heads) * head_dim rows), the gated one the MLP's gate/up (d = intermediate_size).
-At most 16 tokens (decode sizes).
+At most 16 tokens (decode sizes). rms_norm_gemv_rope_kv_append takes Llama-3 8B's heads
+(32 + 8 + 8 of 128) without a model, the preset's with one.
 """
 
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from cupykern import reference
 from cupykern.ops import gemv
@@ -92,4 +95,55 @@ RMS_NORM_GEMV_SILU_AND_MUL = OpSpec(
     max_tokens=MAX_TOKENS,
 )
 
-SPECS = (GEMV, GEMV_ADD_RESIDUAL, RMS_NORM_GEMV, RMS_NORM_GEMV_SILU_AND_MUL)
+def _qkv_rope_inputs(rng, num_tokens, k, dtype, model=None):
+    import cupy
+
+    from cupykern.registry.rope import BASE, NUM_KV_HEADS, NUM_Q_HEADS, _host_cache
+
+    if model is None:
+        heads, kv_heads, head_dim, base, scaling, eps = NUM_Q_HEADS, NUM_KV_HEADS, 128, BASE, (), 1e-6
+    else:
+        heads, kv_heads, head_dim = model.num_attention_heads, model.num_key_value_heads, model.head_dim
+        base, scaling, eps = model.rope_theta, model.rope_scaling_items, model.rms_norm_eps
+    rows = CACHE_ROWS
+    return {"x": random_device(rng, (num_tokens, k), dtype), "norm_weight": _norm_weight(rng, k, dtype),
+            "qkv_weight": _weight(rng, (heads + 2 * kv_heads) * head_dim, k, dtype),
+            "positions": cupy.asarray(rng.choice(rows, num_tokens, replace=False).astype(np.int32)),
+            "cos_sin_cache": cupy.asarray(_host_cache(head_dim if model is None else model.rotary_dim_for(head_dim),
+                                                      rows, base, scaling)),
+            "k_cache": random_device(rng, (rows, kv_heads, head_dim), dtype),
+            "v_cache": random_device(rng, (rows, kv_heads, head_dim), dtype), "eps": eps}
+
+
+def _qkv_rope_run(i):
+    q, k_cache, v_cache = gemv.rms_norm_gemv_rope_kv_append(i["x"], i["norm_weight"], i["qkv_weight"], i["positions"],
+                                                            i["cos_sin_cache"], i["k_cache"], i["v_cache"], i["eps"])
+    return q, k_cache[i["positions"]], v_cache[i["positions"]]  # the rows written, in token order
+
+
+def _qkv_rope_reference(i):
+    q, k_after, v_after = reference.rms_norm_gemv_rope_kv_append(
+        i["x"], i["norm_weight"], i["qkv_weight"], i["positions"], i["cos_sin_cache"], i["k_cache"], i["v_cache"],
+        i["eps"])
+    rows = np.asarray(i["positions"], dtype=np.int64)
+    return q, k_after[rows], v_after[rows]
+
+
+def _qkv_rope_bytes(i) -> int:
+    """Weights and x read, q written, k and v written to the cache, a table row per token."""
+    x, w = i["x"], i["qkv_weight"]
+    t = x.shape[0]
+    return nbytes(x, w, i["norm_weight"]) + t * w.shape[0] * x.itemsize + t * i["cos_sin_cache"].shape[1] * 4
+
+
+#: Cache rows of rms_norm_gemv_rope_kv_append's inputs (positions are drawn below it).
+CACHE_ROWS = 4096
+
+RMS_NORM_GEMV_ROPE_KV_APPEND = OpSpec(
+    name="rms_norm_gemv_rope_kv_append", family="gemv", size_name="hidden_size", make_inputs=_qkv_rope_inputs,
+    run=_qkv_rope_run, reference=_qkv_rope_reference, min_bytes=_qkv_rope_bytes,
+    output_dtypes=lambda i: (i["x"].dtype,) * 3, model_aware=True, max_tokens=MAX_TOKENS,
+    token_inputs=("x", "positions"),
+)
+
+SPECS = (GEMV, GEMV_ADD_RESIDUAL, RMS_NORM_GEMV, RMS_NORM_GEMV_SILU_AND_MUL, RMS_NORM_GEMV_ROPE_KV_APPEND)
