@@ -83,6 +83,52 @@ def launches(decoder) -> list[tuple[str, object, int]]:
     ]
 
 
+#: Plan constants (cupykern/plans.py) tried by --variants, each against the defaults.
+VARIANTS = ({}, {"GEMV_AHEAD": 0}, {"GEMV_AHEAD": 8}, {"ATTENTION_WARPS": 4}, {"ATTENTION_WARPS": 16},
+            {"ATTENTION_ONE_SPLIT_ROWS": 0, "ATTENTION_MIN_SPLIT_ROWS": 64},
+            {"ATTENTION_ONE_SPLIT_ROWS": 0, "ATTENTION_MIN_SPLIT_ROWS": 32})
+
+
+def time_step(decoder, position: int, replays: int = 30) -> timing.Timing:
+    """GPU time of one replay of the decoder's graph at ``position`` (reset before each)."""
+    import cupy
+
+    samples = []
+    with decoder.stream:
+        for _ in range(replays):
+            decoder.positions.fill(position)
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record(decoder.stream)
+            decoder.graph.launch(decoder.stream)
+            end.record(decoder.stream)
+            end.synchronize()
+            samples.append(cupy.cuda.get_elapsed_time(start, end) * 1e3)
+    return timing.Timing.of(samples, "graph replay")
+
+
+def time_variants(model, max_tokens: int, position: int) -> list[dict]:
+    """The whole step captured and timed under each of :data:`VARIANTS` (plan constants
+    set, the launch caches emptied, a new graph; the defaults restored after)."""
+    from cupykern import launcher, plans
+    from cupykern.llm.decode_graph import GraphDecoder
+
+    rows = []
+    for constants in VARIANTS:
+        saved = {name: getattr(plans, name) for name in constants}
+        try:
+            for name, value in constants.items():
+                setattr(plans, name, value)
+            launcher.clear_caches()
+            decoder = GraphDecoder(model, max_tokens)
+            decoder.capture()
+            rows.append({"constants": constants, "step_us": time_step(decoder, position).median_us})
+        finally:
+            for name, value in saved.items():
+                setattr(plans, name, value)
+            launcher.clear_caches()
+    return rows
+
+
 def time_prefill(model, num_tokens: int, seed: int, repeat: int = 7) -> float:
     """Median wall milliseconds of ``model.forward`` over ``num_tokens`` random ids into a
     fresh cache (host launches included: that is what a prompt costs), after a warm-up."""
@@ -117,12 +163,13 @@ PER_STEP = {"rms_norm_gemv_rope_kv_append": 30, "decode_attention": 30, "gemv_ad
               help="Rows of the static KV cache (prompt + new tokens).")
 @click.option("--prefill", default=512, type=click.IntRange(min=1), show_default=True,
               help="Also time the eager forward of this many prompt tokens (wall time, after a warm-up).")
+@click.option("--variants", is_flag=True,
+              help="Also capture and time the whole step under other plan constants (VARIANTS).")
 @click.option("--seed", default=DEFAULT_SEED, show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Also write the JSON here (it always goes to bench/results/).")
-def main(dtype, position, max_tokens, prefill, seed, out_dir):
+def main(dtype, position, max_tokens, prefill, variants, seed, out_dir):
     require_gpu("bench_decode_step.py")
-    import cupy
 
     from cupykern.llm.decode_graph import GraphDecoder
 
@@ -142,19 +189,9 @@ def main(dtype, position, max_tokens, prefill, seed, out_dir):
         t = timing.time_graph(call)
         rows.append({"launch": name, "per_step": PER_STEP.get(name, 1), "median_us": t.median_us,
                      "weight_bytes": weight_bytes, "gbps": weight_bytes / t.median_us / 1e3 if weight_bytes else None})
-    # The whole step: replays of the captured graph, the position reset before each.
-    samples = []
-    with decoder.stream:
-        for _ in range(30):
-            decoder.positions.fill(position)
-            start, end = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record(decoder.stream)
-            decoder.graph.launch(decoder.stream)
-            end.record(decoder.stream)
-            end.synchronize()
-            samples.append(cupy.cuda.get_elapsed_time(start, end) * 1e3)
-    step = timing.Timing.of(samples, "graph replay")
+    step = time_step(decoder, position)  # the whole step: replays of the captured graph
     prefill_ms = time_prefill(model, prefill, seed)
+    variant_rows = time_variants(model, max_tokens, position) if variants else []
     launches_per_step = sum(r["per_step"] for r in rows)
     table = Table(title=f"decode step of SmolLM2-135M shapes, {dtype}, position {position} "
                         f"({launches_per_step} launches; copy {copy_gbps:.0f} GB/s)")
@@ -170,10 +207,12 @@ def main(dtype, position, max_tokens, prefill, seed, out_dir):
     console.print(table)
     console.print(f"{1e6 / step.median_us:.0f} tokens/s at this position (graph captured in {capture_s * 1e3:.0f} ms)")
     console.print(f"prefill of {prefill} tokens (eager forward, wall time): {prefill_ms:.2f} ms")
+    for v in variant_rows:
+        console.print(f"variant {v['constants']}: whole step {v['step_us']:.1f} us ({1e6 / v['step_us']:.0f} tokens/s)")
     result = {"format": sweep.RESULT_FORMAT, "suite": f"decode_step_{dtype}", "dtype": dtype, "position": position,
               "max_tokens": max_tokens, "seed": seed, "copy_gbps": copy_gbps, "step_us": step.median_us,
               "step_p10_us": step.p10_us, "step_p90_us": step.p90_us, "tokens_per_s": 1e6 / step.median_us,
-              "launches": rows, "prefill_tokens": prefill, "prefill_ms": prefill_ms,
+              "launches": rows, "prefill_tokens": prefill, "prefill_ms": prefill_ms, "variants": variant_rows,
               "environment": environment.describe()}
     console.print(f"wrote {save(result, Path(out_dir) if out_dir else None)}")
 

@@ -482,6 +482,9 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
 
 #: kGemvWarps of gemv_kernel (gemv.cu): one warp per output feature, 4 per block.
 GEMV_WARPS = 4
+#: kAhead of the GEMV kernels: 16-byte weight vectors per lane requested before the
+#: norm (bench/bench_decode_step.py --variants times 0, 4 and 8).
+GEMV_AHEAD = 4
 #: kMaxTokens choices of gemv_kernel: registers per lane grow with it, so the plan takes
 #: the smallest that holds num_tokens.
 GEMV_MAX_TOKENS = (1, 4, 16)

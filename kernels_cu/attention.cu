@@ -80,8 +80,6 @@ __global__ void __launch_bounds__(256) rope_kv_append_kernel(
 }
 
 // ---------------------------------------------------------------- decode attention
-// Warps per block of decode_attention_kernel; cupykern/plans.py::ATTENTION_WARPS mirrors it.
-constexpr int kAttnWarps = 8;
 
 // Online-softmax state of one lane group: running max m (base-2 logits), sum l, and the
 // lane's kVec accumulated output dims.
@@ -102,8 +100,8 @@ __device__ __forceinline__ void merge_state(SoftmaxState<kVec>& a, const Softmax
   a.m = m;
 }
 
-// Grid (num_heads, num_tokens, num_splits), block kAttnWarps * 32. Query head h of token t
-// attends to cache rows [0, positions[t]] of kv head h / group (grouped-query attention),
+// Grid (num_heads, num_tokens, num_splits), block kAttnWarps * 32 (plans.py::ATTENTION_WARPS,
+// a template parameter so benchmarks can try others). Query head h of token t attends to cache rows [0, positions[t]] of kv head h / group (grouped-query attention),
 // split s covering rows [s * split_size, (s + 1) * split_size). A lane group of
 // kHeadDim / kVec lanes holds one cache row (16-byte vectors); a warp takes 32 / (kHeadDim
 // / kVec) rows at a time, each warp strides by kAttnWarps such batches. States merge in a
@@ -113,7 +111,7 @@ __device__ __forceinline__ void merge_state(SoftmaxState<kVec>& a, const Softmax
 // attention_combine_kernel. Positions past cache_rows are clamped to the cache; a
 // negative position attends to nothing (output 0).
 // Mutates out (or the partials) only.
-template <typename T, typename IdxT, int kHeadDim, bool kSplit>
+template <typename T, typename IdxT, int kHeadDim, bool kSplit, int kAttnWarps>
 __global__ void __launch_bounds__(kAttnWarps * 32) decode_attention_kernel(
     T* out, float* partial_out, float* partial_lse, const T* q, const T* k_cache, const T* v_cache,
     const IdxT* positions, int group, int64_t q_token_stride, int64_t q_head_stride, int64_t kc_row_stride,

@@ -37,17 +37,18 @@ constexpr int kEpilogueAddResidual = 1;  // out[t, j] = round(out[t, j] + acc): 
 constexpr int kEpilogueSiluAndMul = 2;   // out[t, j] = round(silu(acc_j) * acc_{j + n_out})
 
 // ---------------------------------------------------------------- shared warp GEMV core
-// Weight vectors a lane requests before anything else (the norm's reduction, the
-// barrier): kGemvAhead * 32 * 16 bytes of a row, 1024 16-bit elements, cover the rows
-// of a small model whole, so their latency overlaps the norm instead of following it.
-constexpr int kGemvAhead = 4;
+// kAhead: weight vectors a lane requests before anything else (the norm's reduction,
+// the barrier), so their latency overlaps the norm instead of following it; kAhead * 32
+// vectors of 16 bytes cover a row of kAhead * 256 16-bit elements. 0 turns it off.
+// Arrays of them are declared with ahead_slots(kAhead) >= 1 entries (C++ has no empty ones).
+constexpr int ahead_slots(int ahead) { return ahead > 0 ? ahead : 1; }
 
-// Requests this lane's first kGemvAhead vectors of each of kRows weight rows.
-template <typename T, int kVecWidth, int kRows>
-__device__ __forceinline__ void load_ahead(Vec<T, kVecWidth> (&ahead)[kGemvAhead][kRows],
+// Requests this lane's first kAhead vectors of each of kRows weight rows.
+template <typename T, int kVecWidth, int kRows, int kAhead>
+__device__ __forceinline__ void load_ahead(Vec<T, kVecWidth> (&ahead)[ahead_slots(kAhead)][kRows],
                                            const T* const (&w_row)[kRows], int64_t k, int lane) {
 #pragma unroll
-  for (int u = 0; u < kGemvAhead; ++u) {
+  for (int u = 0; u < kAhead; ++u) {
     const int64_t i = (lane + 32 * u) * static_cast<int64_t>(kVecWidth);
     if (i < k) {
 #pragma unroll
@@ -78,11 +79,12 @@ __device__ __forceinline__ void block_inv_rms(float* inv_rms, const T* x, int nu
 
 // acc[r][t] = sum_i w_row[r][i] * xn[t][i] in every lane of the warp, xn = x or, when
 // kNorm, round(x * inv_rms[t] * norm_weight). Lane l takes vectors l, l + 32, ... (the
-// first kGemvAhead of them from `ahead` when have_ahead), each lane sums in index order,
+// first kAhead of them from `ahead` when have_ahead), each lane sums in index order,
 // then a butterfly adds the lanes: the order depends on k alone.
-template <typename T, bool kNorm, int kRows, int kVecWidth, int kMaxTokens>
+template <typename T, bool kNorm, int kRows, int kVecWidth, int kMaxTokens, int kAhead>
 __device__ __forceinline__ void warp_products(float (&acc)[kRows][kMaxTokens], const T* const (&w_row)[kRows],
-                                              const Vec<T, kVecWidth> (&ahead)[kGemvAhead][kRows], bool have_ahead,
+                                              const Vec<T, kVecWidth> (&ahead)[ahead_slots(kAhead)][kRows],
+                                              bool have_ahead,
                                               const T* x, const T* norm_weight, const float* inv_rms,
                                               int num_tokens, int64_t k, int64_t x_row_stride, int lane) {
   using V = Vec<T, kVecWidth>;
@@ -108,7 +110,7 @@ __device__ __forceinline__ void warp_products(float (&acc)[kRows][kMaxTokens], c
     }
   };
 #pragma unroll
-  for (int u = 0; u < kGemvAhead; ++u) {
+  for (int u = 0; u < kAhead; ++u) {
     const int64_t i = (lane + 32 * u) * static_cast<int64_t>(kVecWidth);
     if (i < k) {
       V w[kRows];
@@ -118,7 +120,7 @@ __device__ __forceinline__ void warp_products(float (&acc)[kRows][kMaxTokens], c
     }
   }
 #pragma unroll 4
-  for (int64_t i = (lane + 32 * kGemvAhead) * static_cast<int64_t>(kVecWidth); i < k; i += 32 * kVecWidth) {
+  for (int64_t i = (lane + 32 * kAhead) * static_cast<int64_t>(kVecWidth); i < k; i += 32 * kVecWidth) {
     V w[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) w[r] = load_vec<T, kVecWidth>(w_row[r] + i);
@@ -145,10 +147,10 @@ __device__ __forceinline__ void warp_products(float (&acc)[kRows][kMaxTokens], c
 // Template parameters: T (x, weight, norm_weight) float / __half / __nv_bfloat16; OutT T,
 // or float for kEpilogueStore (logits); kVecWidth 1 or 16 / sizeof(T) (the plan picks 16
 // bytes only when k, the row strides and the pointers allow it); kMaxTokens 1, 4 or 16
-// (registers per lane; num_tokens <= kMaxTokens).
+// (registers per lane; num_tokens <= kMaxTokens); kAhead as load_ahead.
 // Launch contract (cupykern/plans.py::plan_gemv): block kGemvWarps * 32 threads, 1-D grid
 // of any size. Mutates `out` only.
-template <typename T, typename OutT, bool kNorm, int kEpilogue, int kVecWidth, int kMaxTokens>
+template <typename T, typename OutT, bool kNorm, int kEpilogue, int kVecWidth, int kMaxTokens, int kAhead>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(
     OutT* out,                // [num_tokens, n_out], out_row_stride apart
     const T* x,               // [num_tokens, k], x_row_stride apart
@@ -165,10 +167,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(
   int64_t j = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
 
   const T* w_row[kRows];
-  V ahead[kGemvAhead][kRows];
+  V ahead[ahead_slots(kAhead)][kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) w_row[r] = weight + (j + r * n_out) * weight_row_stride;
-  if (j < n_out) load_ahead<T, kVecWidth, kRows>(ahead, w_row, k, lane);
+  if (j < n_out) load_ahead<T, kVecWidth, kRows, kAhead>(ahead, w_row, k, lane);
 
   __shared__ float inv_rms[kMaxTokens];
   if constexpr (kNorm) block_inv_rms<T, kVecWidth>(inv_rms, x, num_tokens, k, x_row_stride, eps, warp, lane);
@@ -177,8 +179,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(
 #pragma unroll
     for (int r = 0; r < kRows; ++r) w_row[r] = weight + (j + r * n_out) * weight_row_stride;
     float acc[kRows][kMaxTokens];
-    warp_products<T, kNorm, kRows, kVecWidth, kMaxTokens>(acc, w_row, ahead, have_ahead, x, norm_weight, inv_rms,
-                                                          num_tokens, k, x_row_stride, lane);
+    warp_products<T, kNorm, kRows, kVecWidth, kMaxTokens, kAhead>(acc, w_row, ahead, have_ahead, x, norm_weight,
+                                                                  inv_rms, num_tokens, k, x_row_stride, lane);
 #pragma unroll
     for (int t = 0; t < kMaxTokens; ++t) {
       if (t < num_tokens && lane == t % 32) {  // spread the stores over lanes
@@ -211,7 +213,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(
 // unrotated and nothing to the cache (the Python side checks positions unless told not to).
 // Launch contract (plans.py::plan_gemv with n_out = units): block kGemvWarps * 32, 1-D
 // grid. Mutates q_out, k_cache, v_cache.
-template <typename T, typename CacheT, typename IdxT, bool kIsNeox, int kVecWidth, int kMaxTokens>
+template <typename T, typename CacheT, typename IdxT, bool kIsNeox, int kVecWidth, int kMaxTokens, int kAhead>
 __global__ void __launch_bounds__(kGemvWarps * 32) rms_norm_gemv_rope_kv_append_kernel(
     T* q_out, T* k_cache, T* v_cache, const T* x, const T* weight, const T* norm_weight, const IdxT* positions,
     const CacheT* cos_sin_cache, int num_tokens, int64_t k, int num_heads, int num_kv_heads, int head_dim,
@@ -246,8 +248,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) rms_norm_gemv_rope_kv_append_
   rows_of(u, head, a, b, rotary);
   const T* w_row[2] = {weight + (static_cast<int64_t>(head) * head_dim + a) * weight_row_stride,
                        weight + (static_cast<int64_t>(head) * head_dim + b) * weight_row_stride};
-  V ahead[kGemvAhead][2];
-  if (u < units) load_ahead<T, kVecWidth, 2>(ahead, w_row, k, lane);
+  V ahead[ahead_slots(kAhead)][2];
+  if (u < units) load_ahead<T, kVecWidth, 2, kAhead>(ahead, w_row, k, lane);
 
   __shared__ float inv_rms[kMaxTokens];
   block_inv_rms<T, kVecWidth>(inv_rms, x, num_tokens, k, x_row_stride, eps, warp, lane);
@@ -257,8 +259,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) rms_norm_gemv_rope_kv_append_
     w_row[0] = weight + (static_cast<int64_t>(head) * head_dim + a) * weight_row_stride;
     w_row[1] = weight + (static_cast<int64_t>(head) * head_dim + b) * weight_row_stride;
     float acc[2][kMaxTokens];
-    warp_products<T, true, 2, kVecWidth, kMaxTokens>(acc, w_row, ahead, have_ahead, x, norm_weight, inv_rms,
-                                                     num_tokens, k, x_row_stride, lane);
+    warp_products<T, true, 2, kVecWidth, kMaxTokens, kAhead>(acc, w_row, ahead, have_ahead, x, norm_weight, inv_rms,
+                                                             num_tokens, k, x_row_stride, lane);
 #pragma unroll
     for (int t = 0; t < kMaxTokens; ++t) {
       if (t < num_tokens && lane == t % 32) {

@@ -81,7 +81,7 @@ def test_instantiations_cover_every_variant_dtype_vector_and_token_bound():
     # 4 variants x 3 dtypes x 2 vector widths x 3 token bounds, plus float32 outputs of
     # the two store variants for the 16-bit dtypes.
     assert len(exprs) == (4 * 3 + 2 * 2) * 2 * 3
-    assert "gemv_kernel<__half, float, true, 0, 8, 1>" in exprs
+    assert f"gemv_kernel<__half, float, true, 0, 8, 1, {plans.GEMV_AHEAD}>" in exprs
 
 
 @pytest.mark.parametrize("num_tokens, expected", [(1, 1), (2, 4), (4, 4), (5, 16), (16, 16)])

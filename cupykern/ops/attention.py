@@ -32,8 +32,8 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
     rope = [ROPE_KV_APPEND.expr(_dtypes.c_type(d), _dtypes.c_type(c), idx, neox)
             for d in _dtypes.DTYPES for c in sorted({d, _dtypes.float32}, key=str)
             for idx in INDEX_TYPES.values() for neox in (False, True)]
-    attention = [DECODE_ATTENTION.expr(_dtypes.c_type(d), idx, hd, split) for d in _dtypes.DTYPES
-                 for idx in INDEX_TYPES.values() for hd in HEAD_DIMS for split in (False, True)]
+    attention = [DECODE_ATTENTION.expr(_dtypes.c_type(d), idx, hd, split, plans.ATTENTION_WARPS)
+                 for d in _dtypes.DTYPES for idx in INDEX_TYPES.values() for hd in HEAD_DIMS for split in (False, True)]
     combine = [ATTENTION_COMBINE.expr(_dtypes.c_type(d), hd) for d in _dtypes.DTYPES for hd in HEAD_DIMS]
     return {ROPE_KV_APPEND: rope, DECODE_ATTENTION: attention, ATTENTION_COMBINE: combine}
 
@@ -182,7 +182,8 @@ def _prepare_decode_attention(a: launcher.Args) -> launcher.Launch:
                                scalars=(np.int32(plan.num_splits), np.int64(oh.token_stride),
                                         np.int64(oh.head_stride)))
     return launcher.Launch(
-        DECODE_ATTENTION, (_dtypes.c_type(q.dtype), INDEX_TYPES[positions.dtype], qh.head_dim, split), plan,
+        DECODE_ATTENTION, (_dtypes.c_type(q.dtype), INDEX_TYPES[positions.dtype], qh.head_dim, split,
+                           plan.block_size // plans.WARP_SIZE), plan,
         pointers=("out", "workspace" if split else "out", lse_offset if split else "out", "q", "k_cache", "v_cache",
                   "positions"),
         scalars=(np.int32(group), *map(np.int64, (qh.token_stride, qh.head_stride, kc.token_stride, kc.head_stride,

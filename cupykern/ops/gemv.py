@@ -34,8 +34,9 @@ _VARIANTS = {
 }
 
 
-def _template_args(dtype, out_dtype, norm: bool, epilogue: str, vec_width: int, max_tokens: int) -> tuple:
-    return (_dtypes.c_type(dtype), _dtypes.c_type(out_dtype), norm, GEMV_EPILOGUES[epilogue], vec_width, max_tokens)
+def _template_args(dtype, out_dtype, norm: bool, epilogue: str, vec_width: int, max_tokens: int, ahead: int) -> tuple:
+    return (_dtypes.c_type(dtype), _dtypes.c_type(out_dtype), norm, GEMV_EPILOGUES[epilogue], vec_width, max_tokens,
+            ahead)
 
 
 def instantiations() -> dict[KernelTemplate, list[str]]:
@@ -45,9 +46,9 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
         for d in _dtypes.DTYPES:
             for out_dtype in sorted({d, _dtypes.float32} if f32_out else {d}, key=str):
                 for v in sorted({1, _dtypes.vec_width(d)}):
-                    exprs += [GEMV.expr(*_template_args(d, out_dtype, norm, epilogue, v, m))
+                    exprs += [GEMV.expr(*_template_args(d, out_dtype, norm, epilogue, v, m, plans.GEMV_AHEAD))
                               for m in plans.GEMV_MAX_TOKENS]
-    qkv_rope = [QKV_ROPE.expr(_dtypes.c_type(d), "float", idx, neox, v, m) for d in _dtypes.DTYPES
+    qkv_rope = [QKV_ROPE.expr(_dtypes.c_type(d), "float", idx, neox, v, m, plans.GEMV_AHEAD) for d in _dtypes.DTYPES
                 for idx in _attention.INDEX_TYPES.values() for neox in (False, True)
                 for v in sorted({1, _dtypes.vec_width(d)}) for m in plans.GEMV_MAX_TOKENS]
     return {GEMV: exprs, QKV_ROPE: qkv_rope}
@@ -129,7 +130,8 @@ def _prepare(op: str):
         plan = plans.plan_gemv(rows.num_rows, n_out, x.dtype, aligned=aligned, limits=a.limits,
                                overrides=a.overrides, op=op)
         return launcher.Launch(
-            GEMV, _template_args(x.dtype, out.dtype, norm, epilogue, plan.vec_width, plan.max_tokens), plan,
+            GEMV, _template_args(x.dtype, out.dtype, norm, epilogue, plan.vec_width, plan.max_tokens, plans.GEMV_AHEAD),
+            plan,
             pointers=(out_name, "x", weight_name, "norm_weight" if norm else "x"),
             scalars=(np.int32(rows.num_rows), *map(np.int64, (k, n_out, rows.row_stride, w_stride,
                                                               out_rows.row_stride)), eps),
@@ -198,7 +200,7 @@ def _prepare_qkv_rope(a: launcher.Args) -> launcher.Launch:
                            op=op)
     return launcher.Launch(
         QKV_ROPE, (_dtypes.c_type(x.dtype), "float", _attention.INDEX_TYPES[positions.dtype], is_neox,
-                   plan.vec_width, plan.max_tokens), plan,
+                   plan.vec_width, plan.max_tokens, plans.GEMV_AHEAD), plan,
         pointers=("q_out", "k_cache", "v_cache", "x", "qkv_weight", "norm_weight", "positions", "cos_sin_cache"),
         scalars=(np.int32(rows.num_rows), np.int64(k), *map(np.int32, (num_heads, num_kv_heads, head_dim, rotary_dim)),
                  *map(np.int64, (rows.row_stride, w_stride, qh.token_stride, qh.head_stride, kc.token_stride,
