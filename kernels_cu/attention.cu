@@ -146,26 +146,40 @@ __global__ void __launch_bounds__(kAttnWarps * 32) decode_attention_kernel(
 
   const T* k_base = k_cache + kv_head * kc_head_stride + part * kVec;
   const T* v_base = v_cache + kv_head * vc_head_stride + part * kVec;
-  // Every lane runs the same trip count (the butterfly needs the whole warp).
-  for (int64_t base = begin + warp * kRowsPerWarp; base < end; base += kAttnWarps * kRowsPerWarp) {
-    const int64_t p = base + slot;
-    const bool valid = p < end;
-    float s = 0.0f;
-    V kv, vv;
-    if (valid) {
-      kv = load_vec<T, kVec>(k_base + p * kc_row_stride);
-      vv = load_vec<T, kVec>(v_base + p * vc_row_stride);
+  // Every lane runs the same trip count (the butterfly needs the whole warp). Rows come
+  // in chunks of kAttnChunk batches whose k and v loads are all issued before the first
+  // is used: one memory round trip per chunk, not per batch (the online update that
+  // follows depends on the previous batch, so loads inside it would wait in turn).
+  constexpr int kAttnChunk = 4;
+  const int64_t step = kAttnWarps * kRowsPerWarp;
+  for (int64_t chunk = begin + warp * kRowsPerWarp; chunk < end; chunk += kAttnChunk * step) {
+    V kv[kAttnChunk], vv[kAttnChunk];
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) s = fmaf(qv[e], to_float(kv.elt[e]), s);
+    for (int c = 0; c < kAttnChunk; ++c) {
+      const int64_t p = chunk + c * step + slot;
+      if (p < end) {
+        kv[c] = load_vec<T, kVec>(k_base + p * kc_row_stride);
+        vv[c] = load_vec<T, kVec>(v_base + p * vc_row_stride);
+      }
     }
-    s = warp_reduce<SumOp, kLanesPerRow>(s);
-    if (valid) {
-      const float m = fmaxf(st.m, s);
-      const float c = exp2f(st.m - m), w = exp2f(s - m);
-      st.l = st.l * c + w;
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) st.acc[e] = st.acc[e] * c + w * to_float(vv.elt[e]);
-      st.m = m;
+    for (int c = 0; c < kAttnChunk; ++c) {
+      const int64_t p = chunk + c * step + slot;
+      const bool valid = p < end;
+      float s = 0.0f;
+      if (valid) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) s = fmaf(qv[e], to_float(kv[c].elt[e]), s);
+      }
+      s = warp_reduce<SumOp, kLanesPerRow>(s);
+      if (valid) {
+        const float m = fmaxf(st.m, s);
+        const float cm = exp2f(st.m - m), w = exp2f(s - m);
+        st.l = st.l * cm + w;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) st.acc[e] = st.acc[e] * cm + w * to_float(vv[c].elt[e]);
+        st.m = m;
+      }
     }
   }
   // Lane groups of a warp: butterfly over the slot bits.
