@@ -119,6 +119,21 @@ def test_vector_aligned():
 
 
 # ----------------------------------------------------------------- scalars
+def test_subnormal_scalars_are_refused():
+    """The kernels are compiled with -ftz=true: a nonzero float32 below the smallest normal
+    (1.1754944e-38) would reach them as 0 (an eps of 1e-40 on an all-zero row: 0 * rsqrt(0))."""
+    tiny = float(np.finfo(np.float32).tiny)
+    assert _arrays.FLOAT32_TINY == tiny == np.float32(1.1754944e-38)
+    assert _arrays.eps(tiny) == np.float32(tiny) and _arrays.eps(0.0) == 0 and _arrays.eps(-0.0) == 0
+    for bad in (1e-40, 1e-44, 5e-324, tiny * (1 - 2**-20), 1e-50):  # subnormal in float32, or 0 once rounded
+        with pytest.raises(ValueError, match=r"eps: .* is below the smallest normal float32 \(1.1754944e-38\), which "
+                                             r"the kernels flush to 0 \(-ftz=true\); pass 0 or"):
+            _arrays.eps(bad)
+        with pytest.raises(ValueError, match="weight_offset: .* below the smallest normal float32"):
+            _arrays.finite(-bad, "weight_offset")
+    assert _arrays.finite(-tiny, "weight_offset") == np.float32(-tiny)
+
+
 def test_eps_and_choice():
     assert _arrays.eps(1e-12) == np.float32(1e-12) and isinstance(_arrays.eps(0), np.float32)
     for bad in (-1.0, float("nan"), float("inf")):

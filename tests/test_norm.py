@@ -137,6 +137,17 @@ def test_rms_norm_intake_errors_name_the_argument(kwargs, error, message):
         _rms(x=x, limits=None, **kwargs)  # checked before the device's limits are needed
 
 
+@heuristic_plans
+def test_eps_zero_and_the_smallest_normal_reach_the_kernel_exactly():
+    """0 stays allowed (exact; an all-zero row gives NaN, as the float64 reference does);
+    the smallest normal float32 is the smallest nonzero eps (not flushed by -ftz=true)."""
+    tiny = np.finfo(np.float32).tiny
+    assert _rms(eps=0.0).scalars[4] == 0 and _rms(eps=float(tiny)).scalars[4] == tiny
+    with np.errstate(divide="ignore", invalid="ignore"):
+        assert np.isnan(reference.rms_norm(np.zeros((1, 256), np.float32), np.ones(256, np.float32), 0.0)).all()
+    assert (reference.rms_norm(np.zeros((1, 256), np.float32), np.ones(256, np.float32), float(tiny)) == 0).all()
+
+
 def test_rms_norm_needs_a_gpu_only_to_plan():
     with pytest.raises(RuntimeError, match="rms_norm: no CUDA GPU"):
         _rms(limits=None)
@@ -242,6 +253,17 @@ def test_layer_norm_launch():
 def test_layer_norm_intake_errors(kwargs, error, message):
     with pytest.raises(error, match=message):
         _layer(limits=None, **kwargs)
+
+
+@pytest.mark.parametrize("prepare, scalar, value", [
+    (_rms, "eps", 1e-40), (_rms, "eps", 1e-44), (_rms, "weight_offset", -1e-40), (_fused, "eps", 1e-40),
+    (_layer, "eps", 1e-44),
+])
+def test_subnormal_scalars_are_refused(prepare, scalar, value):
+    """The issue's eps = 1e-40 / 1e-44: -ftz=true would flush them to 0 on the GPU."""
+    with pytest.raises(ValueError, match=rf"{scalar}: {value!r} is below the smallest normal float32 "
+                                         r"\(1.1754944e-38\), which the kernels flush to 0"):
+        prepare(limits=None, **{scalar: value})
 
 
 def test_row_ops_take_row_overrides():
@@ -390,6 +412,19 @@ def test_rms_norm_constant_rows_with_tiny_eps(dtype):
     w = cupy.full((1000,), 0.5, dtype=np.float32).astype(dtype)
     got = cupykern.rms_norm(x, w, eps=1e-12)
     assert_close(got, reference.rms_norm(x, w, 1e-12), dtype, seed=0)
+
+
+@pytest.mark.gpu
+def test_zero_rows_with_the_smallest_normal_eps_give_zero():
+    """The issue's all-zero float32 row (H = 256): eps = 1e-40 is refused (the GPU would
+    flush it to 0 and give NaN); the smallest normal eps gives 0, as the reference."""
+    x, w = cupy.zeros((2, 256), np.float32), cupy.ones(256, np.float32)
+    tiny = float(np.finfo(np.float32).tiny)
+    for got in (cupykern.rms_norm(x, w, eps=tiny), cupykern.layer_norm(x, w, None, eps=tiny),
+                cupykern.fused_add_rms_norm(x.copy(), x.copy(), w, eps=tiny)[0]):
+        assert (got.get() == 0).all()
+    with pytest.raises(ValueError, match="eps: 1e-40 is below the smallest normal float32"):
+        cupykern.rms_norm(x, w, eps=1e-40)
 
 
 @pytest.mark.gpu

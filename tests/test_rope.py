@@ -433,6 +433,11 @@ def test_qk_rms_norm_rope_intake_errors_name_the_argument(kwargs, error, message
         _qk_norm(limits=None, **kwargs)
 
 
+def test_qk_rms_norm_rope_refuses_a_subnormal_eps():
+    with pytest.raises(ValueError, match=r"eps: 1e-40 is below the smallest normal float32 \(1.1754944e-38\)"):
+        _qk_norm(limits=None, eps=1e-40)
+
+
 def test_qk_rms_norm_rope_zero_tokens_launch_nothing_cpu():
     launch = _qk_norm(q=contiguous((0, 4, 64), BF16), k=contiguous((0, 1, 64), BF16),
                       positions=contiguous((0,), np.int32), cache=contiguous((8, 64), F32), limits=None)

@@ -71,6 +71,25 @@ def test_softmax_intake_errors_name_the_argument(kwargs, error, message):
         _prepare(limits=None, **kwargs)
 
 
+@pytest.mark.parametrize("temperature, message", [
+    # 1 / 1e-39 overflows float32 (the issue's NaN row); 1e-39 itself is subnormal.
+    (1e-39, "temperature: 1e-39 is below the smallest normal float32"),
+    (5e-324, "temperature: 5e-324 is below the smallest normal float32"),
+    # 1 / 1e38 would be flushed to 0 on the GPU: a -inf logit would give -inf * 0 = NaN.
+    (1e38, r"temperature: expected at most 8.507059e\+37 \(1 / temperature must be a normal float32"),
+])
+def test_softmax_temperatures_whose_scale_the_gpu_would_flush(temperature, message):
+    with pytest.raises(ValueError, match=message):
+        _prepare(limits=None, temperature=temperature)
+
+
+@pytest.mark.usefixtures("tune_file")
+def test_softmax_temperature_range_ends_are_normal_scales():
+    tiny = np.finfo(np.float32).tiny
+    assert _prepare(temperature=float(tiny)).scalars[-1] == np.float32(1 / tiny)
+    assert _prepare(temperature=softmax_ops.MAX_TEMPERATURE).scalars[-1] == tiny
+
+
 def test_softmax_zero_rows_launch_nothing():
     launch = _prepare(x=contiguous((0, 128), np.float16), limits=None)
     assert launch.template is None and launch.allocate == (("out", (0, 128), np.float32),)
@@ -115,6 +134,20 @@ def test_softmax_minus_inf_rows(rng):
     assert np.isnan(got[0]).all()
     assert (got[1, ::2] == 0).all()
     assert_close(got, reference.softmax(x), np.float32, seed=rng.seed)
+
+
+@pytest.mark.gpu
+def test_softmax_temperature_range_ends():
+    """The issue's row [1, 3, 2, -1]: at the smallest temperature, one-hot at the maximum (as
+    the float64 reference); at the largest, -inf entries give 0, not -inf * 0 = NaN."""
+    x = cupy.asarray([[1.0, 3.0, 2.0, -1.0]], dtype=np.float32)
+    np.testing.assert_array_equal(cupykern.softmax(x, temperature=float(np.finfo(np.float32).tiny)).get(),
+                                  [[0, 1, 0, 0]])
+    with pytest.raises(ValueError, match="temperature: 1e-39 is below the smallest normal float32"):
+        cupykern.softmax(x, temperature=1e-39)
+    x[0, 0] = -np.inf
+    got = cupykern.softmax(x, temperature=softmax_ops.MAX_TEMPERATURE).get()
+    np.testing.assert_allclose(got, [[0, 1 / 3, 1 / 3, 1 / 3]], rtol=1e-6)
 
 
 @pytest.mark.gpu

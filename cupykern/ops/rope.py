@@ -335,7 +335,8 @@ def qk_rms_norm_rope(q, k, q_weight, k_weight, positions, cos_sin_cache, eps: fl
         k: ``(..., num_kv_heads, head_dim)``, q's token axes, head_dim and dtype.
         q_weight, k_weight: ``(head_dim,)`` of q's dtype, unit-stride.
         positions, cos_sin_cache, is_neox, check_positions: as in :func:`apply_rope`.
-        eps: added to the mean square in fp32.
+        eps: added to the mean square in fp32; 0 or at least 1.1754944e-38, the
+            smallest normal float32 (a smaller one would be flushed to 0 on the GPU).
 
     Returns:
         ``(q, k)``, the same arrays, updated.
@@ -347,7 +348,7 @@ def qk_rms_norm_rope(q, k, q_weight, k_weight, positions, cos_sin_cache, eps: fl
     Raises:
         TypeError: as :func:`apply_rope`; a weight of another dtype; k None.
         ValueError: as :func:`apply_rope`; a weight not of shape ``(head_dim,)`` or not
-            unit-stride; ``eps`` < 0 or not finite.
+            unit-stride; ``eps`` < 0, not finite, or nonzero below 1.1754944e-38.
 
     Notes:
         The sum of squares, the scaling and the rotation stay in fp32; each output is
