@@ -16,7 +16,8 @@ import cupykern
 from cupykern import _dtypes, launcher, plans, reference
 from cupykern._arrays import Sig
 from cupykern.ops import norm
-from tests.helpers import DTYPES, DTYPE_IDS, Guarded, assert_close, contiguous, poisoned, prepare_args, random_device
+from tests.helpers import (DTYPES, DTYPE_IDS, Guarded, assert_close, assert_same_error, contiguous,
+                           kernel_and_reference_errors, poisoned, prepare_args, random_device)
 
 NUM_TOKENS = [0, 1, 3, 64, 4097]
 HIDDEN_SIZES = [1, 5, 64, 127, 128, 4096, 5120, 8192, 16384, 65536]
@@ -264,6 +265,50 @@ def test_subnormal_scalars_are_refused(prepare, scalar, value):
     with pytest.raises(ValueError, match=rf"{scalar}: {value!r} is below the smallest normal float32 "
                                          r"\(1.1754944e-38\), which the kernels flush to 0"):
         prepare(limits=None, **{scalar: value})
+
+
+# ----------------------------------------------------------------- CPU: the reference checks as the kernel
+_X, _W = np.ones((4, 64), F16), np.ones(64, F16)
+REFUSED = [  # (op, args, kwargs): refused alike by the kernel op and its float64 reference
+    ("rms_norm", (None, _W), {}),
+    ("rms_norm", (_X, np.ones(63, F16)), {}),
+    ("rms_norm", (_X, _W.astype(F32)), {}),
+    ("rms_norm", (_X.astype(np.int32), _W), {}),
+    ("rms_norm", (np.ones((), F16), _W), {}),
+    ("rms_norm", (np.ones((4, 0), F16), np.ones(0, F16)), {}),
+    ("rms_norm", (np.ones((4, 128), F16)[:, ::2], _W), {}),           # non-unit last stride
+    ("rms_norm", (np.ones((2, 4, 64), F16)[:, :3], _W), {}),          # leading axes that do not flatten
+    ("rms_norm", (_X, _W), {"eps": -1.0}),
+    ("rms_norm", (_X, _W), {"eps": 1e-40}),
+    ("rms_norm", (_X, _W), {"eps": "1e-6"}),
+    ("rms_norm", (_X, _W), {"weight_offset": float("inf")}),
+    ("fused_add_rms_norm", (_X, None, _W), {}),
+    ("fused_add_rms_norm", (_X, np.ones((4, 32), F16), _W), {}),
+    ("fused_add_rms_norm", (_X, _X.astype(F32), _W), {}),
+    ("fused_add_rms_norm", (np.broadcast_to(_W, (4, 64)), _X, _W), {}),  # written rows on the same bytes
+    ("fused_add_rms_norm", (_X, _X, _W), {"eps": float("nan")}),
+    ("layer_norm", (_X, _W, np.ones(32, F16)), {}),
+    ("layer_norm", (_X, _W.astype(F32), None), {}),
+    ("layer_norm", (_X, None, None), {"eps": 1e-44}),
+]
+
+
+@pytest.mark.parametrize("op, args, kwargs", REFUSED)
+def test_reference_refuses_what_the_kernel_refuses(fake_launcher, op, args, kwargs):
+    """The issue's reference.rms_norm(None, w), a weight of the wrong length and eps=-1 among them."""
+    assert_same_error(getattr(cupykern, op), getattr(reference, op), *args, **kwargs)
+
+
+def test_reference_takes_what_the_kernel_takes(fake_launcher):
+    wide = np.ones((4, 80), F16)
+    for op, args in (("rms_norm", (wide[:, 16:], _W)), ("fused_add_rms_norm", (_X, wide[:, :64], _W)),
+                     ("layer_norm", (_X, None, None))):
+        assert kernel_and_reference_errors(getattr(cupykern, op), getattr(reference, op), *args) == (None, None)
+    assert len(fake_launcher) == 3
+    # float64, the reference's own precision, is checked as float32 would be.
+    np.testing.assert_allclose(reference.rms_norm(np.full((2, 4), 2.0), np.ones(4), 0.0), 1.0)
+    with pytest.raises(TypeError, match=r"weight: expected dtype float32 \(the dtype of x\), got float16"):
+        reference.rms_norm(np.ones((2, 4)), np.ones(4, F16))
 
 
 def test_row_ops_take_row_overrides():

@@ -11,7 +11,8 @@ import cupykern
 from cupykern import _dtypes, launcher, plans, reference
 from cupykern._arrays import Sig
 from cupykern.ops import softmax as softmax_ops
-from tests.helpers import DTYPES, DTYPE_IDS, Guarded, assert_close, contiguous, prepare_args, random_device
+from tests.helpers import (DTYPES, DTYPE_IDS, Guarded, assert_close, assert_same_error, contiguous,
+                           kernel_and_reference_errors, prepare_args, random_device)
 
 SHAPES = [(0, 128), (1, 1), (1, 5), (3, 127), (64, 4096), (4097, 128), (3, 65536), (2, 131072), (257, 32000)]
 
@@ -88,6 +89,32 @@ def test_softmax_temperature_range_ends_are_normal_scales():
     tiny = np.finfo(np.float32).tiny
     assert _prepare(temperature=float(tiny)).scalars[-1] == np.float32(1 / tiny)
     assert _prepare(temperature=softmax_ops.MAX_TEMPERATURE).scalars[-1] == tiny
+
+
+_X = np.array([[1.0, 2.0, 0.5, 3.0]], np.float32)
+
+
+@pytest.mark.parametrize("args, kwargs", [
+    ((_X,), {"temperature": -1.0}),  # the reversed softmax
+    ((_X,), {"temperature": 0.0}),  # the NaN
+    ((_X,), {"temperature": 1e-39}),
+    ((_X,), {"temperature": 1e38}),
+    ((_X,), {"temperature": float("nan")}),
+    ((_X,), {"temperature": "hot"}),
+    ((None,), {}),
+    ((_X.astype(np.int64),), {}),
+    ((np.ones((2, 8), np.float32)[:, ::2],), {}),
+    ((np.ones((2, 0), np.float32),), {}),
+])
+def test_reference_refuses_what_the_kernel_refuses(fake_launcher, args, kwargs):
+    assert_same_error(cupykern.softmax, reference.softmax, *args, **kwargs)
+
+
+def test_reference_takes_what_the_kernel_takes(fake_launcher):
+    for temperature in (float(np.finfo(np.float32).tiny), 0.7, softmax_ops.MAX_TEMPERATURE):
+        assert kernel_and_reference_errors(cupykern.softmax, reference.softmax, _X, temperature=temperature) == \
+            (None, None)
+    np.testing.assert_array_equal(reference.softmax(_X, temperature=float(np.finfo(np.float32).tiny)), [[0, 0, 0, 1]])
 
 
 def test_softmax_zero_rows_launch_nothing():

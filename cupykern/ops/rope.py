@@ -185,6 +185,14 @@ _QK_RMS_NORM_ROPE = launcher.Op("qk_rms_norm_rope",
                                 scalars=("eps", "is_neox"), prepare=_prepare_qk_rms_norm_rope, plan_kind="rope")
 
 
+def check_position_range(lo: int, hi: int, max_position: int) -> None:
+    """ValueError unless the smallest and largest position, ``lo`` and ``hi``, are in
+    ``[0, max_position)`` (the float64 reference checks its host positions with this too)."""
+    if lo < 0 or hi >= max_position:
+        raise ValueError(f"positions: expected values in [0, {max_position}) (the rows of cos_sin_cache), got "
+                         f"min {lo}, max {hi}; pass check_positions=False to leave such tokens unchanged")
+
+
 def _check_positions_in_range(positions, max_position: int) -> None:
     """ValueError if a position is outside [0, max_position): one min/max reduction and a sync."""
     import cupy
@@ -192,9 +200,7 @@ def _check_positions_in_range(positions, max_position: int) -> None:
     if positions.size == 0:
         return
     lo, hi = (int(v) for v in cupy.stack((positions.min(), positions.max())).get())
-    if lo < 0 or hi >= max_position:
-        raise ValueError(f"positions: expected values in [0, {max_position}) (the rows of cos_sin_cache), got "
-                         f"min {lo}, max {hi}; pass check_positions=False to leave such tokens unchanged")
+    check_position_range(lo, hi, max_position)
 
 
 # ----------------------------------------------------------------- public API
