@@ -15,6 +15,8 @@ in ``.ci/run``); without network and without a cached copy these tests skip.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -278,6 +280,45 @@ def test_sampling_is_seeded_and_greedy_at_zero():
     assert len(set(draws)) == 1  # same seed, same draw
     many = [generate.next_token(logits, 1.0, np.random.default_rng(s)) for s in range(200)]
     assert {1, 2} <= set(many) and set(many) <= {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("temperature", [1e-308, 5e-324, 1e-30])
+def test_tiny_temperatures_sample_the_argmax(temperature):
+    """The issue's row: dividing first overflowed to inf and gave NaN probabilities."""
+    logits = np.array([1.0, 3.0, 2.0, -1.0])
+    assert {generate.next_token(logits, temperature, np.random.default_rng(s)) for s in range(20)} == {1}
+    tied = np.array([3.0, 1.0, 3.0])  # the limit is uniform over the tied maxima
+    assert {generate.next_token(tied, temperature, np.random.default_rng(s)) for s in range(50)} == {0, 2}
+    generate.check_args(1, temperature)  # accepted, as it now samples
+
+
+@pytest.mark.parametrize("row, count, first", [
+    ([1.0, np.nan, 3.0], 1, "1 (nan)"),
+    ([np.nan, np.nan, np.nan], 3, "0 (nan)"),
+    ([1.0, 2.0, np.inf, -np.inf], 2, "2 (inf)"),
+])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_non_finite_logits_are_an_error_not_a_token(row, count, first, temperature):
+    """numpy.argmax stops at the first NaN: greedy returned the NaN's index (1), or 0."""
+    message = (rf"logits: the forward produced {count} non-finite logit\(s\) \(NaN or inf\) of {len(row)}, the "
+               rf"first at index {re.escape(first)}")
+    with pytest.raises(ValueError, match=message):
+        generate.next_token(np.array(row), temperature, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("temperature, error", [
+    (-1.0, ValueError), (float("nan"), ValueError), (float("inf"), ValueError),
+    ("0.5", TypeError), (None, TypeError), (True, TypeError),
+])
+def test_check_args_refuses_temperatures_that_cannot_sample(temperature, error):
+    with pytest.raises(error, match="temperature: expected a finite"):
+        generate.check_args(1, temperature)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_cli_generate_refuses_a_temperature_that_cannot_sample(value):
+    result = CliRunner().invoke(cli.generate_command, ["hi", "--reference", "--temperature", value])
+    assert result.exit_code == 2 and "temperature: expected a finite value >= 0" in result.output, result.output
 
 
 def test_cpu_stage_timer_sums_stages(ref_model):
