@@ -15,7 +15,9 @@ in ``.ci/run``); without network and without a cached copy these tests skip.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -207,6 +209,29 @@ def test_chat_template_renders_chatml(tok):
                     "<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n")
     ids = tok.encode(text)
     assert ids[0] == 1 and ids.count(1) == 3 and ids.count(2) == 2
+
+
+def test_add_bos_gives_one_bos_when_the_text_starts_with_it(tok):
+    """With add_bos_token, a rendered chat text already starting with BOS (SmolLM2's BOS is
+    <|im_start|>, which ChatML opens with) gave [1, 1, ...]; llama.cpp's chat path gives one."""
+    pytest.importorskip("jinja2")
+    with_bos = dataclasses.replace(tok, add_bos=True)
+    chat = tok.apply_chat_template([{"role": "user", "content": "What is 2+2?"}])
+    assert chat.startswith("<|im_start|>")
+    assert with_bos.encode(chat) == tok.encode(chat) and with_bos.encode(chat)[:2] != [1, 1]
+    assert with_bos.encode(PROMPT) == [1, *PROMPT_IDS]  # text without BOS: prepended
+    assert with_bos.encode("<|im_start|><|im_start|>") == [1, 1]  # only the prepended one is skipped
+    assert with_bos.encode("") == [1]
+
+
+def test_add_bos_without_a_model_file():
+    """The same rule on a stand-in vocabulary: BOS id 0 is the token "<s>"."""
+    vocab = {"<s>": [0], "<s>hi": [0, 5], "hi": [5], "hi<s>": [5, 0]}
+    stand_in = SimpleNamespace(encode=lambda text, add_special_tokens: SimpleNamespace(ids=vocab[text]))
+    tk = tokenizer.GGUFTokenizer(stand_in, bos_token_id=0, eos_token_id=None, chat_template=None, add_bos=True)
+    assert tk.encode("hi") == [0, 5] and tk.encode("<s>hi") == [0, 5] and tk.encode("hi<s>") == [0, 5, 0]
+    assert dataclasses.replace(tk, add_bos=False).encode("hi") == [5]
+    assert dataclasses.replace(tk, bos_token_id=None).encode("hi") == [5]
 
 
 # ----------------------------------------------------------------- CPU: float64 reference forward
