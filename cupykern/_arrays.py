@@ -76,26 +76,39 @@ def as_device_array(obj, name: str):
     Raises:
         TypeError: a NumPy array or any host object, or an object that is not an array.
         ValueError: the array lives on another GPU than the current device.
+        RuntimeError: CUDA cannot be used here (no driver, no GPU) to take the array,
+            naming the argument and CUDA's reason.
     """
     import cupy
 
-    if isinstance(obj, cupy.ndarray):
-        arr = obj
-    elif isinstance(obj, (np.ndarray, np.generic)):
+    if isinstance(obj, (np.ndarray, np.generic)):
         raise TypeError(
             f"{name}: expected a device array (cupy.ndarray, or an object with __dlpack__ or "
             f"__cuda_array_interface__), got a NumPy array; move it first with cupy.asarray({name})")
-    elif hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
+    foreign = not isinstance(obj, cupy.ndarray)
+    if foreign and not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")) and \
+            not hasattr(obj, "__cuda_array_interface__"):
+        raise TypeError(f"{name}: expected a device array (cupy.ndarray), got {type(obj).__name__}")
+    try:
+        arr = _from_foreign(obj, name) if foreign else obj
+        check_device(arr.data.device_id, cupy.cuda.runtime.getDevice(), name)
+    except (cupy.cuda.runtime.CUDARuntimeError, cupy.cuda.driver.CUDADriverError) as exc:
+        # Without a driver CuPy raises its raw error here; say which argument and why.
+        raise RuntimeError(f"{name}: CUDA cannot be used to take this device array ({exc}); is there a GPU "
+                           f"and a CUDA 13 driver? (`cupykern info` shows what CuPy sees)") from None
+    return arr
+
+
+def _from_foreign(obj, name: str):
+    """A DLPack or CUDA-array-interface object as a cupy.ndarray (no copy)."""
+    import cupy
+
+    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
         device_type = obj.__dlpack_device__()[0]
         if int(device_type) not in _DLPACK_CUDA_DEVICES:
             raise TypeError(f"{name}: expected an array on a CUDA device, got DLPack device type {device_type}")
-        arr = cupy.from_dlpack(obj)
-    elif hasattr(obj, "__cuda_array_interface__"):
-        arr = cupy.asarray(obj)
-    else:
-        raise TypeError(f"{name}: expected a device array (cupy.ndarray), got {type(obj).__name__}")
-    check_device(arr.data.device_id, cupy.cuda.runtime.getDevice(), name)
-    return arr
+        return cupy.from_dlpack(obj)
+    return cupy.asarray(obj)
 
 
 def check_device(array_device: int, current_device: int, name: str) -> None:

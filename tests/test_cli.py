@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -298,8 +299,25 @@ def test_bench_baselines_cover_the_ops_they_name():
 def test_rope_cos_sin_cache_without_gpu_says_so():
     import cupykern
 
-    with pytest.raises(RuntimeError, match="no CUDA GPU"):
-        cupykern.rope_cos_sin_cache(64, 8)
+    for good in ((64, 8), (0, 128)):  # zero positions is a valid (empty) table
+        with pytest.raises(RuntimeError, match="no CUDA GPU"):
+            cupykern.rope_cos_sin_cache(*good)
+
+
+@pytest.mark.parametrize("args, kwargs, message", [
+    ((-1, 128), {}, "max_position: expected an int >= 0"),
+    ((16, 127), {}, "rotary_dim: expected an even int >= 2"),
+    ((16, 8), {"base": 1.0}, "base"),
+    ((16, 8), {"rope_scaling": {"rope_type": "bogus"}}, "bogus"),
+])
+def test_rope_cos_sin_cache_checks_arguments_before_the_gpu(monkeypatch, args, kwargs, message):
+    import cupykern
+
+    monkeypatch.setattr(environment, "gpu_available", lambda: pytest.fail("asked for the GPU first"))
+    with pytest.raises(ValueError, match=message):
+        cupykern.rope_cos_sin_cache(*args, **kwargs)
+    with pytest.raises(TypeError, match="dtype: unsupported dtype int8"):
+        cupykern.rope_cos_sin_cache(16, 8, dtype=np.int8)
 
 
 @pytest.mark.parametrize("args, message", [
