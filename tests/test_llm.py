@@ -179,6 +179,25 @@ def test_load_rejects_missing_file(tmp_path):
         gguf_weights.load_weights(tmp_path / "absent.gguf")
 
 
+@pytest.mark.parametrize("cut", [0, 3, 24, 100_000, 3_000_000])  # header, metadata, tensor data
+def test_truncated_gguf_is_named(model_file, tmp_path, cut):
+    with open(model_file, "rb") as f:
+        head = f.read(cut)
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(head)
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}: truncated or not a GGUF file"):
+        gguf_weights.open_reader(path)
+
+
+def test_a_file_that_is_not_gguf_is_named(tmp_path):
+    path = tmp_path / "README.md"
+    path.write_text("# cupykern\n\nFused GPU kernels for LLM inference.\n")
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}: truncated or not a GGUF file .*magic"):
+        gguf_weights.open_reader(path)
+    result = CliRunner().invoke(cli.generate_command, ["hi", "--reference", "--model", str(path)])
+    assert result.exit_code == 1 and "truncated or not a GGUF file" in result.output and "README.md" in result.output
+
+
 # ----------------------------------------------------------------- CPU: tokenizer
 def test_tokenizer_reproduces_prompt_ids(tok):
     assert tok.encode(PROMPT) == PROMPT_IDS
