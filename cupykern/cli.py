@@ -428,7 +428,8 @@ def tune(show, clear, as_json):
     """Show or remove the tuned row-kernel configurations written by `cupykern sweep --tune`.
 
     The file is $CUPYKERN_TUNE_FILE if set, else $XDG_CACHE_HOME/cupykern/tuned.json
-    (~/.cache/cupykern/tuned.json).
+    (~/.cache/cupykern/tuned.json). --show exits 1 with one line saying what is wrong if
+    the file is invalid (the ops then ignore it and use the heuristics).
     """
     from cupykern import tuning
 
@@ -445,10 +446,13 @@ def tune(show, clear, as_json):
         else:
             click.echo(f"no tuned configurations: {path} does not exist (run `cupykern sweep --tune`)")
         return
+    try:
+        entries = list(tuning.read(path).values())
+    except tuning.TunedFileError as exc:
+        raise click.ClickException(str(exc)) from None
     if as_json:
         click.echo(path.read_text())
         return
-    entries = list(tuning.load(path).values())
     _print_tuned(entries, f"{path}: {len(entries)} tuned configuration(s)")
 
 

@@ -88,6 +88,18 @@ def test_tune_show_and_clear(tune_file):
     assert result.exit_code == 0 and "removed" in result.output and not tune_file.exists()
 
 
+@pytest.mark.parametrize("text", ["{not json", json.dumps({"format": tuning.FORMAT, "entries": [{"op": "x"}]})])
+@pytest.mark.parametrize("args", [["tune"], ["tune", "--show"], ["tune", "--show", "--json"]])
+def test_tune_show_of_an_invalid_file_is_one_line(tune_file, text, args):
+    """The issue: a Python warning with a source line and an empty table, exit 0; or just 'gpu'."""
+    tune_file.write_text(text)
+    result = invoke(*args)
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and "Warning" not in result.output
+    assert f"{tune_file}: not a valid tuned-config file" in result.output and "cupykern tune --clear" in result.output
+    assert invoke("tune", "--clear").exit_code == 0 and not tune_file.exists()
+
+
 def test_info_names_the_tuned_file(tune_file):
     result = invoke("info", "--json")
     assert json.loads(result.output)["tuned_configs"] == str(tune_file)
