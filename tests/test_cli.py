@@ -30,6 +30,9 @@ def invoke(*args, env=None):
     (["sweep", "--num-tokens", "0,4"], "integers >= 1"),
     (["sweep", "--hidden-size", "-3"], "integers >= 1"),
     (["sweep", "--dtype", "int8"], "unsupported dtype 'int8'"),
+    (["sweep", "--dtype", ","], "expected comma-separated dtypes"),
+    (["sweep", "--dtype", "bf16,,fp16"], "expected comma-separated dtypes"),
+    (["sweep", "--dtype", ""], "expected comma-separated dtypes"),
     (["sweep", "apply_rope", "--hidden-size", "127"], "head_dim must be >= 2 and a multiple of 2"),
     (["sweep", "--hidden-size", "5"], "choose the ops"),
     (["sweep", "--block-size", "100"], "multiples of 32"),
@@ -48,12 +51,53 @@ def test_usage_errors_are_not_tracebacks(args, message):
     assert "Traceback" not in result.output and not isinstance(result.exception, (TypeError, KeyError, AttributeError))
 
 
-def test_sweep_without_gpu_says_so(monkeypatch):
+@pytest.fixture
+def no_gpu_compiles(monkeypatch):
+    """No GPU; the compile check records what it was given and fails ``failures[0]`` instantiations."""
     monkeypatch.setattr(environment, "gpu_available", lambda: False)
-    for args in (["sweep"], ["sweep", "rms_norm", "--model", "qwen3-8b", "--tune"]):
-        result = invoke(*args)
-        assert result.exit_code != 0
-        assert "No CUDA GPU" in result.output and "cupykern check" in result.output
+    calls, failures = [], [0]
+
+    def compile_all(arch, instantiations):
+        calls.append((arch, sorted(instantiations)))
+        return failures[0]
+
+    monkeypatch.setattr(cli, "_compile_all", compile_all)
+    return calls, failures
+
+
+def test_sweep_without_gpu_runs_the_compile_check(no_gpu_compiles):
+    """README's main command is `cupykern sweep`: without a GPU it compiles instead, and its
+    exit code is the compile check's (no `|| cupykern check` that could hide a failure)."""
+    calls, failures = no_gpu_compiles
+    result = invoke("sweep")
+    assert result.exit_code == 0, result.output
+    assert "No CUDA GPU" in result.output and "compile check instead" in result.output
+    assert "compile check passed" in result.output
+    assert calls == [("90", ["activation.cu", "norm.cu", "rope.cu", "row_reduce.cu", "softmax.cu"])]
+    result = invoke("sweep", "rms_norm", "softmax", "--json", "points.json")
+    assert result.exit_code == 0 and calls[-1] == ("90", ["norm.cu", "softmax.cu"])
+    assert "nothing written" in result.output
+    failures[0] = 3
+    result = invoke("sweep", "apply_rope")
+    assert result.exit_code == 1 and "compile check failed" in result.output and calls[-1][1] == ["rope.cu"]
+
+
+def test_sweep_without_gpu_checks_usage_first_and_cannot_tune(no_gpu_compiles):
+    calls, _ = no_gpu_compiles
+    assert invoke("sweep", "bogus_op").exit_code == 2
+    result = invoke("sweep", "rms_norm", "--model", "qwen3-8b", "--tune")
+    assert result.exit_code == 2 and "--tune times the kernels on this machine's GPU" in result.output
+    assert not calls
+
+
+def test_sweep_help_lists_ops_and_dtypes():
+    result = invoke("sweep", "--help")
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())  # unwrapped
+    assert all(op in text for op in registry.all_specs()) and "fp32, fp16, bf16" in text
+    for option in ("--num-tokens", "--json", "--csv", "--dtype", "--seed"):
+        line = next(ln for ln in result.output.splitlines() if ln.strip().startswith(option))
+        assert len(line.split()) > 2, f"{option} has no help text"
 
 
 def test_models_lists_every_preset():
