@@ -76,26 +76,39 @@ def as_device_array(obj, name: str):
     Raises:
         TypeError: a NumPy array or any host object, or an object that is not an array.
         ValueError: the array lives on another GPU than the current device.
+        RuntimeError: CUDA cannot be used here (no driver, no GPU) to take the array,
+            naming the argument and CUDA's reason.
     """
     import cupy
 
-    if isinstance(obj, cupy.ndarray):
-        arr = obj
-    elif isinstance(obj, (np.ndarray, np.generic)):
+    if isinstance(obj, (np.ndarray, np.generic)):
         raise TypeError(
             f"{name}: expected a device array (cupy.ndarray, or an object with __dlpack__ or "
             f"__cuda_array_interface__), got a NumPy array; move it first with cupy.asarray({name})")
-    elif hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
+    foreign = not isinstance(obj, cupy.ndarray)
+    if foreign and not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")) and \
+            not hasattr(obj, "__cuda_array_interface__"):
+        raise TypeError(f"{name}: expected a device array (cupy.ndarray), got {type(obj).__name__}")
+    try:
+        arr = _from_foreign(obj, name) if foreign else obj
+        check_device(arr.data.device_id, cupy.cuda.runtime.getDevice(), name)
+    except (cupy.cuda.runtime.CUDARuntimeError, cupy.cuda.driver.CUDADriverError) as exc:
+        # Without a driver CuPy raises its raw error here; say which argument and why.
+        raise RuntimeError(f"{name}: CUDA cannot be used to take this device array ({exc}); is there a GPU "
+                           f"and a CUDA 13 driver? (`cupykern info` shows what CuPy sees)") from None
+    return arr
+
+
+def _from_foreign(obj, name: str):
+    """A DLPack or CUDA-array-interface object as a cupy.ndarray (no copy)."""
+    import cupy
+
+    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
         device_type = obj.__dlpack_device__()[0]
         if int(device_type) not in _DLPACK_CUDA_DEVICES:
             raise TypeError(f"{name}: expected an array on a CUDA device, got DLPack device type {device_type}")
-        arr = cupy.from_dlpack(obj)
-    elif hasattr(obj, "__cuda_array_interface__"):
-        arr = cupy.asarray(obj)
-    else:
-        raise TypeError(f"{name}: expected a device array (cupy.ndarray), got {type(obj).__name__}")
-    check_device(arr.data.device_id, cupy.cuda.runtime.getDevice(), name)
-    return arr
+        return cupy.from_dlpack(obj)
+    return cupy.asarray(obj)
 
 
 def check_device(array_device: int, current_device: int, name: str) -> None:
@@ -250,9 +263,18 @@ def vector_aligned(vec_width: int, *sigs_and_strides) -> bool:
 # ----------------------------------------------------------------- scalars
 # The launcher caches a verdict per key, and keys compare scalars with ``==``: so every
 # check here gives one verdict for values that compare equal (1, 1.0, True and 1+0j alike).
+
+#: The smallest normal float32. The kernels are compiled with -ftz=true, which flushes
+#: smaller (subnormal) values to 0: an eps of 1e-40 would be 0 on the GPU, and an
+#: all-zero row would then give 0 * rsqrt(0) = NaN. So no nonzero scalar below it is taken.
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # 1.1754944e-38
+
+
 def real(value, name: str) -> np.float32:
     """A real number (Python, NumPy or 0-d array; a complex one with no imaginary part) as
-    the kernel's float32. TypeError for anything else; ValueError outside float32's range."""
+    the kernel's float32. TypeError for anything else; ValueError outside float32's range
+    and for a nonzero value of magnitude below :data:`FLOAT32_TINY`, which the GPU would
+    flush to 0 (0 itself is exact and allowed)."""
     if isinstance(value, (str, bytes)) or np.ndim(value) != 0:
         raise TypeError(f"{name}: expected a real number, got {value!r}")
     if isinstance(value, (complex, np.complexfloating)):
@@ -269,6 +291,9 @@ def real(value, name: str) -> np.float32:
         value32 = np.float32(as_float)
     if np.isinf(value32) and np.isfinite(as_float):
         raise ValueError(f"{name}: {value!r} is outside float32's range (|x| < 3.4e38)")
+    if as_float != 0 and abs(value32) < FLOAT32_TINY:
+        raise ValueError(f"{name}: {value!r} is below the smallest normal float32 ({FLOAT32_TINY:.8g}), which "
+                         f"the kernels flush to 0 (-ftz=true); pass 0 or a magnitude of at least {FLOAT32_TINY:.8g}")
     return value32
 
 
@@ -281,7 +306,9 @@ def finite(value, name: str) -> np.float32:
 
 
 def eps(value, name: str = "eps") -> np.float32:
-    """A finite value >= 0 as the kernel's float32."""
+    """A finite value >= 0 as the kernel's float32: 0, or at least :data:`FLOAT32_TINY`
+    (a subnormal eps would be flushed to 0 on the GPU). An eps of 0 is exact: it gives
+    NaN for an all-zero row (0 / 0), as the float64 references do."""
     eps32 = real(value, name)
     if not (np.isfinite(eps32) and eps32 >= 0):
         raise ValueError(f"{name}: expected a finite value >= 0, got {value!r}")

@@ -83,13 +83,13 @@ def _model(ctx, param, value):
 def _dtype_list(ctx, param, value):
     from cupykern import _dtypes
 
+    items = [v.strip() for v in value.split(",")]
+    if not all(items):  # "," or "bf16,,fp16", as _int_list refuses "1,,2"
+        raise click.BadParameter(f"expected comma-separated dtypes (bf16, fp16, fp32), got {value!r}")
     try:
-        dtypes = [_dtypes.parse(v.strip()) for v in value.split(",") if v.strip()]
+        return [_dtypes.parse(v) for v in items]
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
-    if not dtypes:
-        raise click.BadParameter(f"expected comma-separated dtypes (bf16, fp16, fp32), got {value!r}")
-    return dtypes
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -132,6 +132,33 @@ def _compile_job(job):
         return filename, len(exprs), str(exc)
 
 
+#: The compute capability compiled for without a GPU (H100/H200).
+NO_GPU_ARCH = "90"
+
+
+def _compile_all(arch: str, instantiations: dict) -> int:
+    """Compiles ``instantiations`` ({source: [name expressions]}) with NVRTC for ``arch`` on
+    every core, prints a table per source; returns how many failed."""
+    jobs = [(f, exprs[i:i + 64], arch) for f, exprs in instantiations.items() for i in range(0, len(exprs), 64)]
+    counts: dict = {}
+    with Progress(console=console) as progress, ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        task = progress.add_task(f"NVRTC sm_{arch}", total=sum(len(j[1]) for j in jobs))
+        for future in as_completed([pool.submit(_compile_job, j) for j in jobs]):
+            filename, n, error = future.result()
+            ok, bad = counts.get(filename, (0, 0))
+            counts[filename] = (ok + (0 if error else n), bad + (n if error else 0))
+            if error:
+                console.print(f"[red]{error}[/]")
+            progress.advance(task, n)
+    table = Table(title=f"compile (NVRTC, sm_{arch})")
+    for column in ("source", "instantiations", "failed"):
+        table.add_column(column)
+    for filename, (ok, bad) in sorted(counts.items()):
+        table.add_row(filename, str(ok + bad), f"[red]{bad}[/]" if bad else "0")
+    console.print(table)
+    return sum(bad for _, bad in counts.values())
+
+
 @main.command()
 @click.option("--arch", default=None, help="compute capability to compile for (default: the GPU's, else 90)")
 @click.option("--seed", default=0, show_default=True, help="seed of the validation inputs")
@@ -155,26 +182,8 @@ def check(arch, seed, skip_compile):
         if arch is None:
             import cupy
 
-            arch = cupy.cuda.Device().compute_capability if gpu else "90"
-        jobs = [(f, exprs[i:i + 64], arch) for f, exprs in families.instantiations().items()
-                for i in range(0, len(exprs), 64)]
-        counts: dict = {}
-        with Progress(console=console) as progress, ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            task = progress.add_task(f"NVRTC sm_{arch}", total=sum(len(j[1]) for j in jobs))
-            for future in as_completed([pool.submit(_compile_job, j) for j in jobs]):
-                filename, n, error = future.result()
-                ok, bad = counts.get(filename, (0, 0))
-                counts[filename] = (ok + (0 if error else n), bad + (n if error else 0))
-                if error:
-                    console.print(f"[red]{error}[/]")
-                progress.advance(task, n)
-        table = Table(title=f"compile (NVRTC, sm_{arch})")
-        for column in ("source", "instantiations", "failed"):
-            table.add_column(column)
-        for filename, (ok, bad) in sorted(counts.items()):
-            table.add_row(filename, str(ok + bad), f"[red]{bad}[/]" if bad else "0")
-            failures += bad
-        console.print(table)
+            arch = cupy.cuda.Device().compute_capability if gpu else NO_GPU_ARCH
+        failures += _compile_all(arch, families.instantiations())
     if gpu:
         failures += _validate_all(seed)
     else:
@@ -262,11 +271,12 @@ def _print_sweep(points: list, model_name: str, copy_gbps: float, seed: int, tun
 @click.option("--model", "model", callback=_model, default="llama-3.1-8b", show_default=True,
               help="model preset giving each op's row size and constants (see `cupykern models`)")
 @click.option("--num-tokens", callback=_positive_int_list, default=",".join(map(str, NUM_TOKENS_LADDER)),
-              show_default=True)
+              show_default=True, help="rows per call (tokens), comma-separated: decode sizes to prefill sizes")
 @click.option("--hidden-size", "sizes", callback=_positive_int_list, default=None,
               help="row sizes overriding the model's: hidden_size (norms, softmax, row_reduce), d (activations), "
                    "head_dim (RoPE)")
-@click.option("--dtype", "dtypes", callback=_dtype_list, default="bf16", show_default=True)
+@click.option("--dtype", "dtypes", callback=_dtype_list, default="bf16", show_default=True,
+              help="storage dtypes, comma-separated: bf16, fp16, fp32 (or bfloat16, float16, float32)")
 @click.option("--block-size", callback=_block_size_list, default=None,
               help="row kernels: threads per block = threads_per_row x rows_per_block (threads_per_row from "
                    "--threads-per-row, else the heuristic's); activations: threads per block")
@@ -280,9 +290,13 @@ def _print_sweep(points: list, model_name: str, copy_gbps: float, seed: int, tun
 @click.option("--rows-per-block", callback=_pow2_list, default=None, help="row kernels: rows per block")
 @click.option("--repeat", type=click.IntRange(min=1), default=None,
               help="timed samples per point (cold-L2 calls, or graph replays for decode sizes) [default: 50 / 20]")
-@click.option("--seed", default=20261129, show_default=True, type=int)
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None)
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option("--seed", default=20261129, show_default=True, type=int,
+              help="seed of the inputs (validated and timed)")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="write the points to this JSON file, with GPU, driver, CuPy version, commit, seed and date "
+                   "(updated as the sweep goes)")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="write the points alone to this CSV file (the columns of cupykern/sweep.py's POINT_FIELDS)")
 @click.option("--tune", is_flag=True,
               help="row kernels: keep the fastest validated layout over the num_tokens list in the tuned file "
                    "(see `cupykern tune`)")
@@ -296,7 +310,11 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
     row_reduce), --block-size and --vec-width to the activations, none to RoPE. A
     combination the plan rejects for a shape is skipped with a yellow line. Each point
     reports the plan that was launched, its errors against the float64 reference and
-    the device memory one call allocates.
+    the device memory one call allocates. Exits 1 if any point disagreed with the
+    reference.
+
+    Without a GPU it says so and runs the compile check of `cupykern check` on the
+    chosen ops' kernels instead (exit 1 if one fails to compile).
     """
     from cupykern import environment, timing, tuning
     from cupykern import sweep as engine
@@ -321,9 +339,21 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
         raise click.UsageError(f"--tune tunes the row kernels ({', '.join(o for o in specs if engine.tunable(o))}); "
                                "none was chosen")
     if not environment.gpu_available():
-        console.print("[red]No CUDA GPU is visible: sweep times kernels and needs one.[/] "
-                      "Run `cupykern check` to compile every kernel without a GPU.")
-        sys.exit(2)
+        reason = environment.gpu_problem() or "CuPy sees no CUDA GPU"
+        if tune:
+            raise click.UsageError(f"--tune times the kernels on this machine's GPU: {reason}")
+        # The main job still does what it can here: the compile check of `cupykern check`.
+        console.print(f"[yellow]No CUDA GPU ({reason}): nothing can be timed or validated here. Running the "
+                      f"compile check instead (as `cupykern check` does without a GPU): NVRTC compiles every "
+                      f"kernel instantiation of the chosen ops for sm_{NO_GPU_ARCH}.[/]", soft_wrap=True)
+        if json_path or csv_path:
+            console.print("[yellow]--json/--csv: no points, nothing written.[/]")
+        from cupykern import families
+
+        failures = _compile_all(NO_GPU_ARCH, families.instantiations({specs[op].family for op in chosen}))
+        console.print("[red]compile check failed[/]" if failures else
+                      "[green]compile check passed[/] (run `cupykern sweep` on a GPU to validate and time)")
+        sys.exit(1 if failures else 0)
 
     options = dict(threads_per_row=threads_per_row, vec_width=vec_width, vecs_per_thread=vecs_per_thread,
                    rows_per_block=rows_per_block, block_size=block_size)
@@ -374,6 +404,18 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
             path = tuning.save(entries)
             _print_tuned(entries, f"tuned on {limits.name}, saved to {path}")
     sys.exit(1 if failures else 0)
+
+
+def _sweep_epilog() -> str:
+    """The op names and dtypes sweep takes, from the registry and the dtype table."""
+    from cupykern import _dtypes
+    from cupykern.registry import all_specs
+
+    return (f"OPS: {', '.join(all_specs())}. DTYPES (--dtype): "
+            f"{', '.join(_dtypes.short_name(d) for d in _dtypes.DTYPES)}.")
+
+
+sweep.epilog = _sweep_epilog()
 
 
 def _print_tuned(entries, title: str) -> None:
@@ -430,7 +472,8 @@ def tune(show, clear, as_json):
     """Show or remove the tuned row-kernel configurations written by `cupykern sweep --tune`.
 
     The file is $CUPYKERN_TUNE_FILE if set, else $XDG_CACHE_HOME/cupykern/tuned.json
-    (~/.cache/cupykern/tuned.json).
+    (~/.cache/cupykern/tuned.json). --show exits 1 with one line saying what is wrong if
+    the file is invalid (the ops then ignore it and use the heuristics).
     """
     from cupykern import tuning
 
@@ -447,10 +490,13 @@ def tune(show, clear, as_json):
         else:
             click.echo(f"no tuned configurations: {path} does not exist (run `cupykern sweep --tune`)")
         return
+    try:
+        entries = list(tuning.read(path).values())
+    except tuning.TunedFileError as exc:
+        raise click.ClickException(str(exc)) from None
     if as_json:
         click.echo(path.read_text())
         return
-    entries = list(tuning.load(path).values())
     _print_tuned(entries, f"{path}: {len(entries)} tuned configuration(s)")
 
 

@@ -27,10 +27,12 @@ def public_names(kind: str) -> dict:
     return {name: getattr(module, name) for module in modules(kind) for name in module.__all__}
 
 
-def instantiations() -> dict[str, list[str]]:
-    """Every kernel instantiation the package can launch, as {source file: [name expressions]}."""
+def instantiations(only=None) -> dict[str, list[str]]:
+    """Every kernel instantiation the package can launch, as {source file: [name expressions]};
+    with ``only`` (family names), those families' alone."""
     spaces: dict[str, list[str]] = {}
-    for module in modules("ops"):
+    chosen = FAMILIES if only is None else [f for f in FAMILIES if f in set(only)]
+    for module in (importlib.import_module(f"cupykern.ops.{family}") for family in chosen):
         for template, exprs in module.instantiations().items():
             spaces.setdefault(template.source, []).extend(exprs)
     return spaces

@@ -53,6 +53,10 @@ class _NeedsConversion(Exception):
     """The intake reached an argument that must be converted to a CuPy array first."""
 
 
+class _ChecksPassed(Exception):
+    """A check-only intake (:meth:`Op.check`) reached planning: every argument check passed."""
+
+
 # ----------------------------------------------------------------- what prepare returns
 class Disjoint(NamedTuple):
     """Arrays ``a`` and ``b`` must not share memory (a kernel would race), except ``b``
@@ -99,15 +103,19 @@ class Args:
     ``device`` is the current GPU (None without one); :attr:`limits` its limits (a
     RuntimeError without a GPU, raised only once the argument checks have passed);
     ``overrides`` the launch overrides in force. CPU tests build one by hand.
+
+    Reading :attr:`limits` is where the argument checks end and planning begins, so
+    ``check_only`` Args stop there (:meth:`Op.check`).
     """
 
     def __init__(self, op_name: str, values: dict, *, device: int | None = None, limits=None,
-                 overrides: dict | None = None):
+                 overrides: dict | None = None, check_only: bool = False):
         self.op_name = op_name
         self._values = values
         self.device = device
         self._limits = limits
         self.overrides = overrides or {}
+        self._check_only = check_only
 
     def __getattr__(self, name):
         try:
@@ -120,6 +128,8 @@ class Args:
 
     @property
     def limits(self) -> plans.DeviceLimits:
+        if self._check_only:
+            raise _ChecksPassed()
         if self._limits is None:
             if self.device is None:
                 raise RuntimeError(f"{self.op_name}: no CUDA GPU is visible to launch on")
@@ -366,6 +376,25 @@ class Op:
         """Checks the arguments as a call would (cached the same way), launches nothing;
         returns the arrays as CuPy arrays (foreign ones converted)."""
         return self._resolve(arrays, scalars)[1]
+
+    def check(self, values: dict) -> None:
+        """Runs the op's argument checks on call signatures and stops where planning
+        would begin: plans, compiles and launches nothing, needs no GPU, caches nothing.
+
+        ``values`` maps argument names to a :class:`~cupykern._arrays.Sig` or None (arrays)
+        or the value (scalars); a name left out is None. Raises the TypeError/ValueError
+        a call with arrays of those signatures would raise; the per-call overlap checks
+        of written arrays (which depend on addresses) are not run. The float64
+        references (cupykern/reference) check their arguments through this.
+        """
+        names = (*self.arrays, *self.scalars)
+        unknown = set(values) - set(names)
+        if unknown:
+            raise TypeError(f"{self.name} has no argument(s) {sorted(unknown)}")
+        try:
+            self.prepare(Args(self.name, {name: values.get(name) for name in names}, check_only=True))
+        except _ChecksPassed:
+            pass
 
     def plan_for(self, arrays: tuple, scalars: tuple = ()):
         """The plan a call with these arguments launches (None for zero rows)."""

@@ -23,7 +23,9 @@ cache directory (cupykern/user_cache.py: ``$CUPYKERN_CACHE_DIR``, else
 ``rows_per_block`` lists ``[n, rows_per_block]`` for each ladder point n, ascending; a
 batch of r rows takes the first bucket with ``r <= n`` (the last one beyond). An entry
 whose ``vec_width`` > 1 applies to 16-byte aligned rows only (unaligned rows use the
-heuristic). A missing or unreadable file means no entries. Pure Python, no GPU.
+heuristic). A missing file means no entries; an invalid one too, with one warning naming
+it at the first lookup (``cupykern tune --show`` says what is wrong and how to clear it).
+Pure Python, no GPU.
 
 The file is read once per process, when an op first plans; :func:`save`, :func:`clear`
 and :func:`reload` (after the file or ``CUPYKERN_TUNE_FILE`` / ``CUPYKERN_CACHE_DIR``
@@ -99,26 +101,64 @@ def path() -> Path:
     return user_cache.cache_dir() / "tuned.json"
 
 
-def load(file: Path | None = None) -> dict[tuple, TunedEntry]:
-    """Entries of ``file`` (default :func:`path`) by key; {} if it is missing. An
-    unreadable file is reported with a warning and treated as empty."""
+class TunedFileError(ValueError):
+    """The tuned file exists but cannot be read as one: the message names the file, says
+    what is wrong and how to clear it, on one line."""
+
+    def __init__(self, file: Path, problem: str):
+        super().__init__(f"{file}: not a valid tuned-config file ({problem}); clear it with `cupykern tune --clear` "
+                         f"(or delete the file)")
+
+
+class TunedFileWarning(UserWarning):
+    """An invalid tuned file was ignored: the ops use the heuristics."""
+
+
+def read(file: Path | None = None) -> dict[tuple, TunedEntry]:
+    """Entries of ``file`` (default :func:`path`) by key; {} if it is missing.
+
+    Raises:
+        TunedFileError: the file cannot be read, is not JSON, has another format, or an
+            entry is malformed (which entry, and what is missing or wrong).
+    """
     file = Path(file) if file is not None else path()
     try:
         text = file.read_text()
     except FileNotFoundError:
         return {}
     except OSError as exc:
-        warnings.warn(f"cupykern: cannot read tuned configs {file}: {exc}; using the heuristics", stacklevel=2)
-        return {}
+        raise TunedFileError(file, f"cannot be read: {exc}") from None
     try:
         data = json.loads(text)
-        if data.get("format") != FORMAT:
-            raise ValueError(f"format {data.get('format')!r}, expected {FORMAT!r}")
-        entries = [TunedEntry.from_json(d) for d in data.get("entries", [])]
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        warnings.warn(f"cupykern: ignoring unreadable tuned configs {file}: {exc}", stacklevel=2)
-        return {}
+    except ValueError as exc:
+        raise TunedFileError(file, f"not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        got = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise TunedFileError(file, f"format {got!r}, expected {FORMAT!r}")
+    raw = data.get("entries", [])
+    if not isinstance(raw, list):
+        raise TunedFileError(file, f"'entries' is a {type(raw).__name__}, expected a list")
+    entries = []
+    for i, d in enumerate(raw):
+        if not isinstance(d, dict):
+            raise TunedFileError(file, f"entry {i} is a {type(d).__name__}, expected an object")
+        try:
+            entries.append(TunedEntry.from_json(d))
+        except KeyError as exc:
+            raise TunedFileError(file, f"entry {i} has no {exc.args[0]!r}") from None
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise TunedFileError(file, f"entry {i}: {exc}") from None
     return {e.key: e for e in entries}
+
+
+def load(file: Path | None = None) -> dict[tuple, TunedEntry]:
+    """:func:`read`, but an invalid file is reported with a :class:`TunedFileWarning`
+    naming it and treated as empty (the ops then use the heuristics)."""
+    try:
+        return read(file)
+    except TunedFileError as exc:
+        warnings.warn(f"cupykern: {exc}; using the heuristics meanwhile", TunedFileWarning, stacklevel=2)
+        return {}
 
 
 def save(entries, file: Path | None = None) -> Path:

@@ -1,4 +1,5 @@
-"""Test configuration: the `gpu` marker, the seeded `rng` fixture.
+"""Test configuration: the `gpu` marker, the seeded `rng` fixture, an empty tuned file
+(`tune_file`) and the launch path on stand-ins (`fake_launcher`).
 
 GPU tests are marked ``@pytest.mark.gpu`` and skipped when CuPy sees no GPU. Every
 test draws its inputs from ``rng``, seeded from the base seed (``--seed``, default
@@ -66,3 +67,15 @@ def tune_file(tmp_path):
         tuning.reload()
         yield path
     tuning.reload()  # the variable is restored: read the user's file at the next lookup
+
+
+@pytest.fixture
+def fake_launcher(monkeypatch, tmp_path):
+    """The launch path on stand-ins, without a GPU (tests/helpers.py ``fake_launcher``):
+    returns the list of launches made; afterwards the stand-in recipes are forgotten."""
+    from cupykern import tuning
+    from tests.helpers import fake_launcher as install
+
+    launches = install(monkeypatch, tmp_path / "tuned.json")
+    yield launches
+    tuning.reload()  # the variable is restored: forget the stand-in recipes (the launcher subscribes)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import cupy
 import numpy as np
 
-from cupykern import _arrays, _dtypes, jit, launcher, plans, validation
+from cupykern import _arrays, _dtypes, jit, launcher, plans, tuning, validation
 from cupykern.reference._common import host
 
 #: The storage dtypes every op takes, and their short names as pytest ids.
@@ -110,6 +110,63 @@ def fake_launch_device(monkeypatch, *, get_kernel, empty) -> None:
     monkeypatch.setattr(launcher, "_empty", empty)
     monkeypatch.setattr(jit, "get_kernel", get_kernel)
     monkeypatch.setattr(plans.DeviceLimits, "of_device", staticmethod(lambda device_id: plans.H200_LIMITS))
+
+
+class FakeKernel:
+    """jit.get_kernel's stand-in: ``.kernel`` is the per-device function, recording its launches."""
+
+    def __init__(self, template, args, launches):
+        self.template, self.args = template, args
+        self.kernel = lambda grid, block, kargs, shared_mem=0: launches.append(
+            SimpleNamespace(template=template, template_args=args, grid=grid, block=block, args=kargs))
+
+
+def fake_launcher(monkeypatch, tune_path) -> list:
+    """The whole launch path on the CPU: FakeArray stands for cupy.ndarray, kernels record
+    their launches instead of running (the list returned), outputs are FakeArrays, the
+    device is an H200, and the tuned file is ``tune_path`` (the heuristics, unless a test
+    writes it). The caller calls ``tuning.reload()`` afterwards, which also forgets the
+    stand-in recipes (the ``fake_launcher`` fixture of conftest.py does)."""
+    launches = []
+    allocations = iter(range(1 << 30, 1 << 40, 1 << 24))
+    monkeypatch.setattr(launcher, "_ndarray", FakeArray)
+    fake_launch_device(monkeypatch, get_kernel=lambda template, *args: FakeKernel(template, args, launches),
+                       empty=lambda shape, dtype: FakeArray(shape, dtype, ptr=next(allocations)))
+    monkeypatch.setenv(tuning.ENV_FILE, str(tune_path))
+    tuning.reload()
+    return launches
+
+
+def as_fake(a):
+    """What the launcher sees of host array ``a`` passed as a device array: a FakeArray of
+    its shape, byte strides, dtype and address. Anything else (None, scalars) as is."""
+    if isinstance(a, np.ndarray):
+        return FakeArray(a.shape, a.dtype, ptr=a.ctypes.data, strides=a.strides)
+    return a
+
+
+def kernel_and_reference_errors(kernel, reference, *args, **kwargs) -> tuple:
+    """Calls ``kernel`` (a public op, under the ``fake_launcher`` fixture) with the
+    :func:`as_fake` twins of the host arrays in ``args``/``kwargs``, and ``reference`` (its
+    float64 twin) with the arrays themselves; returns what each raised (TypeError or
+    ValueError; None if it returned)."""
+    errors = []
+    for fn, convert in ((kernel, as_fake), (reference, lambda a: a)):
+        try:
+            fn(*map(convert, args), **{name: convert(value) for name, value in kwargs.items()})
+            errors.append(None)
+        except (TypeError, ValueError) as exc:
+            errors.append(exc)
+    return tuple(errors)
+
+
+def assert_same_error(kernel, reference, *args, **kwargs) -> Exception:
+    """Asserts that the kernel op and its reference refuse these arguments alike: the same
+    exception type with the same message (:func:`kernel_and_reference_errors`); returns it."""
+    kernel_error, reference_error = kernel_and_reference_errors(kernel, reference, *args, **kwargs)
+    assert kernel_error is not None, "the kernel took these arguments"
+    assert (type(reference_error), str(reference_error)) == (type(kernel_error), str(kernel_error))
+    return kernel_error
 
 
 def overlap_check(monkeypatch, op, launch, values: dict, pointers: dict):

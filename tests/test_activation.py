@@ -21,8 +21,8 @@ from cupykern._arrays import Sig
 from cupykern.ops import activation
 from cupykern.plans import H200_LIMITS, DeviceLimits
 from cupykern.reference._common import round_to
-from tests.helpers import (DTYPES, DTYPE_IDS, Guarded, assert_close, contiguous, poisoned, prepare_args, random_device,
-                           sig)
+from tests.helpers import (DTYPES, DTYPE_IDS, Guarded, assert_close, assert_same_error, contiguous,
+                           kernel_and_reference_errors, poisoned, prepare_args, random_device, sig)
 
 #: d (outputs per row): tiny, odd, prime-ish, and the intermediate sizes of real models
 #: (Llama-2-7B 11008, Llama-3-8B 14336, Qwen2-7B 18944, Llama-3-70B 28672, ...).
@@ -331,6 +331,38 @@ def test_reference_argument_errors():
         reference.gelu_and_mul(np.ones((1, 4)), approximate="fast")
     with pytest.raises(ValueError, match=r"x: expected shape \(\.\.\., 2 \* d\)"):
         reference.silu_and_mul(np.ones((1, 5)))
+
+
+_GATE_UP = np.ones((3, 8), F16)
+
+
+@pytest.mark.parametrize("op, args, kwargs", [
+    ("silu_and_mul", (None,), {}),
+    ("silu_and_mul", (np.ones((3, 7), F16),), {}),
+    ("silu_and_mul", (np.ones((3, 0), F16),), {}),
+    ("silu_and_mul", (np.ones((), F16),), {}),
+    ("silu_and_mul", (np.ones((3, 8), np.int16),), {}),
+    ("silu_and_mul", (np.ones((3, 16), F16)[:, ::2],), {}),
+    ("gelu_and_mul", (_GATE_UP,), {"approximate": "fast"}),
+    ("gelu_and_mul", (_GATE_UP,), {"approximate": None}),
+    ("swiglu", (_GATE_UP, None), {}),
+    ("swiglu", (None, _GATE_UP), {}),
+    ("swiglu", (_GATE_UP, np.ones((3, 4), F16)), {}),
+    ("swiglu", (_GATE_UP, _GATE_UP.astype(np.float32)), {}),
+    ("swiglu", (np.ones((3, 0), F16), np.ones((3, 0), F16)), {}),
+])
+def test_reference_refuses_what_the_kernel_refuses(fake_launcher, op, args, kwargs):
+    assert_same_error(getattr(cupykern, op), getattr(reference, op), *args, **kwargs)
+
+
+def test_reference_takes_what_the_kernel_takes(fake_launcher):
+    wide = np.ones((3, 12), F16)
+    for op, args, kwargs in (("silu_and_mul", (wide[:, 2:10],), {}),
+                             ("gelu_and_mul", (_GATE_UP,), {"approximate": "tanh"}),
+                             ("swiglu", (wide[:, :4], wide[:, 6:10]), {})):
+        assert kernel_and_reference_errors(getattr(cupykern, op), getattr(reference, op), *args, **kwargs) == \
+            (None, None)
+    assert len(fake_launcher) == 3
 
 
 # ----------------------------------------------------------------- CPU: launch plans

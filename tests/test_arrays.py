@@ -10,6 +10,7 @@ import cupykern
 from cupykern import _arrays, _dtypes, launcher
 from cupykern._arrays import Heads, Rows, Sig
 from cupykern.ops import norm, softmax
+from tests.conftest import HAS_GPU
 from tests.helpers import overlap_check, prepare_args, sig
 
 F16, F32, BF16 = _dtypes.float16, _dtypes.float32, _dtypes.bfloat16
@@ -119,6 +120,21 @@ def test_vector_aligned():
 
 
 # ----------------------------------------------------------------- scalars
+def test_subnormal_scalars_are_refused():
+    """The kernels are compiled with -ftz=true: a nonzero float32 below the smallest normal
+    (1.1754944e-38) would reach them as 0 (an eps of 1e-40 on an all-zero row: 0 * rsqrt(0))."""
+    tiny = float(np.finfo(np.float32).tiny)
+    assert _arrays.FLOAT32_TINY == tiny == np.float32(1.1754944e-38)
+    assert _arrays.eps(tiny) == np.float32(tiny) and _arrays.eps(0.0) == 0 and _arrays.eps(-0.0) == 0
+    for bad in (1e-40, 1e-44, 5e-324, tiny * (1 - 2**-20), 1e-50):  # subnormal in float32, or 0 once rounded
+        with pytest.raises(ValueError, match=r"eps: .* is below the smallest normal float32 \(1.1754944e-38\), which "
+                                             r"the kernels flush to 0 \(-ftz=true\); pass 0 or"):
+            _arrays.eps(bad)
+        with pytest.raises(ValueError, match="weight_offset: .* below the smallest normal float32"):
+            _arrays.finite(-bad, "weight_offset")
+    assert _arrays.finite(-tiny, "weight_offset") == np.float32(-tiny)
+
+
 def test_eps_and_choice():
     assert _arrays.eps(1e-12) == np.float32(1e-12) and isinstance(_arrays.eps(0), np.float32)
     for bad in (-1.0, float("nan"), float("inf")):
@@ -265,6 +281,32 @@ def test_numpy_input_raises_type_error(call):
 def test_non_array_raises_type_error():
     with pytest.raises(TypeError, match="x: expected a device array"):
         cupykern.rms_norm([[1.0, 2.0]], None)
+
+
+class _CudaArrayInterface:
+    """A device array as another library hands it over (a pointer that is never read)."""
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": (2, 8), "typestr": "<f4", "data": (1 << 20, False), "version": 3}
+
+
+def test_cuda_error_while_taking_a_foreign_array_names_the_argument(monkeypatch):
+    import cupy
+
+    def no_driver(obj):
+        raise cupy.cuda.runtime.CUDARuntimeError(35)  # cudaErrorInsufficientDriver
+
+    monkeypatch.setattr(cupy, "asarray", no_driver)
+    with pytest.raises(RuntimeError, match=r"x: CUDA cannot be used to take this device array \(cudaError"):
+        cupykern.softmax(_CudaArrayInterface())
+
+
+@pytest.mark.skipif(HAS_GPU, reason="needs a machine without a usable CUDA driver")
+def test_cuda_array_interface_without_a_driver_is_a_clear_error():
+    """The issue: a raw CUDARuntimeError before; now a RuntimeError naming the argument."""
+    with pytest.raises(RuntimeError, match="x: CUDA cannot be used to take this device array"):
+        cupykern.rms_norm(_CudaArrayInterface(), None)
 
 
 def test_row_reduce_unknown_op_raises_before_touching_the_gpu():

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -29,6 +30,9 @@ def invoke(*args, env=None):
     (["sweep", "--num-tokens", "0,4"], "integers >= 1"),
     (["sweep", "--hidden-size", "-3"], "integers >= 1"),
     (["sweep", "--dtype", "int8"], "unsupported dtype 'int8'"),
+    (["sweep", "--dtype", ","], "expected comma-separated dtypes"),
+    (["sweep", "--dtype", "bf16,,fp16"], "expected comma-separated dtypes"),
+    (["sweep", "--dtype", ""], "expected comma-separated dtypes"),
     (["sweep", "apply_rope", "--hidden-size", "127"], "head_dim must be >= 2 and a multiple of 2"),
     (["sweep", "--hidden-size", "5"], "choose the ops"),
     (["sweep", "--block-size", "100"], "multiples of 32"),
@@ -47,12 +51,53 @@ def test_usage_errors_are_not_tracebacks(args, message):
     assert "Traceback" not in result.output and not isinstance(result.exception, (TypeError, KeyError, AttributeError))
 
 
-def test_sweep_without_gpu_says_so(monkeypatch):
+@pytest.fixture
+def no_gpu_compiles(monkeypatch):
+    """No GPU; the compile check records what it was given and fails ``failures[0]`` instantiations."""
     monkeypatch.setattr(environment, "gpu_available", lambda: False)
-    for args in (["sweep"], ["sweep", "rms_norm", "--model", "qwen3-8b", "--tune"]):
-        result = invoke(*args)
-        assert result.exit_code != 0
-        assert "No CUDA GPU" in result.output and "cupykern check" in result.output
+    calls, failures = [], [0]
+
+    def compile_all(arch, instantiations):
+        calls.append((arch, sorted(instantiations)))
+        return failures[0]
+
+    monkeypatch.setattr(cli, "_compile_all", compile_all)
+    return calls, failures
+
+
+def test_sweep_without_gpu_runs_the_compile_check(no_gpu_compiles):
+    """README's main command is `cupykern sweep`: without a GPU it compiles instead, and its
+    exit code is the compile check's (no `|| cupykern check` that could hide a failure)."""
+    calls, failures = no_gpu_compiles
+    result = invoke("sweep")
+    assert result.exit_code == 0, result.output
+    assert "No CUDA GPU" in result.output and "compile check instead" in result.output
+    assert "compile check passed" in result.output
+    assert calls == [("90", ["activation.cu", "norm.cu", "rope.cu", "row_reduce.cu", "softmax.cu"])]
+    result = invoke("sweep", "rms_norm", "softmax", "--json", "points.json")
+    assert result.exit_code == 0 and calls[-1] == ("90", ["norm.cu", "softmax.cu"])
+    assert "nothing written" in result.output
+    failures[0] = 3
+    result = invoke("sweep", "apply_rope")
+    assert result.exit_code == 1 and "compile check failed" in result.output and calls[-1][1] == ["rope.cu"]
+
+
+def test_sweep_without_gpu_checks_usage_first_and_cannot_tune(no_gpu_compiles):
+    calls, _ = no_gpu_compiles
+    assert invoke("sweep", "bogus_op").exit_code == 2
+    result = invoke("sweep", "rms_norm", "--model", "qwen3-8b", "--tune")
+    assert result.exit_code == 2 and "--tune times the kernels on this machine's GPU" in result.output
+    assert not calls
+
+
+def test_sweep_help_lists_ops_and_dtypes():
+    result = invoke("sweep", "--help")
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())  # unwrapped
+    assert all(op in text for op in registry.all_specs()) and "fp32, fp16, bf16" in text
+    for option in ("--num-tokens", "--json", "--csv", "--dtype", "--seed"):
+        line = next(ln for ln in result.output.splitlines() if ln.strip().startswith(option))
+        assert len(line.split()) > 2, f"{option} has no help text"
 
 
 def test_models_lists_every_preset():
@@ -85,6 +130,18 @@ def test_tune_show_and_clear(tune_file):
     assert json.loads(invoke("tune", "--show", "--json").output)["entries"][0]["threads_per_row"] == 64
     result = invoke("tune", "--clear")
     assert result.exit_code == 0 and "removed" in result.output and not tune_file.exists()
+
+
+@pytest.mark.parametrize("text", ["{not json", json.dumps({"format": tuning.FORMAT, "entries": [{"op": "x"}]})])
+@pytest.mark.parametrize("args", [["tune"], ["tune", "--show"], ["tune", "--show", "--json"]])
+def test_tune_show_of_an_invalid_file_is_one_line(tune_file, text, args):
+    """The issue: a Python warning with a source line and an empty table, exit 0; or just 'gpu'."""
+    tune_file.write_text(text)
+    result = invoke(*args)
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and "Warning" not in result.output
+    assert f"{tune_file}: not a valid tuned-config file" in result.output and "cupykern tune --clear" in result.output
+    assert invoke("tune", "--clear").exit_code == 0 and not tune_file.exists()
 
 
 def test_info_names_the_tuned_file(tune_file):
@@ -299,8 +356,25 @@ def test_bench_baselines_cover_the_ops_they_name():
 def test_rope_cos_sin_cache_without_gpu_says_so():
     import cupykern
 
-    with pytest.raises(RuntimeError, match="no CUDA GPU"):
-        cupykern.rope_cos_sin_cache(64, 8)
+    for good in ((64, 8), (0, 128)):  # zero positions is a valid (empty) table
+        with pytest.raises(RuntimeError, match="no CUDA GPU"):
+            cupykern.rope_cos_sin_cache(*good)
+
+
+@pytest.mark.parametrize("args, kwargs, message", [
+    ((-1, 128), {}, "max_position: expected an int >= 0"),
+    ((16, 127), {}, "rotary_dim: expected an even int >= 2"),
+    ((16, 8), {"base": 1.0}, "base"),
+    ((16, 8), {"rope_scaling": {"rope_type": "bogus"}}, "bogus"),
+])
+def test_rope_cos_sin_cache_checks_arguments_before_the_gpu(monkeypatch, args, kwargs, message):
+    import cupykern
+
+    monkeypatch.setattr(environment, "gpu_available", lambda: pytest.fail("asked for the GPU first"))
+    with pytest.raises(ValueError, match=message):
+        cupykern.rope_cos_sin_cache(*args, **kwargs)
+    with pytest.raises(TypeError, match="dtype: unsupported dtype int8"):
+        cupykern.rope_cos_sin_cache(16, 8, dtype=np.int8)
 
 
 @pytest.mark.parametrize("args, message", [

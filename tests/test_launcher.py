@@ -11,39 +11,21 @@ from __future__ import annotations
 import ast
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import cupykern
-from cupykern import _dtypes, launcher, plans, tuning
-from tests.helpers import FakeArray, fake_launch_device
+from cupykern import _arrays, _dtypes, launcher, plans, tuning
+from tests.helpers import FakeArray
 
 PACKAGE = Path(cupykern.__file__).resolve().parent
 
 
-class FakeKernel:
-    """jit.get_kernel's stand-in: ``.kernel`` is the per-device function, recording its launches."""
-
-    def __init__(self, template, args, launches):
-        self.template, self.args = template, args
-        self.kernel = lambda grid, block, kargs, shared_mem=0: launches.append(
-            SimpleNamespace(template=template, template_args=args, grid=grid, block=block, args=kargs))
-
-
 @pytest.fixture
-def fake_gpu(monkeypatch, tmp_path):
-    """Stand-in arrays, kernels and device for the launcher; returns the list of launches."""
-    launches = []
-    allocations = iter(range(1 << 30, 1 << 40, 1 << 24))
-    monkeypatch.setattr(launcher, "_ndarray", FakeArray)
-    fake_launch_device(monkeypatch, get_kernel=lambda template, *args: FakeKernel(template, args, launches),
-                       empty=lambda shape, dtype: FakeArray(shape, dtype, ptr=next(allocations)))
-    monkeypatch.setenv(tuning.ENV_FILE, str(tmp_path / "tuned.json"))
-    tuning.reload()
-    yield launches
-    tuning.reload()  # forgets the stand-in recipes too (the launcher subscribes)
+def fake_gpu(fake_launcher):
+    """Stand-in arrays, kernels and device for the launcher (conftest.py); the list of launches."""
+    return fake_launcher
 
 
 def _counting(monkeypatch, op_name):
@@ -328,3 +310,22 @@ def test_launch_overrides_are_checked_with_zero_rows_too(fake_gpu):
     with launcher.overrides(block_size=128), pytest.raises(ValueError, match="do not apply to apply_rope"):
         cupykern.apply_rope(q, None, FakeArray((0,), np.int64), FakeArray((16, 64), np.float32),
                             check_positions=False)
+
+
+def test_check_runs_the_intake_only(monkeypatch):
+    """Op.check (what the float64 references call): the call's argument errors, and nothing
+    planned, compiled or cached; no GPU needed, even for arguments that pass."""
+    monkeypatch.setattr(launcher, "_current_device", lambda: None)
+    monkeypatch.setattr(plans, "plan_rows", lambda *a, **kw: pytest.fail("planned"))
+    op = launcher.ops()["rms_norm"]
+    cached = dict(op._recipes)
+    x, w = _arrays.Sig.contiguous((4, 64), bf16), _arrays.Sig.contiguous((64,), bf16)
+    op.check({"x": x, "weight": w, "eps": 1e-6, "weight_offset": 0.0})  # passes: returns None
+    op.check({"x": x._replace(shape=(0, 64)), "weight": w, "eps": 1e-6, "weight_offset": 0.0})
+    with pytest.raises(ValueError, match=r"weight: expected shape \(64,\), got \(63,\)"):
+        op.check({"x": x, "weight": _arrays.Sig.contiguous((63,), bf16), "eps": 1e-6, "weight_offset": 0.0})
+    with pytest.raises(TypeError, match="x: expected a device array .*, got None"):
+        op.check({"weight": w, "eps": 1e-6, "weight_offset": 0.0})  # a name left out is None
+    with pytest.raises(TypeError, match=r"rms_norm has no argument\(s\) \['epsilon'\]"):
+        op.check({"x": x, "weight": w, "epsilon": 1e-6})
+    assert op._recipes == cached

@@ -15,6 +15,10 @@ in ``.ci/run``); without network and without a cached copy these tests skip.
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -183,6 +187,25 @@ def test_load_rejects_missing_file(tmp_path):
         gguf_weights.load_weights(tmp_path / "absent.gguf")
 
 
+@pytest.mark.parametrize("cut", [0, 3, 24, 100_000, 3_000_000])  # header, metadata, tensor data
+def test_truncated_gguf_is_named(model_file, tmp_path, cut):
+    with open(model_file, "rb") as f:
+        head = f.read(cut)
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(head)
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}: truncated or not a GGUF file"):
+        gguf_weights.open_reader(path)
+
+
+def test_a_file_that_is_not_gguf_is_named(tmp_path):
+    path = tmp_path / "README.md"
+    path.write_text("# cupykern\n\nFused GPU kernels for LLM inference.\n")
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}: truncated or not a GGUF file .*magic"):
+        gguf_weights.open_reader(path)
+    result = CliRunner().invoke(cli.generate_command, ["hi", "--reference", "--model", str(path)])
+    assert result.exit_code == 1 and "truncated or not a GGUF file" in result.output and "README.md" in result.output
+
+
 # ----------------------------------------------------------------- CPU: tokenizer
 def test_tokenizer_reproduces_prompt_ids(tok):
     assert tok.encode(PROMPT) == PROMPT_IDS
@@ -213,6 +236,29 @@ def test_chat_template_renders_chatml(tok):
                     "<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n")
     ids = tok.encode(text)
     assert ids[0] == 1 and ids.count(1) == 3 and ids.count(2) == 2
+
+
+def test_add_bos_gives_one_bos_when_the_text_starts_with_it(tok):
+    """With add_bos_token, a rendered chat text already starting with BOS (SmolLM2's BOS is
+    <|im_start|>, which ChatML opens with) gave [1, 1, ...]; llama.cpp's chat path gives one."""
+    pytest.importorskip("jinja2")
+    with_bos = dataclasses.replace(tok, add_bos=True)
+    chat = tok.apply_chat_template([{"role": "user", "content": "What is 2+2?"}])
+    assert chat.startswith("<|im_start|>")
+    assert with_bos.encode(chat) == tok.encode(chat) and with_bos.encode(chat)[:2] != [1, 1]
+    assert with_bos.encode(PROMPT) == [1, *PROMPT_IDS]  # text without BOS: prepended
+    assert with_bos.encode("<|im_start|><|im_start|>") == [1, 1]  # only the prepended one is skipped
+    assert with_bos.encode("") == [1]
+
+
+def test_add_bos_without_a_model_file():
+    """The same rule on a stand-in vocabulary: BOS id 0 is the token "<s>"."""
+    vocab = {"<s>": [0], "<s>hi": [0, 5], "hi": [5], "hi<s>": [5, 0]}
+    stand_in = SimpleNamespace(encode=lambda text, add_special_tokens: SimpleNamespace(ids=vocab[text]))
+    tk = tokenizer.GGUFTokenizer(stand_in, bos_token_id=0, eos_token_id=None, chat_template=None, add_bos=True)
+    assert tk.encode("hi") == [0, 5] and tk.encode("<s>hi") == [0, 5] and tk.encode("hi<s>") == [0, 5, 0]
+    assert dataclasses.replace(tk, add_bos=False).encode("hi") == [5]
+    assert dataclasses.replace(tk, bos_token_id=None).encode("hi") == [5]
 
 
 # ----------------------------------------------------------------- CPU: float64 reference forward
@@ -286,6 +332,45 @@ def test_sampling_is_seeded_and_greedy_at_zero():
     assert len(set(draws)) == 1  # same seed, same draw
     many = [generate.next_token(logits, 1.0, np.random.default_rng(s)) for s in range(200)]
     assert {1, 2} <= set(many) and set(many) <= {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("temperature", [1e-308, 5e-324, 1e-30])
+def test_tiny_temperatures_sample_the_argmax(temperature):
+    """The issue's row: dividing first overflowed to inf and gave NaN probabilities."""
+    logits = np.array([1.0, 3.0, 2.0, -1.0])
+    assert {generate.next_token(logits, temperature, np.random.default_rng(s)) for s in range(20)} == {1}
+    tied = np.array([3.0, 1.0, 3.0])  # the limit is uniform over the tied maxima
+    assert {generate.next_token(tied, temperature, np.random.default_rng(s)) for s in range(50)} == {0, 2}
+    generate.check_args(1, temperature)  # accepted, as it now samples
+
+
+@pytest.mark.parametrize("row, count, first", [
+    ([1.0, np.nan, 3.0], 1, "1 (nan)"),
+    ([np.nan, np.nan, np.nan], 3, "0 (nan)"),
+    ([1.0, 2.0, np.inf, -np.inf], 2, "2 (inf)"),
+])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_non_finite_logits_are_an_error_not_a_token(row, count, first, temperature):
+    """numpy.argmax stops at the first NaN: greedy returned the NaN's index (1), or 0."""
+    message = (rf"logits: the forward produced {count} non-finite logit\(s\) \(NaN or inf\) of {len(row)}, the "
+               rf"first at index {re.escape(first)}")
+    with pytest.raises(ValueError, match=message):
+        generate.next_token(np.array(row), temperature, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("temperature, error", [
+    (-1.0, ValueError), (float("nan"), ValueError), (float("inf"), ValueError),
+    ("0.5", TypeError), (None, TypeError), (True, TypeError),
+])
+def test_check_args_refuses_temperatures_that_cannot_sample(temperature, error):
+    with pytest.raises(error, match="temperature: expected a finite"):
+        generate.check_args(1, temperature)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_cli_generate_refuses_a_temperature_that_cannot_sample(value):
+    result = CliRunner().invoke(cli.generate_command, ["hi", "--reference", "--temperature", value])
+    assert result.exit_code == 2 and "temperature: expected a finite value >= 0" in result.output, result.output
 
 
 def test_cpu_stage_timer_sums_stages(ref_model):

@@ -16,7 +16,8 @@ import cupykern
 from cupykern import _dtypes, launcher, plans, reference
 from cupykern._arrays import Sig
 from cupykern.ops import norm
-from tests.helpers import DTYPES, DTYPE_IDS, Guarded, assert_close, contiguous, poisoned, prepare_args, random_device
+from tests.helpers import (DTYPES, DTYPE_IDS, Guarded, assert_close, assert_same_error, contiguous,
+                           kernel_and_reference_errors, poisoned, prepare_args, random_device)
 
 NUM_TOKENS = [0, 1, 3, 64, 4097]
 HIDDEN_SIZES = [1, 5, 64, 127, 128, 4096, 5120, 8192, 16384, 65536]
@@ -137,6 +138,17 @@ def test_rms_norm_intake_errors_name_the_argument(kwargs, error, message):
         _rms(x=x, limits=None, **kwargs)  # checked before the device's limits are needed
 
 
+@heuristic_plans
+def test_eps_zero_and_the_smallest_normal_reach_the_kernel_exactly():
+    """0 stays allowed (exact; an all-zero row gives NaN, as the float64 reference does);
+    the smallest normal float32 is the smallest nonzero eps (not flushed by -ftz=true)."""
+    tiny = np.finfo(np.float32).tiny
+    assert _rms(eps=0.0).scalars[4] == 0 and _rms(eps=float(tiny)).scalars[4] == tiny
+    with np.errstate(divide="ignore", invalid="ignore"):
+        assert np.isnan(reference.rms_norm(np.zeros((1, 256), np.float32), np.ones(256, np.float32), 0.0)).all()
+    assert (reference.rms_norm(np.zeros((1, 256), np.float32), np.ones(256, np.float32), float(tiny)) == 0).all()
+
+
 def test_rms_norm_needs_a_gpu_only_to_plan():
     with pytest.raises(RuntimeError, match="rms_norm: no CUDA GPU"):
         _rms(limits=None)
@@ -242,6 +254,61 @@ def test_layer_norm_launch():
 def test_layer_norm_intake_errors(kwargs, error, message):
     with pytest.raises(error, match=message):
         _layer(limits=None, **kwargs)
+
+
+@pytest.mark.parametrize("prepare, scalar, value", [
+    (_rms, "eps", 1e-40), (_rms, "eps", 1e-44), (_rms, "weight_offset", -1e-40), (_fused, "eps", 1e-40),
+    (_layer, "eps", 1e-44),
+])
+def test_subnormal_scalars_are_refused(prepare, scalar, value):
+    """The issue's eps = 1e-40 / 1e-44: -ftz=true would flush them to 0 on the GPU."""
+    with pytest.raises(ValueError, match=rf"{scalar}: {value!r} is below the smallest normal float32 "
+                                         r"\(1.1754944e-38\), which the kernels flush to 0"):
+        prepare(limits=None, **{scalar: value})
+
+
+# ----------------------------------------------------------------- CPU: the reference checks as the kernel
+_X, _W = np.ones((4, 64), F16), np.ones(64, F16)
+REFUSED = [  # (op, args, kwargs): refused alike by the kernel op and its float64 reference
+    ("rms_norm", (None, _W), {}),
+    ("rms_norm", (_X, np.ones(63, F16)), {}),
+    ("rms_norm", (_X, _W.astype(F32)), {}),
+    ("rms_norm", (_X.astype(np.int32), _W), {}),
+    ("rms_norm", (np.ones((), F16), _W), {}),
+    ("rms_norm", (np.ones((4, 0), F16), np.ones(0, F16)), {}),
+    ("rms_norm", (np.ones((4, 128), F16)[:, ::2], _W), {}),           # non-unit last stride
+    ("rms_norm", (np.ones((2, 4, 64), F16)[:, :3], _W), {}),          # leading axes that do not flatten
+    ("rms_norm", (_X, _W), {"eps": -1.0}),
+    ("rms_norm", (_X, _W), {"eps": 1e-40}),
+    ("rms_norm", (_X, _W), {"eps": "1e-6"}),
+    ("rms_norm", (_X, _W), {"weight_offset": float("inf")}),
+    ("fused_add_rms_norm", (_X, None, _W), {}),
+    ("fused_add_rms_norm", (_X, np.ones((4, 32), F16), _W), {}),
+    ("fused_add_rms_norm", (_X, _X.astype(F32), _W), {}),
+    ("fused_add_rms_norm", (np.broadcast_to(_W, (4, 64)), _X, _W), {}),  # written rows on the same bytes
+    ("fused_add_rms_norm", (_X, _X, _W), {"eps": float("nan")}),
+    ("layer_norm", (_X, _W, np.ones(32, F16)), {}),
+    ("layer_norm", (_X, _W.astype(F32), None), {}),
+    ("layer_norm", (_X, None, None), {"eps": 1e-44}),
+]
+
+
+@pytest.mark.parametrize("op, args, kwargs", REFUSED)
+def test_reference_refuses_what_the_kernel_refuses(fake_launcher, op, args, kwargs):
+    """The issue's reference.rms_norm(None, w), a weight of the wrong length and eps=-1 among them."""
+    assert_same_error(getattr(cupykern, op), getattr(reference, op), *args, **kwargs)
+
+
+def test_reference_takes_what_the_kernel_takes(fake_launcher):
+    wide = np.ones((4, 80), F16)
+    for op, args in (("rms_norm", (wide[:, 16:], _W)), ("fused_add_rms_norm", (_X, wide[:, :64], _W)),
+                     ("layer_norm", (_X, None, None))):
+        assert kernel_and_reference_errors(getattr(cupykern, op), getattr(reference, op), *args) == (None, None)
+    assert len(fake_launcher) == 3
+    # float64, the reference's own precision, is checked as float32 would be.
+    np.testing.assert_allclose(reference.rms_norm(np.full((2, 4), 2.0), np.ones(4), 0.0), 1.0)
+    with pytest.raises(TypeError, match=r"weight: expected dtype float32 \(the dtype of x\), got float16"):
+        reference.rms_norm(np.ones((2, 4)), np.ones(4, F16))
 
 
 def test_row_ops_take_row_overrides():
@@ -390,6 +457,19 @@ def test_rms_norm_constant_rows_with_tiny_eps(dtype):
     w = cupy.full((1000,), 0.5, dtype=np.float32).astype(dtype)
     got = cupykern.rms_norm(x, w, eps=1e-12)
     assert_close(got, reference.rms_norm(x, w, 1e-12), dtype, seed=0)
+
+
+@pytest.mark.gpu
+def test_zero_rows_with_the_smallest_normal_eps_give_zero():
+    """The issue's all-zero float32 row (H = 256): eps = 1e-40 is refused (the GPU would
+    flush it to 0 and give NaN); the smallest normal eps gives 0, as the reference."""
+    x, w = cupy.zeros((2, 256), np.float32), cupy.ones(256, np.float32)
+    tiny = float(np.finfo(np.float32).tiny)
+    for got in (cupykern.rms_norm(x, w, eps=tiny), cupykern.layer_norm(x, w, None, eps=tiny),
+                cupykern.fused_add_rms_norm(x.copy(), x.copy(), w, eps=tiny)[0]):
+        assert (got.get() == 0).all()
+    with pytest.raises(ValueError, match="eps: 1e-40 is below the smallest normal float32"):
+        cupykern.rms_norm(x, w, eps=1e-40)
 
 
 @pytest.mark.gpu

@@ -23,7 +23,8 @@ import cupykern
 from cupykern import _dtypes, families, jit, launcher, plans, reference, rope_scaling
 from cupykern._arrays import Sig
 from cupykern.ops import rope as rope_ops
-from tests.helpers import DTYPES, DTYPE_IDS, assert_close, contiguous, overlap_check, prepare_args, random_device
+from tests.helpers import (DTYPES, DTYPE_IDS, assert_close, assert_same_error, contiguous, kernel_and_reference_errors,
+                           overlap_check, prepare_args, random_device)
 
 HEAD_DIMS = [64, 80, 96, 128, 256]
 #: (num_q_heads, num_kv_heads): Llama-3 GQA, 8:1 GQA, MHA with one head.
@@ -433,6 +434,51 @@ def test_qk_rms_norm_rope_intake_errors_name_the_argument(kwargs, error, message
         _qk_norm(limits=None, **kwargs)
 
 
+def test_qk_rms_norm_rope_refuses_a_subnormal_eps():
+    with pytest.raises(ValueError, match=r"eps: 1e-40 is below the smallest normal float32 \(1.1754944e-38\)"):
+        _qk_norm(limits=None, eps=1e-40)
+
+
+_Q, _K = np.ones((4, 8, 64), F32), np.ones((4, 2, 64), F32)
+_POS, _CACHE = np.arange(4), np.ones((16, 64), F32)
+_WEIGHT = np.ones(64, F32)
+
+
+@pytest.mark.parametrize("op, args, kwargs", [
+    ("apply_rope", (None, _K, _POS, _CACHE), {}),
+    ("apply_rope", (_Q, _K.astype(F16), _POS, _CACHE), {}),
+    ("apply_rope", (_Q, np.ones((3, 2, 64), F32), _POS, _CACHE), {}),
+    ("apply_rope", (_Q, _K, _POS.astype(np.float32), _CACHE), {}),
+    ("apply_rope", (_Q, _K, np.arange(5), _CACHE), {}),
+    ("apply_rope", (_Q, _K, None, _CACHE), {}),
+    ("apply_rope", (_Q, _K, _POS, np.ones((16, 63), F32)), {}),
+    ("apply_rope", (_Q, _K, _POS, np.ones((16, 128), F32)), {}),
+    ("apply_rope", (_Q, _K, _POS, _CACHE.astype(F16)), {}),
+    ("apply_rope", (np.ones((4, 64), F32), None, _POS, _CACHE), {}),
+    ("apply_rope", (np.ones((4, 8, 128), F32)[..., ::2], None, _POS, _CACHE), {}),
+    ("apply_rope", (_Q, _K, _POS, _CACHE), {"is_neox": "yes"}),
+    ("qk_rms_norm_rope", (_Q, None, _WEIGHT, _WEIGHT, _POS, _CACHE), {}),
+    ("qk_rms_norm_rope", (_Q, _K, np.ones(32, F32), _WEIGHT, _POS, _CACHE), {}),
+    ("qk_rms_norm_rope", (_Q, _K, _WEIGHT, _WEIGHT.astype(F16), _POS, _CACHE), {}),
+    ("qk_rms_norm_rope", (_Q, _K, _WEIGHT, _WEIGHT, _POS, _CACHE), {"eps": -1.0}),
+    ("qk_rms_norm_rope", (_Q, _K, _WEIGHT, _WEIGHT, _POS, _CACHE), {"eps": 1e-40}),
+    ("qk_rms_norm_rope", (np.broadcast_to(_Q[:, :1], (4, 8, 64)), _K, _WEIGHT, _WEIGHT, _POS, _CACHE), {}),
+])
+def test_reference_refuses_what_the_kernel_refuses(fake_launcher, op, args, kwargs):
+    assert_same_error(getattr(cupykern, op), getattr(reference, op), *args, **kwargs, check_positions=False)
+
+
+def test_reference_takes_what_the_kernel_takes(fake_launcher):
+    qkv = np.ones((4, 12, 64), F32)  # q and k as views of one fused QKV buffer
+    for op, args in (("apply_rope", (qkv[:, :8], qkv[:, 8:10], _POS, _CACHE)),
+                     ("qk_rms_norm_rope", (qkv[:, :8], qkv[:, 8:10], _WEIGHT, _WEIGHT, _POS, _CACHE))):
+        # check_positions=False: the kernel's range check reads positions on the device
+        # (stand-ins here); the message is shared (test_reference_leaves_out_of_range_tokens_unchanged)
+        assert kernel_and_reference_errors(getattr(cupykern, op), getattr(reference, op), *args,
+                                           check_positions=False) == (None, None), op
+    assert len(fake_launcher) == 2
+
+
 def test_qk_rms_norm_rope_zero_tokens_launch_nothing_cpu():
     launch = _qk_norm(q=contiguous((0, 4, 64), BF16), k=contiguous((0, 1, 64), BF16),
                       positions=contiguous((0,), np.int32), cache=contiguous((8, 64), F32), limits=None)
@@ -530,14 +576,17 @@ def test_reference_neox_and_gptj_agree_after_permutation(rng):
     x = _ref_inputs(rng, 5, 4, head_dim)
     pos = rng.integers(0, 512, 5)
     neox, _ = reference.apply_rope(x, None, pos, cache, is_neox=True)
-    gptj, _ = reference.apply_rope(x[..., perm], None, pos, cache, is_neox=False)
+    gptj, _ = reference.apply_rope(np.ascontiguousarray(x[..., perm]), None, pos, cache, is_neox=False)
     np.testing.assert_allclose(gptj, neox[..., perm], rtol=1e-13, atol=1e-13)
 
 
 def test_reference_leaves_out_of_range_tokens_unchanged(rng):
     cache = reference.rope_cos_sin_cache(16, 8, 10000.0)
     x = _ref_inputs(rng, 4, 2, 8)
-    out, _ = reference.apply_rope(x, None, np.array([-1, 3, 16, 1 << 40]), cache)
+    positions = np.array([-1, 3, 16, 1 << 40])
+    with pytest.raises(ValueError, match=r"positions: expected values in \[0, 16\) .* got min -1, max 1099511627776"):
+        reference.apply_rope(x, None, positions, cache)  # as the kernel, by default
+    out, _ = reference.apply_rope(x, None, positions, cache, check_positions=False)
     np.testing.assert_array_equal(out[[0, 2, 3]], x[[0, 2, 3]])
     assert not np.allclose(out[1], x[1])
 
@@ -758,7 +807,9 @@ def test_apply_rope_out_of_range_positions(rng, pos_dtype, inplace):
     with pytest.raises(ValueError, match="positions"):
         cupykern.apply_rope(q, k, pos, cache, inplace=inplace)
     assert _bytes(q) == q_before.tobytes(), "a rejected call wrote q"
-    want_q, want_k = reference.apply_rope(q, k, pos, host_cache)
+    with pytest.raises(ValueError, match="positions"):
+        reference.apply_rope(q, k, pos, host_cache)
+    want_q, want_k = reference.apply_rope(q, k, pos, host_cache, check_positions=False)
     q_out, k_out = cupykern.apply_rope(q, k, pos, cache, inplace=inplace, check_positions=False)
     got_q, got_k = cupy.asnumpy(q_out), cupy.asnumpy(k_out)
     assert got_q[bad].tobytes() == q_before[bad].tobytes() and got_k[bad].tobytes() == k_before[bad].tobytes()
@@ -936,7 +987,7 @@ def test_qk_rms_norm_rope_out_of_range_positions(rng):
     q_before = cupy.asnumpy(q)
     with pytest.raises(ValueError, match="positions"):
         cupykern.qk_rms_norm_rope(q, k, w, w, pos, cache)
-    want_q, want_k = reference.qk_rms_norm_rope(q, k, w, w, pos, host_cache)
+    want_q, want_k = reference.qk_rms_norm_rope(q, k, w, w, pos, host_cache, check_positions=False)
     cupykern.qk_rms_norm_rope(q, k, w, w, pos, cache, check_positions=False)
     got_q = cupy.asnumpy(q)
     assert got_q[[0, 9, 19]].tobytes() == q_before[[0, 9, 19]].tobytes()

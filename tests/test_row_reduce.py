@@ -13,7 +13,8 @@ import cupykern
 from cupykern import _dtypes, jit, launcher, plans, reference
 from cupykern._arrays import Sig
 from cupykern.ops import row_reduce as row_reduce_ops
-from tests.helpers import DTYPES, DTYPE_IDS, contiguous, prepare_args, random_device
+from tests.helpers import (DTYPES, DTYPE_IDS, assert_same_error, contiguous, kernel_and_reference_errors, prepare_args,
+                           random_device)
 
 OPS = ["sum", "mean", "sumsq", "max", "min"]
 SHAPES = [(0, 16), (1, 1), (3, 5), (64, 127), (4097, 4096), (3, 131072), (70_000, 3)]
@@ -25,6 +26,24 @@ def test_reference_ops():
     assert reference.row_reduce(x, "sumsq") == 14.0
     assert reference.row_reduce(x, "min") == -2.0
     assert np.isnan(reference.row_reduce(np.array([[1.0, np.nan]]), "max"))
+
+
+@pytest.mark.parametrize("args", [
+    (np.ones((2, 3), np.float32), "avg"),
+    (np.ones((2, 3), np.float32), None),
+    (None, "sum"),
+    (np.ones((2, 0), np.float32), "max"),
+    (np.ones((2, 3), np.int32), "min"),
+    (np.ones((2, 6), np.float32)[:, ::2], "sum"),
+])
+def test_reference_refuses_what_the_kernel_refuses(fake_launcher, args):
+    assert_same_error(cupykern.row_reduce, reference.row_reduce, *args)
+
+
+def test_reference_takes_what_the_kernel_takes(fake_launcher):
+    for op in OPS:
+        assert kernel_and_reference_errors(cupykern.row_reduce, reference.row_reduce, np.ones((2, 3), np.float16),
+                                           op) == (None, None)
 
 
 # ----------------------------------------------------------------- CPU: kOp constants

@@ -11,7 +11,8 @@ import cupykern
 from cupykern import _dtypes, launcher, plans, reference
 from cupykern._arrays import Sig
 from cupykern.ops import softmax as softmax_ops
-from tests.helpers import DTYPES, DTYPE_IDS, Guarded, assert_close, contiguous, prepare_args, random_device
+from tests.helpers import (DTYPES, DTYPE_IDS, Guarded, assert_close, assert_same_error, contiguous,
+                           kernel_and_reference_errors, prepare_args, random_device)
 
 SHAPES = [(0, 128), (1, 1), (1, 5), (3, 127), (64, 4096), (4097, 128), (3, 65536), (2, 131072), (257, 32000)]
 
@@ -71,6 +72,51 @@ def test_softmax_intake_errors_name_the_argument(kwargs, error, message):
         _prepare(limits=None, **kwargs)
 
 
+@pytest.mark.parametrize("temperature, message", [
+    # 1 / 1e-39 overflows float32 (the issue's NaN row); 1e-39 itself is subnormal.
+    (1e-39, "temperature: 1e-39 is below the smallest normal float32"),
+    (5e-324, "temperature: 5e-324 is below the smallest normal float32"),
+    # 1 / 1e38 would be flushed to 0 on the GPU: a -inf logit would give -inf * 0 = NaN.
+    (1e38, r"temperature: expected at most 8.507059e\+37 \(1 / temperature must be a normal float32"),
+])
+def test_softmax_temperatures_whose_scale_the_gpu_would_flush(temperature, message):
+    with pytest.raises(ValueError, match=message):
+        _prepare(limits=None, temperature=temperature)
+
+
+@pytest.mark.usefixtures("tune_file")
+def test_softmax_temperature_range_ends_are_normal_scales():
+    tiny = np.finfo(np.float32).tiny
+    assert _prepare(temperature=float(tiny)).scalars[-1] == np.float32(1 / tiny)
+    assert _prepare(temperature=softmax_ops.MAX_TEMPERATURE).scalars[-1] == tiny
+
+
+_X = np.array([[1.0, 2.0, 0.5, 3.0]], np.float32)
+
+
+@pytest.mark.parametrize("args, kwargs", [
+    ((_X,), {"temperature": -1.0}),  # the issue's reversed softmax
+    ((_X,), {"temperature": 0.0}),  # the issue's NaN
+    ((_X,), {"temperature": 1e-39}),
+    ((_X,), {"temperature": 1e38}),
+    ((_X,), {"temperature": float("nan")}),
+    ((_X,), {"temperature": "hot"}),
+    ((None,), {}),
+    ((_X.astype(np.int64),), {}),
+    ((np.ones((2, 8), np.float32)[:, ::2],), {}),
+    ((np.ones((2, 0), np.float32),), {}),
+])
+def test_reference_refuses_what_the_kernel_refuses(fake_launcher, args, kwargs):
+    assert_same_error(cupykern.softmax, reference.softmax, *args, **kwargs)
+
+
+def test_reference_takes_what_the_kernel_takes(fake_launcher):
+    for temperature in (float(np.finfo(np.float32).tiny), 0.7, softmax_ops.MAX_TEMPERATURE):
+        assert kernel_and_reference_errors(cupykern.softmax, reference.softmax, _X, temperature=temperature) == \
+            (None, None)
+    np.testing.assert_array_equal(reference.softmax(_X, temperature=float(np.finfo(np.float32).tiny)), [[0, 0, 0, 1]])
+
+
 def test_softmax_zero_rows_launch_nothing():
     launch = _prepare(x=contiguous((0, 128), np.float16), limits=None)
     assert launch.template is None and launch.allocate == (("out", (0, 128), np.float32),)
@@ -115,6 +161,20 @@ def test_softmax_minus_inf_rows(rng):
     assert np.isnan(got[0]).all()
     assert (got[1, ::2] == 0).all()
     assert_close(got, reference.softmax(x), np.float32, seed=rng.seed)
+
+
+@pytest.mark.gpu
+def test_softmax_temperature_range_ends():
+    """The issue's row [1, 3, 2, -1]: at the smallest temperature, one-hot at the maximum (as
+    the float64 reference); at the largest, -inf entries give 0, not -inf * 0 = NaN."""
+    x = cupy.asarray([[1.0, 3.0, 2.0, -1.0]], dtype=np.float32)
+    np.testing.assert_array_equal(cupykern.softmax(x, temperature=float(np.finfo(np.float32).tiny)).get(),
+                                  [[0, 1, 0, 0]])
+    with pytest.raises(ValueError, match="temperature: 1e-39 is below the smallest normal float32"):
+        cupykern.softmax(x, temperature=1e-39)
+    x[0, 0] = -np.inf
+    got = cupykern.softmax(x, temperature=softmax_ops.MAX_TEMPERATURE).get()
+    np.testing.assert_allclose(got, [[0, 1 / 3, 1 / 3, 1 / 3]], rtol=1e-6)
 
 
 @pytest.mark.gpu

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 
@@ -46,12 +47,40 @@ def test_round_trip_merge_and_clear(tune_file):
     assert tuning.lookup("rms_norm", "bf16", 4096, "NVIDIA H200") is None
 
 
-def test_unreadable_file_is_ignored_with_a_warning(tune_file):
-    tune_file.write_text("{not json")
-    with pytest.warns(UserWarning, match="unreadable"):
-        assert tuning.load() == {}
-    tune_file.write_text(json.dumps({"format": "other/9", "entries": []}))
-    with pytest.warns(UserWarning):
+#: Invalid tuned files and what read() says is wrong with them.
+INVALID = [
+    ("{not json", "not JSON: Expecting property name"),
+    (json.dumps({"format": "other/9", "entries": []}), "format 'other/9', expected 'cupykern-tuned/1'"),
+    (json.dumps([1, 2]), "format 'list', expected"),
+    (json.dumps({"format": tuning.FORMAT, "entries": {}}), "'entries' is a dict, expected a list"),
+    (json.dumps({"format": tuning.FORMAT, "entries": [7]}), "entry 0 is a int, expected an object"),
+    (json.dumps({"format": tuning.FORMAT, "entries": [{"op": "rms_norm"}]}), "entry 0 has no 'gpu'"),
+    (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "size": "big"}]}),
+     "entry 0: invalid literal for int"),
+]
+
+
+@pytest.mark.parametrize("text, problem", INVALID)
+def test_invalid_file_says_what_and_how_to_clear_it(tune_file, text, problem):
+    tune_file.write_text(text)
+    with pytest.raises(tuning.TunedFileError) as info:
+        tuning.read()
+    message = str(info.value)
+    assert message.startswith(f"{tune_file}: not a valid tuned-config file (") and problem in message
+    assert message.endswith("clear it with `cupykern tune --clear` (or delete the file)") and "\n" not in message
+
+
+def test_invalid_file_is_ignored_with_one_warning_naming_it(tune_file):
+    tune_file.write_text(json.dumps({"format": tuning.FORMAT, "entries": [{"op": "rms_norm"}]}))
+    tuning.reload()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        # The file is read once: one warning, the heuristics every time.
+        found = [tuning.lookup("rms_norm", "bf16", 4096, "NVIDIA H200") for _ in range(3)]
+    assert found == [None] * 3
+    assert [w.category for w in caught] == [tuning.TunedFileWarning] and str(tune_file) in str(caught[0].message)
+    assert "using the heuristics" in str(caught[0].message)
+    with pytest.warns(tuning.TunedFileWarning):
         assert tuning.load() == {}
 
 

@@ -105,6 +105,10 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
     )
 
     console = Console(stderr=True)
+    try:  # FloatRange(min=0) lets nan and inf through
+        generate.check_args(max_new_tokens, temperature)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--temperature") from None
     if not reference:
         problem = environment.gpu_problem()
         if problem:

@@ -11,6 +11,7 @@ ties go to the lowest id, as ``numpy.argmax``) or a draw from
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from dataclasses import dataclass, field
 
@@ -55,18 +56,53 @@ def host_row(logits) -> np.ndarray:
 
 
 def next_token(logits_row: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
-    """Greedy argmax for ``temperature == 0``, else a sample of ``softmax(logits / temperature)``."""
+    """Greedy argmax for ``temperature == 0``, else a sample of ``softmax(logits / temperature)``.
+
+    Parameters:
+        logits_row: ``(vocab_size,)`` float logits of the next position (host array).
+        temperature: 0, or any positive finite value (:func:`check_args`).
+        rng: the sampling generator (advanced by one draw when sampling).
+
+    Returns:
+        The token id: the lowest index of the maximum when greedy.
+
+    Raises:
+        ValueError: a NaN or infinite logit (the forward went wrong: no token is made up
+            from it), saying how many and the index of the first.
+
+    Notes:
+        The maximum is subtracted before dividing by the temperature, so the scaled
+        logits are <= 0 and the largest is exactly 0: no temperature, however small
+        (1e-308, 5e-324), overflows into NaN probabilities. A tiny temperature scales
+        every logit below the maximum to -inf (probability 0), which is the limit of
+        sampling as the temperature goes to 0: the argmax (uniform over exact ties).
+    """
+    logits_row = np.asarray(logits_row)
+    bad = np.flatnonzero(~np.isfinite(logits_row))
+    if bad.size:
+        raise ValueError(f"logits: the forward produced {bad.size} non-finite logit(s) (NaN or inf) of "
+                         f"{logits_row.size}, the first at index {bad[0]} ({logits_row[bad[0]]})")
     if temperature == 0:
         return int(np.argmax(logits_row))
-    z = logits_row / temperature
-    p = np.exp(z - z.max())
+    with np.errstate(over="ignore"):  # (x - max) / tiny temperature -> -inf: probability 0, as it should be
+        z = (logits_row.astype(np.float64) - logits_row.max()) / temperature
+    p = np.exp(z)
     return int(rng.choice(p.size, p=p / p.sum()))
 
 
 def check_args(max_new_tokens: int, temperature: float) -> None:
-    """ValueError unless ``max_new_tokens >= 1`` and ``temperature`` is finite and >= 0."""
-    if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+    """Checks :func:`generate`'s ``max_new_tokens`` (an int >= 1) and ``temperature`` (a
+    finite real number >= 0: 0 is greedy, and any positive value samples, however small,
+    since :func:`next_token` subtracts the maximum before dividing).
+
+    Raises:
+        ValueError: ``max_new_tokens`` not an int >= 1; ``temperature`` negative, NaN or inf.
+        TypeError: ``temperature`` not a real number (a str, None, a bool).
+    """
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens: expected an int >= 1, got {max_new_tokens!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
+        raise TypeError(f"temperature: expected a finite real number >= 0, got {temperature!r}")
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature: expected a finite value >= 0, got {temperature!r}")
 

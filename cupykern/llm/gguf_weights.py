@@ -92,11 +92,25 @@ def _gguf():
 
 
 def open_reader(path):
-    """A ``gguf.GGUFReader`` on ``path`` (memory-mapped). FileNotFoundError if absent."""
+    """A ``gguf.GGUFReader`` on ``path`` (memory-mapped).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file is truncated or not a GGUF file (named, with the reader's
+            own complaint): the reader checks the magic and maps every tensor, so a
+            file cut short anywhere fails here.
+        ImportError: ``gguf`` is not installed.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"GGUF file not found: {path} (run `cupykern fetch-model smollm2`)")
-    return _gguf().GGUFReader(str(path))
+    gguf = _gguf()
+    try:
+        return gguf.GGUFReader(str(path))
+    except (ValueError, IndexError, KeyError, TypeError) as exc:
+        # The reader's own errors ("GGUF magic invalid", NumPy's view and reshape errors
+        # past the end of a cut file) do not name the file or say what is wrong with it.
+        raise ValueError(f"{path}: truncated or not a GGUF file (reading it failed: {exc})") from exc
 
 
 def field_value(reader, key: str, default=None):

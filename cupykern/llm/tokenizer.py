@@ -11,7 +11,8 @@ split). ``tokenizer.ggml.pre`` names llama.cpp's pre-tokenizer regex
   then GPT-2's byte-level regex: as SmolLM2's own ``tokenizer.json``;
 * ``gpt-2`` / ``default``: GPT-2's byte-level regex only.
 
-No BOS is added (``tokenizer.ggml.add_bos_token`` is false for SmolLM2). The chat
+No BOS is added (``tokenizer.ggml.add_bos_token`` is false for SmolLM2; with it true,
+one BOS starts the ids even when the text already starts with it). The chat
 template (``tokenizer.chat_template``, Jinja) is rendered as Hugging Face
 transformers' ``apply_chat_template`` does, in a sandboxed Jinja environment.
 """
@@ -39,10 +40,19 @@ class GGUFTokenizer:
     add_bos: bool
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` (special tokens such as ``<|im_start|>`` recognised; BOS
-        prepended only if the GGUF says ``add_bos_token``)."""
+        """Token ids of ``text`` (special tokens such as ``<|im_start|>`` recognised).
+
+        BOS is prepended only if the GGUF says ``add_bos_token``, and not when ``text``
+        already starts with the BOS token (a rendered chat template that writes
+        ``{{ bos_token }}``): the ids start with one BOS either way, as on llama.cpp's
+        chat path, which strips the template's leading BOS text before tokenizing with
+        BOS (``common/chat.cpp``). A BOS later in the text is kept.
+        """
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
-        return ([self.bos_token_id] + ids) if self.add_bos and self.bos_token_id is not None else ids
+        bos = self.bos_token_id
+        if self.add_bos and bos is not None and ids[:1] != [bos]:
+            return [bos] + ids
+        return ids
 
     def decode(self, ids, *, skip_special_tokens: bool = False) -> str:
         """Text of ``ids`` (byte-level decoding; partial UTF-8 sequences become U+FFFD)."""

@@ -114,8 +114,12 @@ def rms_norm(x, weight, eps: float = 1e-6, *, weight_offset: float = 0.0, out=No
             axis must be unit-stride; leading axes must flatten to one row stride
             (slices of wider buffers are fine).
         weight: ``(hidden_size,)``, same dtype as ``x``, unit-stride.
-        eps: added to the mean square, in fp32 (so 1e-12 survives).
+        eps: added to the mean square, in fp32 (so 1e-12 survives): 0, or at least
+            1.1754944e-38, the smallest normal float32 (the kernels are compiled with
+            -ftz=true and would flush a smaller eps to 0). With 0 an all-zero row
+            gives NaN (0 / 0), as the float64 reference does.
         weight_offset: added to ``weight`` in fp32; ``1.0`` gives Gemma's ``(1 + w)``.
+            Finite; 0 or of magnitude at least 1.1754944e-38, like eps.
         out: optional ``(..., hidden_size)`` array of x's dtype to write into; may be
             ``x`` itself (in place).
 
@@ -129,7 +133,9 @@ def rms_norm(x, weight, eps: float = 1e-6, *, weight_offset: float = 0.0, out=No
             unsupported or mismatched dtype.
         ValueError: wrong ``weight``/``out`` shape, non-unit last stride, rows that do
             not share one stride, an empty last axis, ``eps`` < 0 or not finite,
-            ``out`` partially overlapping ``x``, or an array on another GPU.
+            ``eps``/``weight_offset`` nonzero below 1.1754944e-38 in magnitude or
+            beyond float32's range, ``out`` partially overlapping ``x``, or an array
+            on another GPU.
 
     Notes:
         Sum of squares in fp32, result rounded once to the dtype. A row's result does
@@ -183,7 +189,8 @@ def layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None):
             layout rules as :func:`rms_norm`).
         weight: ``(hidden_size,)`` of x's dtype, or None for a scale of 1.
         bias: ``(hidden_size,)`` of x's dtype, or None for a shift of 0.
-        eps: added to the variance in fp32.
+        eps: added to the variance in fp32; 0 or at least 1.1754944e-38 (as in
+            :func:`rms_norm`).
         out: optional output of x's shape and dtype; may be ``x`` (in place).
 
     Returns:

@@ -185,17 +185,23 @@ _QK_RMS_NORM_ROPE = launcher.Op("qk_rms_norm_rope",
                                 scalars=("eps", "is_neox"), prepare=_prepare_qk_rms_norm_rope, plan_kind="rope")
 
 
+def check_position_range(lo: int, hi: int, max_position: int, what: str = "the rows of cos_sin_cache") -> None:
+    """ValueError unless the smallest and largest position, ``lo`` and ``hi``, are in
+    ``[0, max_position)`` (``what`` says what bounds it; the float64 reference checks its
+    host positions with this too)."""
+    if lo < 0 or hi >= max_position:
+        raise ValueError(f"positions: expected values in [0, {max_position}) ({what}), got "
+                         f"min {lo}, max {hi}; pass check_positions=False to leave such tokens unchanged")
+
+
 def _check_positions_in_range(positions, max_position: int, what: str = "the rows of cos_sin_cache") -> None:
-    """ValueError if a position is outside [0, max_position) (``what`` says what bounds
-    it): one min/max reduction and a sync."""
+    """ValueError if a position is outside [0, max_position): one min/max reduction and a sync."""
     import cupy
 
     if positions.size == 0:
         return
     lo, hi = (int(v) for v in cupy.stack((positions.min(), positions.max())).get())
-    if lo < 0 or hi >= max_position:
-        raise ValueError(f"positions: expected values in [0, {max_position}) ({what}), got "
-                         f"min {lo}, max {hi}; pass check_positions=False to leave such tokens unchanged")
+    check_position_range(lo, hi, max_position, what)
 
 
 # ----------------------------------------------------------------- public API
@@ -336,7 +342,8 @@ def qk_rms_norm_rope(q, k, q_weight, k_weight, positions, cos_sin_cache, eps: fl
         k: ``(..., num_kv_heads, head_dim)``, q's token axes, head_dim and dtype.
         q_weight, k_weight: ``(head_dim,)`` of q's dtype, unit-stride.
         positions, cos_sin_cache, is_neox, check_positions: as in :func:`apply_rope`.
-        eps: added to the mean square in fp32.
+        eps: added to the mean square in fp32; 0 or at least 1.1754944e-38, the
+            smallest normal float32 (a smaller one would be flushed to 0 on the GPU).
 
     Returns:
         ``(q, k)``, the same arrays, updated.
@@ -348,7 +355,7 @@ def qk_rms_norm_rope(q, k, q_weight, k_weight, positions, cos_sin_cache, eps: fl
     Raises:
         TypeError: as :func:`apply_rope`; a weight of another dtype; k None.
         ValueError: as :func:`apply_rope`; a weight not of shape ``(head_dim,)`` or not
-            unit-stride; ``eps`` < 0 or not finite.
+            unit-stride; ``eps`` < 0, not finite, or nonzero below 1.1754944e-38.
 
     Notes:
         The sum of squares, the scaling and the rotation stay in fp32; each output is

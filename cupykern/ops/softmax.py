@@ -11,6 +11,10 @@ __all__ = ["softmax"]
 
 SOFTMAX = KernelTemplate("softmax.cu", "softmax_kernel")
 
+#: The largest temperature: 1 / temperature, the kernel's scale, is then the smallest
+#: normal float32 (the smallest temperature is that float32 itself, _arrays.FLOAT32_TINY).
+MAX_TEMPERATURE = 1 / _arrays.FLOAT32_TINY  # 8.507059e37
+
 
 def _dtype_pairs():
     """(input, output) dtypes: float32 output for every input, or the input's own dtype."""
@@ -27,11 +31,12 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
     temperature = _arrays.real(a.temperature, "temperature")
     if not (np.isfinite(temperature) and temperature > 0):
         raise ValueError(f"temperature: expected a finite value > 0, got {a.temperature!r}")
-    with np.errstate(over="ignore"):
-        scale = np.float32(1.0 / temperature)  # the kernel multiplies by 1 / temperature, in fp32
-    if not np.isfinite(scale):
-        raise ValueError(f"temperature: expected at least {1 / np.finfo(np.float32).max:.3g} (1 / temperature must "
-                         f"fit in float32), got {a.temperature!r}")
+    # The kernel multiplies by 1 / temperature in fp32. A normal temperature (_arrays.real) keeps
+    # it finite; a subnormal one would be flushed to 0 (-ftz=true), and a -inf logit give NaN.
+    scale = np.float32(1.0 / temperature)
+    if scale < _arrays.FLOAT32_TINY:
+        raise ValueError(f"temperature: expected at most {MAX_TEMPERATURE:.7g} (1 / temperature must be a normal "
+                         f"float32: the kernels flush smaller values to 0), got {a.temperature!r}")
     out_dtype = _dtypes.float32 if a.out is None else a.out.dtype
     if out_dtype not in (_dtypes.float32, x.dtype):
         raise TypeError(f"out: expected dtype float32 or x's dtype ({x.dtype}), got {out_dtype}")
@@ -63,7 +68,9 @@ def softmax(x, *, temperature: float = 1.0, out=None):
     Parameters:
         x: device array ``(..., n)``, float16, bfloat16 or float32, unit-stride last
             axis, leading axes flattening to one row stride.
-        temperature: divides the logits; finite and > 0.
+        temperature: divides the logits (the kernel multiplies by ``1 / temperature``
+            in fp32): from 1.1754944e-38 to 8.507059e37, so that it and its inverse are
+            normal float32s (the kernels flush subnormals to 0); an error outside.
         out: optional ``(..., n)`` array, float32 or x's dtype (in place when it is
             ``x``). Defaults to a new float32 array.
 
@@ -76,7 +83,8 @@ def softmax(x, *, temperature: float = 1.0, out=None):
         TypeError: non-device or unsupported-dtype ``x``; ``out`` of another dtype than
             float32 or x's.
         ValueError: wrong ``out`` shape, bad strides, an empty last axis, a temperature
-            that is not finite and positive, partial overlap of ``out`` and ``x``.
+            that is not finite and positive or outside the range above, partial overlap
+            of ``out`` and ``x``.
 
     Notes:
         fp32 math, one rounding (``expf`` for a float32 output, ``__expf`` for a

@@ -1,8 +1,13 @@
-"""Helpers shared by the float64 references."""
+"""Helpers shared by the float64 references: host arrays, rounding, and the argument checks
+they share with the kernels."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from cupykern import _arrays, launcher
+
+_FLOAT64, _FLOAT32 = np.dtype(np.float64), np.dtype(np.float32)
 
 
 def host(a) -> np.ndarray:
@@ -22,3 +27,47 @@ def f64(a) -> np.ndarray:
 def round_to(values: np.ndarray, dtype) -> np.ndarray:
     """float64 values rounded (to nearest even) to ``dtype`` and back to float64."""
     return values.astype(dtype).astype(np.float64)
+
+
+# ----------------------------------------------------------------- argument checks
+def signature(a, name: str) -> _arrays.Sig | None:
+    """What the kernels' intake checks see of a NumPy or CuPy array: shape, byte strides,
+    dtype and address modulo 16 (None stays None).
+
+    A float64 array, the references' own precision (their outputs fed back in, the
+    float64 model of cupykern.llm), is checked as the float32 array (the kernels'
+    compute type) of the same shape and element strides; every other dtype as it is (so
+    an integer x is refused as the kernel refuses it).
+
+    Raises:
+        TypeError: ``a`` is not a NumPy or CuPy array (a list, a scalar, ...).
+        ValueError: a float64 array whose strides are not whole elements.
+    """
+    if a is None:
+        return None
+    if isinstance(a, np.ndarray):
+        address = a.ctypes.data
+    elif hasattr(a, "strides") and hasattr(getattr(a, "data", None), "ptr"):  # cupy.ndarray
+        address = a.data.ptr
+    else:
+        raise TypeError(f"{name}: expected a NumPy or CuPy array, got {type(a).__name__}")
+    dtype, strides = np.dtype(a.dtype), tuple(a.strides)
+    if dtype == _FLOAT64:
+        if any(s % dtype.itemsize for s in strides):
+            raise ValueError(f"{name}: strides {strides} are not multiples of the item size {dtype.itemsize}")
+        dtype, strides = _FLOAT32, tuple(s // 2 for s in strides)
+    return _arrays.Sig(tuple(a.shape), strides, dtype, address % 16)
+
+
+def check(op_name: str, **values) -> None:
+    """Checks a reference call's arguments with the kernel op's own intake
+    (:meth:`cupykern.launcher.Op.check`): the same TypeError/ValueError, with the same
+    message, as ``cupykern.<op_name>`` given device arrays of those signatures. Arrays are
+    NumPy or CuPy (:func:`signature`); a name not given (``out``) is None. Nothing is
+    planned or launched, and no GPU is needed.
+
+    The ops are declared when the cupykern package is imported (``cupykern/__init__.py``
+    imports every family's ops module), which happens before any reference module runs.
+    """
+    op = launcher.ops()[op_name]
+    op.check({name: signature(value, name) if name in op.arrays else value for name, value in values.items()})

@@ -3,7 +3,8 @@
 A gate of -inf gives the activation's limit -0 (not -inf * 0 = NaN), as the kernel
 does; any finite gate follows the formula. NumPy has no erf, so the erf GELU uses
 ``math.erfc`` per element; for 2-byte dtypes each activation is tabulated once over
-all 65536 values and looked up, which is exact and fast.
+all 65536 values and looked up, which is exact and fast. Arguments are checked with the
+kernels' own checks (reference/_common.py: same errors, same messages).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from cupykern.reference._common import f64, host
+from cupykern.reference._common import check, f64, host
 
 __all__ = ["gelu_and_mul", "silu_and_mul", "swiglu"]
 
@@ -73,24 +74,33 @@ def _act_and_mul(activation: str, gate, up) -> np.ndarray:
 
 def _halves(x):
     x = host(x)
-    if not x.shape or x.shape[-1] % 2:
-        raise ValueError(f"x: expected shape (..., 2 * d), got {x.shape}")
     d = x.shape[-1] // 2
     return x[..., :d], x[..., d:]
 
 
 def silu_and_mul(x) -> np.ndarray:
-    """``silu(x[..., :d]) * x[..., d:]`` in float64 (vLLM's silu_and_mul; arXiv:2002.05202)."""
+    """``silu(x[..., :d]) * x[..., d:]`` in float64 (vLLM's silu_and_mul; arXiv:2002.05202).
+
+    Raises: what :func:`cupykern.silu_and_mul` raises for such arguments (an odd or empty
+    last axis is a ValueError).
+    """
+    check("silu_and_mul", x=x)
     return _act_and_mul("silu", *_halves(x))
 
 
 def gelu_and_mul(x, *, approximate: str = "none") -> np.ndarray:
-    """``gelu(x[..., :d]) * x[..., d:]`` in float64; ``approximate`` "none" (erf) or "tanh"."""
-    if approximate not in _GELU_APPROXIMATIONS:
-        raise ValueError(f"approximate: expected one of {tuple(_GELU_APPROXIMATIONS)}, got {approximate!r}")
+    """``gelu(x[..., :d]) * x[..., d:]`` in float64; ``approximate`` "none" (erf) or "tanh".
+
+    Raises: what :func:`cupykern.gelu_and_mul` raises for such arguments.
+    """
+    check("gelu_and_mul", x=x, approximate=approximate)
     return _act_and_mul(_GELU_APPROXIMATIONS[approximate], *_halves(x))
 
 
 def swiglu(gate, up) -> np.ndarray:
-    """``silu(gate) * up`` in float64 (Shazeer 2020, arXiv:2002.05202)."""
+    """``silu(gate) * up`` in float64 (Shazeer 2020, arXiv:2002.05202).
+
+    Raises: what :func:`cupykern.swiglu` raises for such arguments.
+    """
+    check("swiglu", gate=gate, up=up)
     return _act_and_mul("silu", gate, up)

@@ -1,7 +1,8 @@
 """float64 references of kernels_cu/rope.cu: rope_cos_sin_cache, apply_rope, qk_rms_norm_rope.
 
 The rotation is written as complex multiplication, ``(x1 + i x2) * (cos + i sin)``, on
-pairs gathered by NumPy slicing: independent of the kernel's per-unit indexing.
+pairs gathered by NumPy slicing: independent of the kernel's per-unit indexing. Arguments
+are checked with the kernels' own checks (reference/_common.py: same errors, same messages).
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from cupykern import rope_scaling as _scaling
-from cupykern.reference._common import f64, host
-from cupykern.reference.norm import rms_norm
+from cupykern.ops import rope as _kernels
+from cupykern.reference._common import check, f64, host
+from cupykern.reference.norm import _rms_norm
 
 __all__ = ["apply_rope", "qk_rms_norm_rope", "rope_cos_sin_cache"]
 
@@ -39,15 +41,32 @@ def _rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, is_neox: bool) -> n
     return out
 
 
-def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True):
+def _check_positions(positions, cos_sin_cache) -> None:
+    pos = host(positions)
+    if pos.size:
+        _kernels.check_position_range(int(pos.min()), int(pos.max()), host(cos_sin_cache).shape[0])
+
+
+def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, check_positions: bool = True):
     """Rotary embedding in float64: ``(q_out, k_out)`` (``k_out`` None when ``k`` is None).
 
     q ``(num_tokens, num_q_heads, head_dim)`` or ``(batch, seq_len, heads, head_dim)``
     with positions of the leading shape; the cache's own values (as stored, e.g.
     rounded to float32) give cos and sin. Pairs are (i, i + rotary_dim/2) for NeoX,
-    (2i, 2i+1) otherwise (RoFormer, arXiv:2104.09864). Dims past rotary_dim and tokens
-    whose position is outside ``[0, max_position)`` are returned unchanged.
+    (2i, 2i+1) otherwise (RoFormer, arXiv:2104.09864). Dims past rotary_dim are
+    returned unchanged, and so are tokens whose position is outside
+    ``[0, max_position)`` with ``check_positions=False`` (else a ValueError, as the kernel).
+
+    Raises: what :func:`cupykern.apply_rope` with ``inplace=False`` raises for such
+    arguments (the reference writes nothing).
     """
+    check("apply_rope", q=q, k=k, positions=positions, cos_sin_cache=cos_sin_cache, is_neox=is_neox, inplace=False)
+    if check_positions:
+        _check_positions(positions, cos_sin_cache)
+    return _apply_rope(q, k, positions, cos_sin_cache, is_neox)
+
+
+def _apply_rope(q, k, positions, cos_sin_cache, is_neox: bool):
     cache = f64(cos_sin_cache)
     half = cache.shape[1] // 2
     pos = host(positions).astype(np.int64).reshape(-1)
@@ -69,12 +88,19 @@ def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True):
 
 
 def qk_rms_norm_rope(q, k, q_weight, k_weight, positions, cos_sin_cache, eps: float = 1e-6, *,
-                     is_neox: bool = True):
+                     is_neox: bool = True, check_positions: bool = True):
     """Per-head RMSNorm (over head_dim, with q_weight / k_weight) then :func:`apply_rope`,
-    float64: ``(q_out, k_out)``. Tokens with an out-of-range position are unchanged
-    (not normalised either), as the kernel leaves them."""
+    float64: ``(q_out, k_out)``. With ``check_positions=False``, tokens with an
+    out-of-range position are unchanged (not normalised either), as the kernel leaves them.
+
+    Raises: what :func:`cupykern.qk_rms_norm_rope` raises for such arguments.
+    """
+    check("qk_rms_norm_rope", q=q, k=k, q_weight=q_weight, k_weight=k_weight, positions=positions,
+          cos_sin_cache=cos_sin_cache, eps=eps, is_neox=is_neox)
+    if check_positions:
+        _check_positions(positions, cos_sin_cache)
     pos = host(positions).astype(np.int64)
     valid = ((pos >= 0) & (pos < host(cos_sin_cache).shape[0]))[..., None, None]
-    q_norm = np.where(valid, rms_norm(q, q_weight, eps), f64(q))
-    k_norm = np.where(valid, rms_norm(k, k_weight, eps), f64(k))
-    return apply_rope(q_norm, k_norm, positions, cos_sin_cache, is_neox=is_neox)
+    q_norm = np.where(valid, _rms_norm(q, q_weight, eps, 0.0), f64(q))
+    k_norm = np.where(valid, _rms_norm(k, k_weight, eps, 0.0), f64(k))
+    return _apply_rope(q_norm, k_norm, positions, cos_sin_cache, is_neox)

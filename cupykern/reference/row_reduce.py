@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cupykern.reference._common import f64
+from cupykern.reference._common import check, f64
 
 __all__ = ["row_reduce"]
 
@@ -20,8 +20,8 @@ _OPS = {
 def row_reduce(x, op: str) -> np.ndarray:
     """``op`` ("sum", "mean", "sumsq", "max", "min") over the last axis, float64, NaN-propagating.
 
-    Raises ValueError for an unknown ``op``.
+    Raises: what :func:`cupykern.row_reduce` raises for such arguments (an unknown ``op``
+    is a ValueError).
     """
-    if not isinstance(op, str) or op not in _OPS:
-        raise ValueError(f"op: expected one of {sorted(_OPS)}, got {op!r}")
+    check("row_reduce", x=x, op=op)
     return _OPS[op](f64(x))
