@@ -56,19 +56,15 @@ def _index_vector(sig, name: str, length: int | None, dtypes=INDEX_TYPES) -> _ar
     return sig
 
 
-#: Temperatures below float32's smallest normal number act as 0 (greedy): the kernels
-#: flush subnormal float32 values to zero (-ftz=true), so this says it out loud.
-MIN_TEMPERATURE = float(np.finfo(np.float32).tiny)
-
-
 def temperature(value) -> np.float32:
-    """A temperature in ``[0, MAX_TEMPERATURE]`` as float32 (0: greedy; below
-    :data:`MIN_TEMPERATURE`, also 0)."""
+    """A temperature in ``[0, MAX_TEMPERATURE]`` as float32 (0: greedy). A nonzero value
+    below float32's smallest normal number is refused (``_arrays.real``): the kernels
+    flush such values to 0."""
     t = _arrays.real(value, "temperature")
     if not (math.isfinite(t) and 0 <= t <= MAX_TEMPERATURE):
         raise ValueError(f"temperature: expected a finite value in [0, {MAX_TEMPERATURE:g}] (0 is greedy), got "
                          f"{value!r}")
-    return np.float32(0) if t < MIN_TEMPERATURE else t
+    return t
 
 
 def seed(value) -> tuple[np.uint32, np.uint32]:
@@ -179,8 +175,10 @@ def sample_tokens(logits, *, temperature=0.0, seed=0, positions=None, out=None):
 
     Parameters:
         logits: float32 device array ``(num_tokens, vocab_size)``, unit-stride rows.
-        temperature: in ``[0, 1e30]``; 0 is greedy, and so is any value below float32's
-            smallest normal number (1.18e-38), which the kernel would flush to 0.
+        temperature: 0 (greedy) or in ``[1.18e-38, 1e30]`` (float32's smallest normal
+            number up: the kernel would flush a smaller one to 0). Tiny temperatures
+            give the argmax: the noise is multiplied by the temperature, never the
+            logits divided by it.
         seed: int in ``[0, 2**64)``.
         positions: optional ``(num_tokens,)`` int32/int64 device array: the position of
             the token each row of logits belongs to (the Philox counter).
@@ -196,8 +194,9 @@ def sample_tokens(logits, *, temperature=0.0, seed=0, positions=None, out=None):
     Raises:
         TypeError: a non-device array; logits not float32; positions or out of the wrong
             integer type.
-        ValueError: wrong shapes; a temperature outside ``[0, 1e30]`` or not finite; a
-            seed outside ``[0, 2**64)``; ``out`` overlapping an input.
+        ValueError: wrong shapes; a temperature outside ``[0, 1e30]``, not finite, or
+            nonzero below 1.18e-38; a seed outside ``[0, 2**64)``; ``out`` overlapping
+            an input.
 
     Notes:
         fp32 arithmetic (``logf``, one ``fmaf``): a draw can differ from the float64

@@ -1,4 +1,7 @@
-"""float64 references of kernels_cu/attention.cu: rope_kv_append, decode_attention."""
+"""float64 references of kernels_cu/attention.cu: rope_kv_append, decode_attention.
+
+Each checks its arguments with its kernel's own checks (reference/_common.py) first.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import math
 
 import numpy as np
 
-from cupykern.reference._common import f64, host
+from cupykern.reference._common import check, f64, host
 from cupykern.reference.rope import apply_rope
 
 __all__ = ["decode_attention", "rope_kv_append"]
@@ -17,6 +20,8 @@ def rope_kv_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, *, is_ne
     :func:`~cupykern.reference.apply_rope`, k and v written to row ``positions[t]`` of
     copies of the caches. Tokens whose position is outside ``[0, min(max_position,
     max_tokens))`` are left out (q unrotated, nothing written), as the kernel does."""
+    check("rope_kv_append", q=q, k=k, v=v, positions=positions, cos_sin_cache=cos_sin_cache, k_cache=k_cache,
+          v_cache=v_cache, is_neox=is_neox)
     pos = host(positions).astype(np.int64).reshape(-1)
     limit = min(host(cos_sin_cache).shape[0], host(k_cache).shape[0])
     valid = (pos >= 0) & (pos < limit)
@@ -32,6 +37,8 @@ def decode_attention(q, k_cache, v_cache, positions, *, scale=None, out=None, wo
     ``0 .. min(positions[t], max_tokens - 1)`` (none for a negative position: output 0);
     query head ``h`` reads kv head ``h // (num_heads // num_kv_heads)``; ``scale``
     defaults to ``1 / sqrt(head_dim)`` (Vaswani et al. 2017; GQA, arXiv:2305.13245)."""
+    check("decode_attention", q=q, k_cache=k_cache, v_cache=v_cache, positions=positions, out=out, workspace=workspace,
+          scale=scale)
     q, keys, values = f64(q), f64(k_cache), f64(v_cache)
     num_tokens, num_heads, head_dim = q.shape
     group = num_heads // keys.shape[1]

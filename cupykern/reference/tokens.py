@@ -2,13 +2,15 @@
 
 :func:`philox4x32_10` is the counter-based generator the sampling kernel uses, in NumPy
 (uint64 arithmetic, vectorised over counters), so the reference draws the same noise.
+Each op's twin checks its arguments with its kernel's own checks (reference/_common.py)
+first.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from cupykern.reference._common import f64, host
+from cupykern.reference._common import check, f64, host
 
 __all__ = ["append_tokens", "embedding", "philox4x32_10", "sample_tokens"]
 
@@ -44,16 +46,13 @@ def gumbel_noise(vocab_size: int, counter: int, seed: int) -> np.ndarray:
     return -np.log(-np.log(u))
 
 
-_FLOAT32_TINY = float(np.finfo(np.float32).tiny)
-
-
 def sample_tokens(logits, *, temperature=0.0, seed=0, positions=None, out=None) -> np.ndarray:
-    """The kernel's choice per row: the first argmax of ``logits[t]`` (temperature 0, or
-    below float32's smallest normal number, which the kernel flushes to 0) or of
+    """The kernel's choice per row: the first argmax of ``logits[t]`` (temperature 0) or of
     ``logits[t] + temperature * gumbel_noise(vocab, positions[t], seed)`` computed in
     float64 and rounded once to float32 (the kernel's ``fmaf``, so ties between
     perturbed logits break alike); ``-n`` for a row with ``n`` NaN or infinite logits.
     int64 array."""
+    check("sample_tokens", logits=logits, positions=positions, out=out, temperature=temperature, seed=seed)
     rows = f64(logits)
     pos = host(positions).astype(np.int64).reshape(-1) if positions is not None else np.zeros(len(rows), np.int64)
     result = np.empty(rows.shape[0], dtype=np.int64)
@@ -62,7 +61,7 @@ def sample_tokens(logits, *, temperature=0.0, seed=0, positions=None, out=None) 
         if bad:
             result[t] = -bad
             continue
-        if float(temperature) < _FLOAT32_TINY:
+        if temperature == 0:
             z = row
         else:
             z = (row + float(temperature) * gumbel_noise(row.size, int(pos[t]), int(seed))).astype(np.float32)
@@ -73,6 +72,7 @@ def sample_tokens(logits, *, temperature=0.0, seed=0, positions=None, out=None) 
 def embedding(token_ids, weight, *, out=None, check_ids=True) -> np.ndarray:
     """``weight[token_ids]`` in float64; an id outside the table gives a row of NaN (as
     the kernel writes without ``check_ids``)."""
+    check("embedding", token_ids=token_ids, weight=weight, out=out)
     ids = host(token_ids).astype(np.int64).reshape(-1)
     table = f64(weight)
     valid = (ids >= 0) & (ids < table.shape[0])
@@ -84,6 +84,7 @@ def embedding(token_ids, weight, *, out=None, check_ids=True) -> np.ndarray:
 def append_tokens(tokens, positions, history):
     """``(positions + 1, history with history[b, positions[b] + 1] = tokens[b])`` as int64
     arrays (the write skipped past the history's end)."""
+    check("append_tokens", tokens=tokens, positions=positions, history=history)
     new_positions = host(positions).astype(np.int64) + 1
     after = host(history).astype(np.int64).copy()
     for b, (p, token) in enumerate(zip(new_positions, host(tokens).astype(np.int64))):
