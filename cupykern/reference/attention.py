@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from cupykern.reference._common import check, f64, host
+from cupykern.ops import rope as _rope_ops
 from cupykern.reference.rope import apply_rope
 
 __all__ = ["decode_attention", "rope_kv_append"]
@@ -19,13 +20,27 @@ def rope_kv_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, *, is_ne
     """``(q_rotated, k_cache_after, v_cache_after)`` in float64: q and k rotated as
     :func:`~cupykern.reference.apply_rope`, k and v written to row ``positions[t]`` of
     copies of the caches. Tokens whose position is outside ``[0, min(max_position,
-    max_tokens))`` are left out (q unrotated, nothing written), as the kernel does."""
+    max_tokens))`` raise the kernel's ValueError with ``check_positions``, else are left
+    out (q unrotated, nothing written), as the kernel does."""
     check("rope_kv_append", q=q, k=k, v=v, positions=positions, cos_sin_cache=cos_sin_cache, k_cache=k_cache,
           v_cache=v_cache, is_neox=is_neox)
+    if check_positions is not True and check_positions is not False:
+        raise TypeError(f"check_positions: expected a bool, got {check_positions!r}")
+    pos = host(positions).astype(np.int64).reshape(-1)
+    if check_positions and pos.size:
+        _rope_ops.check_position_range(int(pos.min()), int(pos.max()),
+                                       min(host(cos_sin_cache).shape[0], host(k_cache).shape[0]),
+                                       "the rows of cos_sin_cache and of k_cache")
+    return rope_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, is_neox=is_neox)
+
+
+def rope_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, *, is_neox=True):
+    """:func:`rope_kv_append`'s math without its argument checks, for references that
+    compose it with float64 intermediates (which the kernel's checks would refuse)."""
     pos = host(positions).astype(np.int64).reshape(-1)
     limit = min(host(cos_sin_cache).shape[0], host(k_cache).shape[0])
     valid = (pos >= 0) & (pos < limit)
-    q_out, k_rot = apply_rope(q, k, np.where(valid, pos, -1), cos_sin_cache, is_neox=is_neox)
+    q_out, k_rot = apply_rope(q, k, np.where(valid, pos, -1), cos_sin_cache, is_neox=is_neox, check_positions=False)
     k_after, v_after = f64(k_cache).copy(), f64(v_cache).copy()
     k_after[pos[valid]] = k_rot[valid]
     v_after[pos[valid]] = f64(v)[valid]

@@ -13,7 +13,7 @@ import numpy as np
 
 from cupykern.reference._common import check, f64, host, round_to
 from cupykern.reference.activation import silu_and_mul as _silu_and_mul
-from cupykern.reference.attention import rope_kv_append as _rope_kv_append
+from cupykern.reference.attention import rope_append as _rope_append
 from cupykern.reference.norm import rms_norm as _rms_norm
 
 __all__ = ["gemv", "gemv_add_residual", "rms_norm_gemv", "rms_norm_gemv_rope_kv_append", "rms_norm_gemv_silu_and_mul"]
@@ -65,4 +65,4 @@ def rms_norm_gemv_rope_kv_append(x, norm_weight, qkv_weight, positions, cos_sin_
     qkv = qkv.reshape(qkv.shape[0], -1, head_dim)
     num_heads = qkv.shape[1] - 2 * num_kv_heads
     q, k, v = qkv[:, :num_heads], qkv[:, num_heads:num_heads + num_kv_heads], qkv[:, num_heads + num_kv_heads:]
-    return _rope_kv_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, is_neox=is_neox)
+    return _rope_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, is_neox=is_neox)
