@@ -56,54 +56,10 @@ def random_model(dtype, seed: int):
     return LlamaModel(LlamaWeights(config=cfg, embed=embed, layers=layers, final_norm=norm(), lm_head=embed))
 
 
-def launches(decoder) -> list[tuple[str, object, int]]:
-    """(name, call, weight bytes read) of each distinct launch of a step (layer 0's)."""
-    import cupykern
-
-    d, w, cfg = decoder, decoder.model.weights, decoder.config
-    layer, eps = w.layers[0], cfg.rms_norm_eps
-    return [
-        ("embedding", lambda: cupykern.embedding(d.token, w.embed, out=d.hidden, check_ids=False), 0),
-        ("rms_norm_gemv_rope_kv_append", lambda: cupykern.rms_norm_gemv_rope_kv_append(
-            d.hidden, layer.attn_norm, layer.qkv, d.positions, decoder.model.cos_sin_cache, d.cache.k[0],
-            d.cache.v[0], eps, is_neox=False, q_out=d.q, check_positions=False), layer.qkv.nbytes),
-        ("decode_attention", lambda: cupykern.decode_attention(d.q, d.cache.k[0], d.cache.v[0], d.positions,
-                                                                out=d.attn, workspace=d.workspace), 0),
-        ("gemv_add_residual (o)", lambda: cupykern.gemv_add_residual(d.attn.reshape(1, -1), layer.o, d.hidden),
-         layer.o.nbytes),
-        ("rms_norm_gemv_silu_and_mul", lambda: cupykern.rms_norm_gemv_silu_and_mul(
-            d.hidden, layer.ffn_norm, layer.gate_up, eps, out=d.act), layer.gate_up.nbytes),
-        ("gemv_add_residual (down)", lambda: cupykern.gemv_add_residual(d.act, layer.down, d.hidden),
-         layer.down.nbytes),
-        ("rms_norm_gemv (LM head)", lambda: cupykern.rms_norm_gemv(d.hidden, w.final_norm, w.lm_head, eps,
-                                                                    out=d.logits, out_dtype=np.float32),
-         w.lm_head.nbytes),
-        ("sample_tokens", lambda: cupykern.sample_tokens(d.logits, positions=d.positions, out=d.token), 0),
-        ("append_tokens", lambda: cupykern.append_tokens(d.token, d.positions, d.history), 0),
-    ]
-
-
 #: Plan constants (cupykern/plans.py) tried by --variants, each against the defaults.
 VARIANTS = ({}, {"GEMV_AHEAD": 0}, {"GEMV_AHEAD": 8}, {"ATTENTION_WARPS": 4}, {"ATTENTION_WARPS": 16},
             {"ATTENTION_ONE_SPLIT_ROWS": 0, "ATTENTION_MIN_SPLIT_ROWS": 64},
             {"ATTENTION_ONE_SPLIT_ROWS": 0, "ATTENTION_MIN_SPLIT_ROWS": 32})
-
-
-def time_step(decoder, position: int, replays: int = 30) -> timing.Timing:
-    """GPU time of one replay of the decoder's graph at ``position`` (reset before each)."""
-    import cupy
-
-    samples = []
-    with decoder.stream:
-        for _ in range(replays):
-            decoder.positions.fill(position)
-            start, end = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record(decoder.stream)
-            decoder.graph.launch(decoder.stream)
-            end.record(decoder.stream)
-            end.synchronize()
-            samples.append(cupy.cuda.get_elapsed_time(start, end) * 1e3)
-    return timing.Timing.of(samples, "graph replay")
 
 
 def time_variants(model, max_tokens: int, position: int) -> list[dict]:
@@ -121,7 +77,7 @@ def time_variants(model, max_tokens: int, position: int) -> list[dict]:
             launcher.clear_caches()
             decoder = GraphDecoder(model, max_tokens)
             decoder.capture()
-            rows.append({"constants": constants, "step_us": time_step(decoder, position).median_us})
+            rows.append({"constants": constants, "step_us": decoder.step_time_us(position)})
         finally:
             for name, value in saved.items():
                 setattr(plans, name, value)
@@ -150,11 +106,6 @@ def time_prefill(model, num_tokens: int, seed: int, repeat: int = 7) -> float:
     return float(np.median(samples))
 
 
-#: Launches per step of each entry of :func:`launches` (per layer ones times 30).
-PER_STEP = {"rms_norm_gemv_rope_kv_append": 30, "decode_attention": 30, "gemv_add_residual (o)": 30,
-            "rms_norm_gemv_silu_and_mul": 30, "gemv_add_residual (down)": 30}
-
-
 @click.command(help=__doc__.splitlines()[0])
 @click.option("--dtype", default="fp16", type=click.Choice(["fp16", "bf16"]), show_default=True)
 @click.option("--position", default=136, type=click.IntRange(min=0), show_default=True,
@@ -178,18 +129,11 @@ def main(dtype, position, max_tokens, prefill, variants, seed, out_dir):
     decoder = GraphDecoder(model, max_tokens)
     capture_s = decoder.capture()
 
-    def at_position():
-        decoder.positions.fill(position)  # every replay re-reads this position (no state moves)
-
-    at_position()
     copy_gbps = timing.copy_bandwidth()
-    rows = []
-    for name, call, weight_bytes in launches(decoder):
-        at_position()
-        t = timing.time_graph(call)
-        rows.append({"launch": name, "per_step": PER_STEP.get(name, 1), "median_us": t.median_us,
-                     "weight_bytes": weight_bytes, "gbps": weight_bytes / t.median_us / 1e3 if weight_bytes else None})
-    step = time_step(decoder, position)  # the whole step: replays of the captured graph
+    rows = decoder.stage_split(position)
+    for r in rows:
+        r["gbps"] = r["weight_bytes"] / r["us"] / 1e3 if r["weight_bytes"] else None
+    step_us = decoder.step_time_us(position)
     prefill_ms = time_prefill(model, prefill, seed)
     variant_rows = time_variants(model, max_tokens, position) if variants else []
     launches_per_step = sum(r["per_step"] for r in rows)
@@ -197,21 +141,21 @@ def main(dtype, position, max_tokens, prefill, variants, seed, out_dir):
                         f"({launches_per_step} launches; copy {copy_gbps:.0f} GB/s)")
     for column in ("launch", "x per step", "us each", "us per step", "% of sum", "weight GB/s"):
         table.add_column(column, justify="right" if column != "launch" else "left")
-    total = sum(r["median_us"] * r["per_step"] for r in rows)
+    total = sum(r["us"] * r["per_step"] for r in rows)
     for r in rows:
-        per = r["median_us"] * r["per_step"]
-        table.add_row(r["launch"], str(r["per_step"]), f"{r['median_us']:.2f}", f"{per:.1f}",
+        per = r["us"] * r["per_step"]
+        table.add_row(r["stage"], str(r["per_step"]), f"{r['us']:.2f}", f"{per:.1f}",
                       f"{100 * per / total:.1f}", f"{r['gbps']:.0f}" if r["gbps"] else "")
     table.add_row("sum of launches alone", "", "", f"{total:.1f}", "", "")
-    table.add_row("whole step (graph replay)", "", "", f"{step.median_us:.1f}", "", "")
+    table.add_row("whole step (graph replay)", "", "", f"{step_us:.1f}", "", "")
     console.print(table)
-    console.print(f"{1e6 / step.median_us:.0f} tokens/s at this position (graph captured in {capture_s * 1e3:.0f} ms)")
+    console.print(f"{1e6 / step_us:.0f} tokens/s at this position (graph captured in {capture_s * 1e3:.0f} ms)")
     console.print(f"prefill of {prefill} tokens (eager forward, wall time): {prefill_ms:.2f} ms")
     for v in variant_rows:
         console.print(f"variant {v['constants']}: whole step {v['step_us']:.1f} us ({1e6 / v['step_us']:.0f} tokens/s)")
     result = {"format": sweep.RESULT_FORMAT, "suite": f"decode_step_{dtype}", "dtype": dtype, "position": position,
-              "max_tokens": max_tokens, "seed": seed, "copy_gbps": copy_gbps, "step_us": step.median_us,
-              "step_p10_us": step.p10_us, "step_p90_us": step.p90_us, "tokens_per_s": 1e6 / step.median_us,
+              "max_tokens": max_tokens, "seed": seed, "copy_gbps": copy_gbps, "step_us": step_us,
+              "tokens_per_s": 1e6 / step_us,
               "launches": rows, "prefill_tokens": prefill, "prefill_ms": prefill_ms, "variants": variant_rows,
               "environment": environment.describe()}
     console.print(f"wrote {save(result, Path(out_dir) if out_dir else None)}")

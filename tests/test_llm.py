@@ -600,8 +600,14 @@ def test_gpu_cli_generate_prints_text_and_speeds(model_file):
     assert "prefill: 9 tokens" in result.output and "tokens/s" in result.output
     assert "device memory:" in result.output and "KV cache" in result.output
     assert "pool peak (held)" in result.output and "one CUDA graph per token" in result.output
-    for stage in ("norm", "activation", "matmul", "attention"):
+    for stage in ("norm + QKV + RoPE + KV append", "decode attention", "down + residual", "whole step"):
         assert stage in result.output
+    eager = CliRunner().invoke(cli.generate_command, ["--max-new-tokens", "4", "--no-graph", "--model",
+                                                      str(model_file)])
+    assert eager.exit_code == 0, eager.output
+    assert "eager (a Python launch per op)" in eager.output
+    for stage in ("norm", "activation", "matmul", "attention"):
+        assert stage in eager.output
 
 
 # ----------------------------------------------------------------- GPU: the captured decode graph

@@ -62,6 +62,22 @@ def _stage_table(prefill_ms: dict, decode_ms: dict, title: str):
     return table
 
 
+def _graph_stage_table(rows: list, step_us: float, position: int):
+    from rich.table import Table
+
+    table = Table(title=f"decode step by CUDA-graph replay at position {position}: each launch alone "
+                        f"(weights then in L2), and the whole step")
+    for column in ("stage", "launches", "us each", "us per step", "%"):
+        table.add_column(column, justify="left" if column == "stage" else "right")
+    total = sum(r["us"] * r["per_step"] for r in rows)
+    for r in rows:
+        table.add_row(r["stage"], str(r["per_step"]), f"{r['us']:.2f}", f"{r['us'] * r['per_step']:.1f}",
+                      f"{100 * r['us'] * r['per_step'] / total:.1f}")
+    table.add_row("sum of launches alone", str(sum(r["per_step"] for r in rows)), "", f"{total:.1f}", "")
+    table.add_row("whole step", "", "", f"{step_us:.1f}", "")
+    return table
+
+
 @click.command("generate")
 @click.argument("prompt", required=False, default=DEFAULT_PROMPT)
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=32, show_default=True)
@@ -89,8 +105,9 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
     chosen on the GPU; cupykern/llm/decode_graph.py) unless --no-graph or --ops plain.
     Streams the text, then prints prefill and decode tokens/s, the device memory
     (weights, KV cache, and the peak bytes CuPy's memory pool held during the run) and
-    the time per stage (norm, rope, activation, matmul, attention). Needs a CUDA GPU
-    unless --reference.
+    the time per stage: of the graph's launches by replay with the graph, else of the
+    eager forward between CUDA events (norm, rope, activation, matmul, attention). Needs
+    a CUDA GPU unless --reference.
     """
     from rich.console import Console
 
@@ -202,8 +219,11 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
                                     max_tokens=result.cache.max_tokens,
                                     tables=model.lm_head_f32.nbytes + model.cos_sin_cache.nbytes))
     result.cache = None  # measured: let the replay reuse its blocks
-    if use_graph:
-        del decoder
+    if use_graph and stage_times:
+        # The graph's own split: each kind of launch replayed alone, and the whole step.
+        position = len(result.prompt_ids) + len(result.new_ids) // 2
+        console.print(_graph_stage_table(decoder.stage_split(position), decoder.step_time_us(position), position))
+        return
     if stage_times:
         prefill_ms, decode_ms = generate.profile_stages(model, make_timer, result.prompt_ids, result.new_ids)
         kind = "wall time" if reference else "CUDA events around each stage"

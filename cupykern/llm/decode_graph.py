@@ -96,26 +96,84 @@ class GraphDecoder:
     def max_tokens(self) -> int:
         return self.cache.max_tokens
 
-    def step(self) -> None:
-        """One decode step on the current stream (eager; :meth:`capture` records it)."""
+    def _launches(self, layer: int | None) -> list[tuple[str, object, int]]:
+        """(stage, call, weight bytes) of the step's launches: layer ``layer``'s five, or
+        with None the step's own (embedding first, then the head's three)."""
         k_ = self._ops
         cfg, w = self.config, self.model.weights
         eps = cfg.rms_norm_eps
-        attn_rows = self.attn.reshape(1, -1)
-        k_.embedding(self.token, w.embed, out=self.hidden, check_ids=False)
-        for n, layer in enumerate(w.layers):
-            k_.rms_norm_gemv_rope_kv_append(self.hidden, layer.attn_norm, layer.qkv, self.positions,
-                                            self.model.cos_sin_cache, self.cache.k[n], self.cache.v[n], eps,
-                                            is_neox=False, q_out=self.q, check_positions=False)
-            k_.decode_attention(self.q, self.cache.k[n], self.cache.v[n], self.positions, out=self.attn,
-                                workspace=self.workspace)
-            k_.gemv_add_residual(attn_rows, layer.o, self.hidden)
-            k_.rms_norm_gemv_silu_and_mul(self.hidden, layer.ffn_norm, layer.gate_up, eps, out=self.act)
-            k_.gemv_add_residual(self.act, layer.down, self.hidden)
-        k_.rms_norm_gemv(self.hidden, w.final_norm, w.lm_head, eps, out=self.logits, out_dtype=np.float32)
-        k_.sample_tokens(self.logits, temperature=self.temperature, seed=self.seed, positions=self.positions,
-                         out=self.token)
-        k_.append_tokens(self.token, self.positions, self.history)
+        if layer is None:
+            return [("embedding", lambda: k_.embedding(self.token, w.embed, out=self.hidden, check_ids=False), 0),
+                    ("final norm + LM head", lambda: k_.rms_norm_gemv(self.hidden, w.final_norm, w.lm_head, eps,
+                                                                       out=self.logits, out_dtype=np.float32),
+                     w.lm_head.nbytes),
+                    ("sample_tokens", lambda: k_.sample_tokens(self.logits, temperature=self.temperature,
+                                                               seed=self.seed, positions=self.positions,
+                                                               out=self.token), 0),
+                    ("append_tokens", lambda: k_.append_tokens(self.token, self.positions, self.history), 0)]
+        lw, k_cache, v_cache = w.layers[layer], self.cache.k[layer], self.cache.v[layer]
+        return [
+            ("norm + QKV + RoPE + KV append", lambda: k_.rms_norm_gemv_rope_kv_append(
+                self.hidden, lw.attn_norm, lw.qkv, self.positions, self.model.cos_sin_cache, k_cache, v_cache, eps,
+                is_neox=False, q_out=self.q, check_positions=False), lw.qkv.nbytes),
+            ("decode attention", lambda: k_.decode_attention(self.q, k_cache, v_cache, self.positions, out=self.attn,
+                                                             workspace=self.workspace), 0),
+            ("o_proj + residual", lambda: k_.gemv_add_residual(self.attn.reshape(1, -1), lw.o, self.hidden),
+             lw.o.nbytes),
+            ("norm + gate/up + SiLU", lambda: k_.rms_norm_gemv_silu_and_mul(self.hidden, lw.ffn_norm, lw.gate_up, eps,
+                                                                             out=self.act), lw.gate_up.nbytes),
+            ("down + residual", lambda: k_.gemv_add_residual(self.act, lw.down, self.hidden), lw.down.nbytes),
+        ]
+
+    def step(self) -> None:
+        """One decode step on the current stream (eager; :meth:`capture` records it)."""
+        first, *head = self._launches(None)
+        first[1]()
+        for layer in range(self.config.num_layers):
+            for _, call, _ in self._launches(layer):
+                call()
+        for _, call, _ in head:
+            call()
+
+    def stage_split(self, position: int) -> list[dict]:
+        """GPU time of each kind of launch of the step, alone: 100 of it captured in a graph
+        and replayed (cupykern.timing.time_graph) at cache position ``position``; layer 0's
+        stand for every layer. A launch alone reads its weights from L2 after the first,
+        so the sum is below the whole step's :meth:`step_time_us`. Moves the decoder's state:
+        call :meth:`start` before generating again.
+
+        Returns: ``[{"stage", "per_step", "us", "weight_bytes"}]`` in step order.
+        """
+        from cupykern import timing
+
+        first, *head = self._launches(None)
+        kinds = [(first, 1)] + [(launch, self.config.num_layers) for launch in self._launches(0)] + \
+            [(launch, 1) for launch in head]
+        rows = []
+        with self.stream:
+            for (stage, call, weight_bytes), per_step in kinds:
+                self.positions.fill(position)
+                rows.append({"stage": stage, "per_step": per_step, "us": timing.time_graph(call).median_us,
+                             "weight_bytes": weight_bytes})
+        return rows
+
+    def step_time_us(self, position: int, replays: int = 30) -> float:
+        """Median GPU microseconds of one replay of the graph at cache position
+        ``position`` (set before each replay, so the state does not move on). Needs
+        :meth:`capture`; call :meth:`start` before generating again."""
+        import cupy
+
+        samples = []
+        with self.stream:
+            for _ in range(replays):
+                self.positions.fill(position)
+                start, end = cupy.cuda.Event(), cupy.cuda.Event()
+                start.record(self.stream)
+                self.graph.launch(self.stream)
+                end.record(self.stream)
+                end.synchronize()
+                samples.append(cupy.cuda.get_elapsed_time(start, end) * 1e3)
+        return float(np.median(samples))
 
     def capture(self) -> float:
         """Warms every kernel up with one eager step, then records :meth:`step` as the graph.
