@@ -72,6 +72,42 @@ def test_decode_attention_split_needs_a_large_enough_workspace():
         attention._prepare_decode_attention(_attention_args(**big, workspace=contiguous((10,), np.float32)))
 
 
+def test_decode_attention_refuses_a_misaligned_workspace():
+    """The kernels store float32 partials through it: an address not a multiple of 4
+    bytes would fault on the GPU (a misaligned store), so the intake refuses it."""
+    big = dict(k_cache=contiguous((8192, 2, 64), np.float16), v_cache=contiguous((8192, 2, 64), np.float16))
+    with pytest.raises(ValueError, match="workspace: the address must be a multiple of the item size 4"):
+        attention._prepare_decode_attention(_attention_args(**big, workspace=contiguous((100000,), np.float32,
+                                                                                        align=2)))
+
+
+def test_decode_attention_checks_a_given_workspace_before_planning():
+    """Whether the cache is split depends on the device, so a given workspace's dtype and
+    layout are checked on every call (and by the reference, which stops before planning)."""
+    rng = np.random.default_rng(0)
+    q, cache = rng.standard_normal((1, 4, 64)), rng.standard_normal((5, 2, 64))
+    with pytest.raises(TypeError, match="workspace: expected dtype float32"):
+        reference.decode_attention(q, cache, cache, np.array([2]), workspace=np.zeros(3, np.int8))
+    with pytest.raises(TypeError, match="workspace: expected dtype float32"):
+        attention._prepare_decode_attention(_attention_args(workspace=contiguous((10,), np.int32)))
+    with pytest.raises(ValueError, match="workspace: expected a unit-stride float32 vector"):
+        attention._prepare_decode_attention(_attention_args(workspace=contiguous((2, 10), np.float32)))
+    misaligned = np.zeros(64, np.uint8)[2:42].view(np.float32)
+    with pytest.raises(ValueError, match="workspace: the address must be a multiple"):
+        reference.decode_attention(q, cache, cache, np.array([2]), workspace=misaligned)
+
+
+def test_decode_attention_refuses_more_tokens_than_a_grid_holds():
+    """Tokens are the grid's y dimension (at most 65535 blocks): more would fail to launch."""
+    n = attention.MAX_TOKENS + 1
+    with pytest.raises(ValueError, match="q: decode_attention takes at most 65535 tokens"):
+        attention._prepare_decode_attention(_attention_args(q=contiguous((n, 8, 64), np.float16),
+                                                            positions=contiguous((n,), np.int32)))
+    plan = attention._prepare_decode_attention(_attention_args(q=contiguous((n - 1, 8, 64), np.float16),
+                                                               positions=contiguous((n - 1,), np.int32))).plan
+    assert plan.grid[1] == attention.MAX_TOKENS
+
+
 def test_rope_kv_append_intake_checks_caches_and_flags():
     values = dict(q=contiguous((2, 4, 64), np.float16), k=contiguous((2, 2, 64), np.float16),
                   v=contiguous((2, 2, 64), np.float16), positions=contiguous((2,), np.int64),

@@ -24,6 +24,9 @@ ATTENTION_COMBINE = KernelTemplate("attention.cu", "attention_combine_kernel")
 
 #: head_dim values decode_attention is compiled for.
 HEAD_DIMS = (64, 128)
+#: Most tokens one decode_attention call takes: its grid is (heads, tokens, splits), and
+#: a grid's y dimension holds at most 65535 blocks on every CUDA GPU.
+MAX_TOKENS = 65535
 INDEX_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
 
 
@@ -137,6 +140,9 @@ def _prepare_decode_attention(a: launcher.Args) -> launcher.Launch:
     if vc.num_tokens != kc.num_tokens:
         raise ValueError(f"v_cache: expected shape {tuple(kc_sig.shape)} (as k_cache), got {tuple(v_cache.shape)}")
     positions = _positions(a.positions, qh.num_tokens)
+    if qh.num_tokens > MAX_TOKENS:
+        raise ValueError(f"q: decode_attention takes at most {MAX_TOKENS} tokens per call (the grid's y dimension), "
+                         f"got {qh.num_tokens}; split the call")
     scale = _scale(a.scale, qh.head_dim)
     out, allocate = launcher.output(a.out, "out", q.shape, q.dtype)
     oh = _arrays.heads(out, "out")
@@ -150,25 +156,29 @@ def _prepare_decode_attention(a: launcher.Args) -> launcher.Launch:
             raise ValueError(f"{name}: decode_attention reads 16-byte vectors: the address and the token and head "
                              f"strides must be multiples of 16 bytes")
     disjoint = tuple(launcher.Disjoint(r, "out") for r in ("q", "k_cache", "v_cache", "positions"))
+    workspace = a.workspace
+    if workspace is not None:  # checked whether or not this device's plan splits the cache
+        _arrays.check_dtype(workspace, _dtypes.float32, "workspace", "float32")
+        if len(workspace.shape) != 1 or (workspace.shape[0] > 1 and workspace.strides[0] != 4):
+            raise ValueError(f"workspace: expected a unit-stride float32 vector (cupykern.ops.attention.workspace_size "
+                             f"elements), got shape {tuple(workspace.shape)} and strides {tuple(workspace.strides)}")
+        _arrays.element_aligned(workspace, "workspace")
     if qh.num_tokens == 0 or qh.num_heads == 0:
         return launcher.Launch(None, allocate=allocate, returns="out")
     plan = plans.plan_attention(qh.num_tokens, qh.num_heads, kc.num_tokens, q.dtype, limits=a.limits,
                                 overrides=a.overrides)
     split = plan.num_splits > 1
-    workspace = None
     if split:
         # Per-split outputs then log2-sum-exps, float32, one buffer; the caller may pass it
         # (a captured graph must not allocate).
         rows = qh.num_tokens * qh.num_heads * plan.num_splits
         need = rows * (qh.head_dim + 1)
-        workspace = a.workspace
         if workspace is None:
             allocate = (*allocate, ("workspace", (need,), _dtypes.float32))
         else:
-            _arrays.check_dtype(workspace, _dtypes.float32, "workspace", "float32")
-            if len(workspace.shape) != 1 or workspace.shape[0] < need or workspace.strides[0] != 4:
+            if workspace.shape[0] < need:
                 raise ValueError(f"workspace: expected a unit-stride float32 vector of at least {need} elements "
-                                 f"(decode_attention_workspace_size), got shape {tuple(workspace.shape)}")
+                                 f"(cupykern.ops.attention.workspace_size), got shape {tuple(workspace.shape)}")
             disjoint = (*disjoint, *(launcher.Disjoint(r, "workspace") for r in ("q", "k_cache", "v_cache",
                                                                                  "positions", "out")))
         lse_offset = ("workspace", rows * qh.head_dim * 4)
@@ -274,7 +284,8 @@ def decode_attention(q, k_cache, v_cache, positions, *, scale=None, out=None, wo
 
     Parameters:
         q: device array ``(num_tokens, num_heads, head_dim)``, float16, bfloat16 or
-            float32, head_dim 64 or 128; token and head strides multiples of 16 bytes.
+            float32, head_dim 64 or 128; token and head strides multiples of 16 bytes;
+            at most 65535 tokens (:data:`MAX_TOKENS`).
         k_cache, v_cache: ``(max_tokens, num_kv_heads, head_dim)`` of q's dtype,
             num_kv_heads dividing num_heads; strides multiples of 16 bytes.
         positions: ``(num_tokens,)`` int32 or int64 on the device (read by the kernel,
@@ -283,9 +294,10 @@ def decode_attention(q, k_cache, v_cache, positions, *, scale=None, out=None, wo
         scale: the logit scale, default ``1 / sqrt(head_dim)``; finite and > 0.
         out: optional ``(num_tokens, num_heads, head_dim)`` of q's dtype.
         workspace: optional float32 vector of at least :func:`workspace_size` elements,
-            for long caches (more than 1024 rows), which are split over blocks and
-            combined by a second launch; allocated per call if not given (a captured
-            graph must pass it).
+            unit-stride, its address a multiple of 4 bytes, for long caches (more than
+            1024 rows), which are split over blocks and combined by a second launch;
+            allocated per call if not given (a captured graph must pass it). Checked
+            (dtype, layout) whenever given, its length only where the cache is split.
 
     Returns:
         ``out`` (allocated if not given).
@@ -295,9 +307,10 @@ def decode_attention(q, k_cache, v_cache, positions, *, scale=None, out=None, wo
     Raises:
         TypeError: a non-device array; dtypes that differ or are unsupported; positions
             not int32/int64; a workspace not float32.
-        ValueError: shapes that disagree; an unsupported head_dim; num_kv_heads not
-            dividing num_heads; misaligned strides; a bad ``scale``; a workspace too
-            small; ``out`` overlapping an input.
+        ValueError: shapes that disagree; more than 65535 tokens; an unsupported
+            head_dim; num_kv_heads not dividing num_heads; misaligned strides; a bad
+            ``scale``; a workspace not a unit-stride vector, misaligned or too small;
+            ``out`` overlapping an input.
 
     Notes:
         The online softmax runs in base 2 (``exp2f`` of logits times ``scale *
