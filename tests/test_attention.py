@@ -147,6 +147,18 @@ def test_reference_rope_kv_append_writes_rotated_k_and_v_at_positions():
     assert not k_after[[0, 1, 2, 4, 5, 6, 8]].any()
 
 
+def test_references_take_scalars_and_flags_as_the_kernels():
+    """A complex scale with no imaginary part and a NumPy bool flag pass the kernels'
+    checks (_arrays.real, _arrays.flag): the references take them too."""
+    rng = np.random.default_rng(0)
+    q, cache = rng.standard_normal((1, 4, 64)), rng.standard_normal((5, 2, 64))
+    np.testing.assert_array_equal(reference.decode_attention(q, cache, cache, np.array([2]), scale=0.5 + 0j),
+                                  reference.decode_attention(q, cache, cache, np.array([2]), scale=0.5))
+    q, k, v = rng.standard_normal((2, 2, 8)), rng.standard_normal((2, 1, 8)), rng.standard_normal((2, 1, 8))
+    table, kc = reference.rope_cos_sin_cache(16, 8), np.zeros((16, 1, 8))
+    reference.rope_kv_append(q, k, v, np.array([3, 7]), table, kc, kc.copy(), check_positions=np.True_)
+
+
 # ----------------------------------------------------------------- GPU
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)

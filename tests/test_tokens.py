@@ -76,9 +76,29 @@ def test_seed_splits_into_philox_key_words():
 
 def test_reference_embedding_writes_nan_rows_for_ids_outside_the_table():
     table = np.arange(6, dtype=np.float32).reshape(3, 2)
-    rows = reference.embedding(np.array([2, 3, -1]), table)
+    rows = reference.embedding(np.array([2, 3, -1]), table, check_ids=False)
     np.testing.assert_array_equal(rows[0], [4, 5])
     assert np.isnan(rows[1:]).all()
+    assert np.isnan(reference.embedding(np.array([0]), np.zeros((0, 2), np.float32), check_ids=False)).all()
+
+
+def test_reference_embedding_checks_ids_as_the_kernel():
+    """check_ids (the default) refuses an id outside the table with the kernel's message;
+    the flag is checked as a bool."""
+    table = np.arange(6, dtype=np.float32).reshape(3, 2)
+    with pytest.raises(ValueError, match=r"token_ids: expected values in \[0, 3\) \(the rows of weight\), got min -1, max 3"):
+        reference.embedding(np.array([2, 3, -1]), table)
+    with pytest.raises(ValueError, match=r"token_ids: expected values in \[0, 0\)"):
+        reference.embedding(np.array([0]), np.zeros((0, 2), np.float32))
+    with pytest.raises(TypeError, match="check_ids: expected a bool"):
+        reference.embedding(np.array([0]), table, check_ids="yes")
+
+
+def test_reference_sample_tokens_takes_a_temperature_as_the_kernel():
+    """A complex temperature with no imaginary part passes the kernel's check (_arrays.real)."""
+    logits = np.random.default_rng(0).standard_normal((2, 50)).astype(np.float32)
+    np.testing.assert_array_equal(reference.sample_tokens(logits, temperature=0.7 + 0j, seed=3),
+                                  reference.sample_tokens(logits, temperature=0.7, seed=3))
 
 
 def test_reference_append_tokens_advances_and_records():
