@@ -108,6 +108,13 @@ def test_decode_attention_refuses_more_tokens_than_a_grid_holds():
     assert plan.grid[1] == attention.MAX_TOKENS
 
 
+@pytest.mark.parametrize("sizes", [(-5, 32, 128, 8192), (1, 32, 128, 8192.0), (1, "32", 128, 8192), (1, 32, True, 8192)])
+def test_workspace_size_refuses_sizes_that_are_not_counts(sizes):
+    """A negative count gave a negative size, a float one a float (cupy.empty refuses both later)."""
+    with pytest.raises(ValueError, match="expected an int >= 0"):
+        attention.workspace_size(*sizes, limits=plans.H200_LIMITS)
+
+
 def test_rope_kv_append_intake_checks_caches_and_flags():
     values = dict(q=contiguous((2, 4, 64), np.float16), k=contiguous((2, 2, 64), np.float16),
                   v=contiguous((2, 2, 64), np.float16), positions=contiguous((2,), np.int64),

@@ -205,7 +205,15 @@ def _prepare_decode_attention(a: launcher.Args) -> launcher.Launch:
 def workspace_size(num_tokens: int, num_heads: int, head_dim: int, max_tokens: int, *, limits=None) -> int:
     """float32 elements of the ``workspace`` decode_attention needs for these sizes (0 when
     it runs unsplit). ``limits``: the device's (:class:`cupykern.plans.DeviceLimits`),
-    the current GPU's by default."""
+    the current GPU's by default.
+
+    Raises:
+        ValueError: a size that is not an int >= 0.
+    """
+    for name, value in (("num_tokens", num_tokens), ("num_heads", num_heads), ("head_dim", head_dim),
+                        ("max_tokens", max_tokens)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"{name}: expected an int >= 0, got {value!r}")
     if limits is None:
         import cupy
 
