@@ -166,6 +166,24 @@ def test_references_take_scalars_and_flags_as_the_kernels():
     reference.rope_kv_append(q, k, v, np.array([3, 7]), table, kc, kc.copy(), check_positions=np.True_)
 
 
+def test_cache_positions_must_be_distinct():
+    """Two tokens at one position would write one cache row from two blocks at once (a
+    row mixing their elements): the check (kernels and references) refuses them."""
+    attention.check_cache_positions(np.array([0, 5, 9]), 10)
+    attention.check_cache_positions(np.array([], np.int32), 0)
+    with pytest.raises(ValueError, match="positions: expected distinct values .*got 5 2 times"):
+        attention.check_cache_positions(np.array([5, 1, 5]), 10)
+    with pytest.raises(ValueError, match=r"positions: expected values in \[0, 10\)"):
+        attention.check_cache_positions(np.array([5, 10]), 10)
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((2, 2, 8)), rng.standard_normal((2, 1, 8)), rng.standard_normal((2, 1, 8))
+    table, kc = reference.rope_cos_sin_cache(16, 8), np.zeros((16, 1, 8))
+    with pytest.raises(ValueError, match="positions: expected distinct values"):
+        reference.rope_kv_append(q, k, v, np.array([3, 3]), table, kc, kc.copy())
+    _, k_after, _ = reference.rope_kv_append(q, k, v, np.array([3, 3]), table, kc, kc.copy(), check_positions=False)
+    assert k_after[3].any()
+
+
 # ----------------------------------------------------------------- GPU
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -202,6 +220,23 @@ def test_rope_kv_append_refuses_positions_out_of_range_before_writing(rng):
     cupykern.rope_kv_append(q, k, v, cupy.asarray([1, 8], np.int32), table, k_cache, v_cache, check_positions=False)
     assert k_cache[1].any() and not k_cache[0].any() and not k_cache[2:].any()
     assert (q[1] == q_before[1]).all()
+
+
+@pytest.mark.gpu
+def test_cache_writers_refuse_repeated_positions_before_writing(rng):
+    dtype = _dtypes.float16
+    q, k, v = (random_device(rng, (2, h, 64), dtype) for h in (4, 2, 2))
+    k_cache, v_cache = cupy.zeros((8, 2, 64), dtype), cupy.zeros((8, 2, 64), dtype)
+    table = _table(8, 64)
+    q_before = q.copy()
+    positions = cupy.asarray([3, 3], np.int32)
+    with pytest.raises(ValueError, match="positions: expected distinct values"):
+        cupykern.rope_kv_append(q, k, v, positions, table, k_cache, v_cache)
+    x, norm_weight = random_device(rng, (2, 64), dtype), cupy.ones(64, dtype)
+    weight = random_device(rng, (8 * 64, 64), dtype, scale=0.125)
+    with pytest.raises(ValueError, match="positions: expected distinct values"):
+        cupykern.rms_norm_gemv_rope_kv_append(x, norm_weight, weight, positions, table, k_cache, v_cache)
+    assert not k_cache.any() and not v_cache.any() and (q == q_before).all()
 
 
 @pytest.mark.gpu

@@ -66,6 +66,26 @@ def _cache(sig, name: str, dtype, num_kv_heads: int, head_dim: int) -> tuple[_ar
     return sig, cache
 
 
+def check_cache_positions(positions: np.ndarray, max_position: int) -> None:
+    """ValueError unless the host positions ``positions`` are in ``[0, max_position)`` and
+    distinct: tokens at one position would write the same cache row at once (a row mixing
+    their elements). The float64 references check their positions with this too."""
+    if positions.size == 0:
+        return
+    _rope.check_position_range(int(positions.min()), int(positions.max()), max_position,
+                               "the rows of cos_sin_cache and of k_cache")
+    values, counts = np.unique(positions, return_counts=True)
+    if counts.max() > 1:
+        raise ValueError(f"positions: expected distinct values (token t writes cache row positions[t]), got "
+                         f"{int(values[counts.argmax()])} {int(counts.max())} times")
+
+
+def _check_cache_positions(positions, max_position: int) -> None:
+    """:func:`check_cache_positions` of device positions (one copy to the host, a sync)."""
+    if positions.size:
+        check_cache_positions(positions.get(), max_position)
+
+
 def _prepare_rope_kv_append(a: launcher.Args) -> launcher.Launch:
     q, qh = a.q, _arrays.heads(a.q, "q")
     if len(q.shape) != 3:
@@ -252,9 +272,10 @@ def rope_kv_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, *, is_ne
         is_neox: pairs ``(i, i + rotary_dim / 2)`` (True, GPT-NeoX / Hugging Face) or
             ``(2i, 2i + 1)`` (False, GPT-J / GGUF).
         check_positions: check that every position is in ``[0, min(max_position,
-            max_tokens))`` (a reduction and a device-to-host copy). False skips it, as a
-            captured graph must: a token whose position is outside is then left alone
-            (q unrotated, nothing written).
+            max_tokens))`` and that no two tokens share one (a device-to-host copy).
+            False skips it, as a captured graph must: a token whose position is outside
+            is then left alone (q unrotated, nothing written), and a cache row that two
+            tokens share gets elements of either.
 
     Returns:
         ``(q, k_cache, v_cache)``.
@@ -266,7 +287,7 @@ def rope_kv_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, *, is_ne
             not int32/int64; ``is_neox`` not a bool.
         ValueError: shapes that disagree; a rotary_dim that is odd or beyond head_dim;
             heads of a written array overlapping; written arrays overlapping inputs or
-            each other; a position out of range (with ``check_positions``).
+            each other; a position out of range or repeated (with ``check_positions``).
 
     References:
         Su et al., "RoFormer", 2021 (arXiv:2104.09864); vLLM's ``rotary_embedding`` and
@@ -277,8 +298,7 @@ def rope_kv_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, *, is_ne
     if _arrays.flag(check_positions, "check_positions"):
         # Before the launch, on checked arrays: a bad position must not reach the cache.
         q, k, v, positions, cos_sin_cache, k_cache, v_cache = _ROPE_KV_APPEND.intake(arrays, scalars)
-        _rope._check_positions_in_range(positions, min(cos_sin_cache.shape[0], k_cache.shape[0]),
-                                        "the rows of cos_sin_cache and of k_cache")
+        _check_cache_positions(positions, min(cos_sin_cache.shape[0], k_cache.shape[0]))
     return _ROPE_KV_APPEND(arrays, scalars)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from cupykern import _arrays
-from cupykern.ops import rope as _rope_ops
+from cupykern.ops import attention as _attention_ops
 from cupykern.reference._common import check, f64, host, round_to
 from cupykern.reference.activation import _act_and_mul, _halves
 from cupykern.reference.attention import rope_append as _rope_append
@@ -62,17 +62,15 @@ def rms_norm_gemv_rope_kv_append(x, norm_weight, qkv_weight, positions, cos_sin_
     """``(q_out, k_cache_after, v_cache_after)`` in float64: :func:`rms_norm_gemv` (not
     rounded) split into q, k and v heads (the caches give num_kv_heads and head_dim),
     then :func:`~cupykern.reference.rope_kv_append` on copies of the caches. With
-    ``check_positions``, a position outside ``[0, min(max_position, max_tokens))`` raises
-    the kernel's ValueError; without, such a token's q is left unrotated and nothing is
+    ``check_positions``, a position outside ``[0, min(max_position, max_tokens))`` or a
+    repeated one raises the kernel's ValueError; without, such a token's q is left unrotated and nothing is
     written, as the kernel does."""
     check("rms_norm_gemv_rope_kv_append", x=x, norm_weight=norm_weight, qkv_weight=qkv_weight, positions=positions,
           cos_sin_cache=cos_sin_cache, k_cache=k_cache, v_cache=v_cache, q_out=q_out, eps=eps, is_neox=is_neox)
     _, num_kv_heads, head_dim = host(k_cache).shape
     pos = host(positions).astype(np.int64).reshape(-1)
-    if _arrays.flag(check_positions, "check_positions") and pos.size:
-        _rope_ops.check_position_range(int(pos.min()), int(pos.max()),
-                                       min(host(cos_sin_cache).shape[0], host(k_cache).shape[0]),
-                                       "the rows of cos_sin_cache and of k_cache")
+    if _arrays.flag(check_positions, "check_positions"):
+        _attention_ops.check_cache_positions(pos, min(host(cos_sin_cache).shape[0], host(k_cache).shape[0]))
     qkv = _normalised(x, norm_weight, eps) @ f64(qkv_weight).T
     qkv = qkv.reshape(qkv.shape[0], qkv.shape[1] // head_dim, head_dim)  # -1 cannot be inferred for 0 tokens
     num_heads = qkv.shape[1] - 2 * num_kv_heads
