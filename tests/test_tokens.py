@@ -16,7 +16,7 @@ import pytest
 import cupykern
 from cupykern import _dtypes, reference
 from cupykern.ops import tokens
-from tests.helpers import DTYPE_IDS, DTYPES, assert_close, random_device
+from tests.helpers import DTYPE_IDS, DTYPES, as_fake, assert_close, random_device
 
 
 # ----------------------------------------------------------------- CPU
@@ -68,6 +68,17 @@ def test_the_smallest_normal_temperature_is_accepted():
 def test_bad_seeds_are_refused(value):
     with pytest.raises(ValueError, match="seed"):
         tokens.seed(value)
+
+
+@pytest.mark.parametrize("value", [1.0, True, np.float64(1.0)])
+def test_a_seed_equal_to_an_accepted_one_is_still_refused(fake_launcher, value):
+    """The launcher keys calls by scalars compared with ==: a float or bool seed equal to
+    an int seed already used found that call's recipe and passed unchecked."""
+    logits = as_fake(np.zeros((1, 10), np.float32))
+    cupykern.sample_tokens(logits, temperature=1.0, seed=1)
+    with pytest.raises(ValueError, match="seed: expected an int"):
+        cupykern.sample_tokens(logits, temperature=1.0, seed=value)
+    cupykern.sample_tokens(logits, temperature=1.0, seed=np.uint64(1))
 
 
 def test_seed_splits_into_philox_key_words():
