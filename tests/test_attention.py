@@ -256,6 +256,20 @@ def test_decode_attention_against_float64(rng, dtype, head_dim, num_heads, num_k
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("rows", [265, 3000])
+def test_decode_attention_clamps_the_largest_int64_position(rng, rows):
+    """positions[t] + 1 overflowed at INT64_MAX (attending to nothing, output 0); it is a
+    position past the cache, clamped to the whole cache as the reference does."""
+    dtype = _dtypes.float16
+    q = cupy.concatenate([random_device(rng, (1, 8, 64), dtype)] * 2)  # one query, twice
+    k_cache, v_cache = (random_device(rng, (rows, 2, 64), dtype) for _ in range(2))
+    positions = cupy.asarray([2**63 - 1, rows - 1], np.int64)
+    out = cupykern.decode_attention(q, k_cache, v_cache, positions)
+    assert_close(out, reference.decode_attention(q, k_cache, v_cache, positions), dtype, seed=rng.seed)
+    np.testing.assert_array_equal(out[0].get(), out[1].get())
+
+
+@pytest.mark.gpu
 def test_decode_attention_with_a_given_workspace_and_clamped_positions(rng):
     dtype = _dtypes.bfloat16
     q = random_device(rng, (2, 8, 128), dtype)
