@@ -119,6 +119,15 @@ def test_reference_append_tokens_advances_and_records():
     np.testing.assert_array_equal(history, [[0, 7, 0, 0], [0, 0, 0, 0]])  # position 4 is past the end
 
 
+def test_reference_append_tokens_wraps_positions_as_int32():
+    """The kernel's positions are int32: the largest one advances to -2**31 (recorded
+    nowhere), not to 2**31."""
+    positions, history = reference.append_tokens(np.array([7], np.int32), np.array([2**31 - 1], np.int32),
+                                                 np.zeros((1, 4), np.int32))
+    np.testing.assert_array_equal(positions, [-2**31])
+    assert not history.any()
+
+
 # ----------------------------------------------------------------- GPU
 @pytest.mark.gpu
 @pytest.mark.parametrize("vocab", [1, 7, 1000, 49152, 128256])
@@ -178,6 +187,18 @@ def test_append_tokens_against_the_reference(rng):
     toks = cupy.asarray(rng.integers(0, 1000, 300).astype(np.int32))
     positions = cupy.asarray(rng.integers(-2, 64, 300).astype(np.int32))
     history = cupy.asarray(rng.integers(0, 1000, (300, 64)).astype(np.int32))
+    want = reference.append_tokens(toks, positions, history)
+    cupykern.append_tokens(toks, positions, history)
+    np.testing.assert_array_equal(positions.get(), want[0])
+    np.testing.assert_array_equal(history.get(), want[1])
+
+
+@pytest.mark.gpu
+def test_append_tokens_wraps_the_largest_position_as_the_reference(rng):
+    """positions[b] + 1 at INT32_MAX was a signed overflow in the kernel (undefined)."""
+    toks = cupy.asarray([5, 6], np.int32)
+    positions = cupy.asarray([2**31 - 1, 1], np.int32)
+    history = cupy.zeros((2, 4), np.int32)
     want = reference.append_tokens(toks, positions, history)
     cupykern.append_tokens(toks, positions, history)
     np.testing.assert_array_equal(positions.get(), want[0])

@@ -262,7 +262,8 @@ def append_tokens(tokens, positions, history):
     The last launch of a captured decode step: the next replay reads the advanced
     position (RoPE row, cache row, attention length, the sampler's counter), and the
     host reads the new tokens from ``history`` when it wants them. A new position
-    outside ``[0, max_tokens)`` is advanced but not recorded.
+    outside ``[0, max_tokens)`` is advanced but not recorded (2**31 - 1 wraps to -2**31,
+    as int32 arithmetic does).
 
     Parameters:
         tokens: ``(num_sequences,)`` int32 device array (:func:`sample_tokens`' output).

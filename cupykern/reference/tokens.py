@@ -89,9 +89,10 @@ def embedding(token_ids, weight, *, out=None, check_ids=True) -> np.ndarray:
 
 def append_tokens(tokens, positions, history):
     """``(positions + 1, history with history[b, positions[b] + 1] = tokens[b])`` as int64
-    arrays (the write skipped past the history's end)."""
+    arrays (the write skipped past the history's end). The int32 positions wrap as the
+    kernel's do: 2**31 - 1 + 1 is -2**31 (and nothing is written there)."""
     check("append_tokens", tokens=tokens, positions=positions, history=history)
-    new_positions = host(positions).astype(np.int64) + 1
+    new_positions = (host(positions).astype(np.int64) + 1 + 2**31) % 2**32 - 2**31
     after = host(history).astype(np.int64).copy()
     for b, (p, token) in enumerate(zip(new_positions, host(tokens).astype(np.int64))):
         if 0 <= p < after.shape[1]:
