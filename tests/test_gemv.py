@@ -236,6 +236,8 @@ def test_qkv_rope_plans_one_warp_per_pair_of_rows():
     (dict(v_cache=contiguous((49, 2, 32), np.float16)), ValueError, "v_cache"),
     (dict(x=contiguous((17, 64), np.float16), positions=contiguous((17,), np.int32)), ValueError, "at most 16 rows"),
     (dict(is_neox=None), TypeError, "is_neox"),
+    # This op has no q: the caches' dtype is x's.
+    (dict(v_cache=contiguous((50, 2, 32), np.float32)), TypeError, r"v_cache: expected dtype float16 \(the dtype of x\)"),
 ])
 def test_qkv_rope_intake_names_the_bad_argument(over, error, match):
     with pytest.raises(error, match=match):

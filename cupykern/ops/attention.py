@@ -54,10 +54,12 @@ def _positions(sig, num_tokens: int) -> _arrays.Sig:
     return sig
 
 
-def _cache(sig, name: str, dtype, num_kv_heads: int, head_dim: int) -> tuple[_arrays.Sig, _arrays.Heads]:
-    """A KV cache ``(max_tokens, num_kv_heads, head_dim)`` of ``dtype`` with distinct heads."""
+def _cache(sig, name: str, dtype, num_kv_heads: int, head_dim: int,
+           what: str = "the dtype of q") -> tuple[_arrays.Sig, _arrays.Heads]:
+    """A KV cache ``(max_tokens, num_kv_heads, head_dim)`` of ``dtype`` with distinct heads
+    (``what`` says where the dtype comes from)."""
     cache = _arrays.heads(sig, name)
-    _arrays.check_dtype(sig, dtype, name, "the dtype of q")
+    _arrays.check_dtype(sig, dtype, name, what)
     if len(sig.shape) != 3:
         raise ValueError(f"{name}: expected shape (max_tokens, num_kv_heads, head_dim), got {tuple(sig.shape)}")
     if (cache.num_heads, cache.head_dim) != (num_kv_heads, head_dim):
