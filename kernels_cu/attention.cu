@@ -128,7 +128,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32) decode_attention_kernel(
   const int slot = lane / kLanesPerRow, part = lane % kLanesPerRow;
   const int kv_head = h / group;
 
-  const int64_t length = min(static_cast<int64_t>(positions[t]) + 1, cache_rows);
+  // Rows 0 .. positions[t], clamped to the cache (compared first: + 1 overflows at INT64_MAX).
+  const int64_t last = static_cast<int64_t>(positions[t]);
+  const int64_t length = last < cache_rows ? last + 1 : cache_rows;
   const int64_t begin = split * split_size;
   const int64_t end = min(begin + split_size, length);
 

@@ -130,13 +130,14 @@ __global__ void __launch_bounds__(256) embedding_kernel(
 
 // ---------------------------------------------------------------- decode bookkeeping
 // One thread per sequence b: positions[b] += 1, then history[b, positions[b]] = tokens[b]
-// (skipped past history_len). The last kernel of a captured decode step: it moves the
-// step's position on, so the next replay reads the next one. Mutates positions, history.
+// (skipped past history_len, and for a negative position: INT_MAX + 1 wraps to INT_MIN, as
+// an int32 does). The last kernel of a captured decode step: it moves the step's position
+// on, so the next replay reads the next one. Mutates positions, history.
 __global__ void append_tokens_kernel(int* positions, int* history, const int* tokens, int num_sequences,
                                      int64_t history_len) {
   const int b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= num_sequences) return;
-  const int p = positions[b] + 1;
+  const int p = static_cast<int>(static_cast<unsigned int>(positions[b]) + 1u);  // no signed overflow
   positions[b] = p;
   if (p >= 0 && p < history_len) history[b * history_len + p] = tokens[b];
 }

@@ -72,6 +72,49 @@ def test_decode_attention_split_needs_a_large_enough_workspace():
         attention._prepare_decode_attention(_attention_args(**big, workspace=contiguous((10,), np.float32)))
 
 
+def test_decode_attention_refuses_a_misaligned_workspace():
+    """The kernels store float32 partials through it: an address not a multiple of 4
+    bytes would fault on the GPU (a misaligned store), so the intake refuses it."""
+    big = dict(k_cache=contiguous((8192, 2, 64), np.float16), v_cache=contiguous((8192, 2, 64), np.float16))
+    with pytest.raises(ValueError, match="workspace: the address must be a multiple of the item size 4"):
+        attention._prepare_decode_attention(_attention_args(**big, workspace=contiguous((100000,), np.float32,
+                                                                                        align=2)))
+
+
+def test_decode_attention_checks_a_given_workspace_before_planning():
+    """Whether the cache is split depends on the device, so a given workspace's dtype and
+    layout are checked on every call (and by the reference, which stops before planning)."""
+    rng = np.random.default_rng(0)
+    q, cache = rng.standard_normal((1, 4, 64)), rng.standard_normal((5, 2, 64))
+    with pytest.raises(TypeError, match="workspace: expected dtype float32"):
+        reference.decode_attention(q, cache, cache, np.array([2]), workspace=np.zeros(3, np.int8))
+    with pytest.raises(TypeError, match="workspace: expected dtype float32"):
+        attention._prepare_decode_attention(_attention_args(workspace=contiguous((10,), np.int32)))
+    with pytest.raises(ValueError, match="workspace: expected a unit-stride float32 vector"):
+        attention._prepare_decode_attention(_attention_args(workspace=contiguous((2, 10), np.float32)))
+    misaligned = np.zeros(64, np.uint8)[2:42].view(np.float32)
+    with pytest.raises(ValueError, match="workspace: the address must be a multiple"):
+        reference.decode_attention(q, cache, cache, np.array([2]), workspace=misaligned)
+
+
+def test_decode_attention_refuses_more_tokens_than_a_grid_holds():
+    """Tokens are the grid's y dimension (at most 65535 blocks): more would fail to launch."""
+    n = attention.MAX_TOKENS + 1
+    with pytest.raises(ValueError, match="q: decode_attention takes at most 65535 tokens"):
+        attention._prepare_decode_attention(_attention_args(q=contiguous((n, 8, 64), np.float16),
+                                                            positions=contiguous((n,), np.int32)))
+    plan = attention._prepare_decode_attention(_attention_args(q=contiguous((n - 1, 8, 64), np.float16),
+                                                               positions=contiguous((n - 1,), np.int32))).plan
+    assert plan.grid[1] == attention.MAX_TOKENS
+
+
+@pytest.mark.parametrize("sizes", [(-5, 32, 128, 8192), (1, 32, 128, 8192.0), (1, "32", 128, 8192), (1, 32, True, 8192)])
+def test_workspace_size_refuses_sizes_that_are_not_counts(sizes):
+    """A negative count gave a negative size, a float one a float (cupy.empty refuses both later)."""
+    with pytest.raises(ValueError, match="expected an int >= 0"):
+        attention.workspace_size(*sizes, limits=plans.H200_LIMITS)
+
+
 def test_rope_kv_append_intake_checks_caches_and_flags():
     values = dict(q=contiguous((2, 4, 64), np.float16), k=contiguous((2, 2, 64), np.float16),
                   v=contiguous((2, 2, 64), np.float16), positions=contiguous((2,), np.int64),
@@ -109,6 +152,36 @@ def test_reference_rope_kv_append_writes_rotated_k_and_v_at_positions():
     np.testing.assert_array_equal(k_after[[3, 7]], k_ref)
     np.testing.assert_array_equal(v_after[[3, 7]], v)
     assert not k_after[[0, 1, 2, 4, 5, 6, 8]].any()
+
+
+def test_references_take_scalars_and_flags_as_the_kernels():
+    """A complex scale with no imaginary part and a NumPy bool flag pass the kernels'
+    checks (_arrays.real, _arrays.flag): the references take them too."""
+    rng = np.random.default_rng(0)
+    q, cache = rng.standard_normal((1, 4, 64)), rng.standard_normal((5, 2, 64))
+    np.testing.assert_array_equal(reference.decode_attention(q, cache, cache, np.array([2]), scale=0.5 + 0j),
+                                  reference.decode_attention(q, cache, cache, np.array([2]), scale=0.5))
+    q, k, v = rng.standard_normal((2, 2, 8)), rng.standard_normal((2, 1, 8)), rng.standard_normal((2, 1, 8))
+    table, kc = reference.rope_cos_sin_cache(16, 8), np.zeros((16, 1, 8))
+    reference.rope_kv_append(q, k, v, np.array([3, 7]), table, kc, kc.copy(), check_positions=np.True_)
+
+
+def test_cache_positions_must_be_distinct():
+    """Two tokens at one position would write one cache row from two blocks at once (a
+    row mixing their elements): the check (kernels and references) refuses them."""
+    attention.check_cache_positions(np.array([0, 5, 9]), 10)
+    attention.check_cache_positions(np.array([], np.int32), 0)
+    with pytest.raises(ValueError, match="positions: expected distinct values .*got 5 2 times"):
+        attention.check_cache_positions(np.array([5, 1, 5]), 10)
+    with pytest.raises(ValueError, match=r"positions: expected values in \[0, 10\)"):
+        attention.check_cache_positions(np.array([5, 10]), 10)
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((2, 2, 8)), rng.standard_normal((2, 1, 8)), rng.standard_normal((2, 1, 8))
+    table, kc = reference.rope_cos_sin_cache(16, 8), np.zeros((16, 1, 8))
+    with pytest.raises(ValueError, match="positions: expected distinct values"):
+        reference.rope_kv_append(q, k, v, np.array([3, 3]), table, kc, kc.copy())
+    _, k_after, _ = reference.rope_kv_append(q, k, v, np.array([3, 3]), table, kc, kc.copy(), check_positions=False)
+    assert k_after[3].any()
 
 
 # ----------------------------------------------------------------- GPU
@@ -150,6 +223,23 @@ def test_rope_kv_append_refuses_positions_out_of_range_before_writing(rng):
 
 
 @pytest.mark.gpu
+def test_cache_writers_refuse_repeated_positions_before_writing(rng):
+    dtype = _dtypes.float16
+    q, k, v = (random_device(rng, (2, h, 64), dtype) for h in (4, 2, 2))
+    k_cache, v_cache = cupy.zeros((8, 2, 64), dtype), cupy.zeros((8, 2, 64), dtype)
+    table = _table(8, 64)
+    q_before = q.copy()
+    positions = cupy.asarray([3, 3], np.int32)
+    with pytest.raises(ValueError, match="positions: expected distinct values"):
+        cupykern.rope_kv_append(q, k, v, positions, table, k_cache, v_cache)
+    x, norm_weight = random_device(rng, (2, 64), dtype), cupy.ones(64, dtype)
+    weight = random_device(rng, (8 * 64, 64), dtype, scale=0.125)
+    with pytest.raises(ValueError, match="positions: expected distinct values"):
+        cupykern.rms_norm_gemv_rope_kv_append(x, norm_weight, weight, positions, table, k_cache, v_cache)
+    assert not k_cache.any() and not v_cache.any() and (q == q_before).all()
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("head_dim", attention.HEAD_DIMS)
 @pytest.mark.parametrize("num_heads, num_kv_heads", [(9, 3), (32, 8), (4, 4)])
@@ -163,6 +253,20 @@ def test_decode_attention_against_float64(rng, dtype, head_dim, num_heads, num_k
     out = cupy.full(q.shape, np.nan, dtype)
     cupykern.decode_attention(q, k_cache, v_cache, positions, out=out)
     assert_close(out, reference.decode_attention(q, k_cache, v_cache, positions), dtype, seed=rng.seed)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [265, 3000])
+def test_decode_attention_clamps_the_largest_int64_position(rng, rows):
+    """positions[t] + 1 overflowed at INT64_MAX (attending to nothing, output 0); it is a
+    position past the cache, clamped to the whole cache as the reference does."""
+    dtype = _dtypes.float16
+    q = cupy.concatenate([random_device(rng, (1, 8, 64), dtype)] * 2)  # one query, twice
+    k_cache, v_cache = (random_device(rng, (rows, 2, 64), dtype) for _ in range(2))
+    positions = cupy.asarray([2**63 - 1, rows - 1], np.int64)
+    out = cupykern.decode_attention(q, k_cache, v_cache, positions)
+    assert_close(out, reference.decode_attention(q, k_cache, v_cache, positions), dtype, seed=rng.seed)
+    np.testing.assert_array_equal(out[0].get(), out[1].get())
 
 
 @pytest.mark.gpu

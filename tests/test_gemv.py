@@ -27,6 +27,7 @@ from tests.helpers import (
     DTYPE_IDS,
     DTYPES,
     Guarded,
+    as_fake,
     assert_close,
     contiguous,
     prepare_args,
@@ -235,10 +236,47 @@ def test_qkv_rope_plans_one_warp_per_pair_of_rows():
     (dict(v_cache=contiguous((49, 2, 32), np.float16)), ValueError, "v_cache"),
     (dict(x=contiguous((17, 64), np.float16), positions=contiguous((17,), np.int32)), ValueError, "at most 16 rows"),
     (dict(is_neox=None), TypeError, "is_neox"),
+    # This op has no q: the caches' dtype is x's.
+    (dict(v_cache=contiguous((50, 2, 32), np.float32)), TypeError, r"v_cache: expected dtype float16 \(the dtype of x\)"),
 ])
 def test_qkv_rope_intake_names_the_bad_argument(over, error, match):
     with pytest.raises(error, match=match):
         gemv._prepare_qkv_rope(_qkv_rope_values(**over))
+
+
+def _qkv_rope_host(num_tokens, positions):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((num_tokens, 64)).astype(np.float16)
+    weight = (rng.standard_normal((8 * 32, 64)) / 8).astype(np.float16)
+    table = reference.rope_cos_sin_cache(10, 32).astype(np.float32)
+    return (x, np.ones(64, np.float16), weight, np.asarray(positions, np.int32), table,
+            np.zeros((10, 2, 32), np.float16), np.zeros((10, 2, 32), np.float16))
+
+
+def test_qkv_rope_reference_takes_zero_tokens_as_the_kernel(fake_launcher):
+    args = _qkv_rope_host(0, [])
+    q_out, _, _ = cupykern.rms_norm_gemv_rope_kv_append(*map(as_fake, args), check_positions=False)
+    assert q_out.shape == (0, 4, 32) and not fake_launcher
+    q_ref, k_ref, _ = reference.rms_norm_gemv_rope_kv_append(*args)
+    assert q_ref.shape == (0, 4, 32) and not k_ref.any()
+
+
+def test_qkv_rope_reference_checks_positions_as_the_kernel():
+    """With check_positions (the default) a position past the table or cache is the
+    kernel's ValueError; without, the token writes nothing; the flag is checked as a bool."""
+    args = _qkv_rope_host(2, [3, 10])
+    with pytest.raises(ValueError, match=r"positions: expected values in \[0, 10\)"):
+        reference.rms_norm_gemv_rope_kv_append(*args)
+    _, k_after, _ = reference.rms_norm_gemv_rope_kv_append(*args, check_positions=False)
+    assert k_after[3].any() and not np.delete(k_after, 3, axis=0).any()
+    with pytest.raises(TypeError, match="check_positions: expected a bool"):
+        reference.rms_norm_gemv_rope_kv_append(*args, check_positions=5)
+
+
+def test_silu_reference_takes_an_empty_gate_up_weight_as_the_kernel(fake_launcher):
+    x, g, w = np.ones((2, 64), np.float16), np.ones(64, np.float16), np.zeros((0, 64), np.float16)
+    assert cupykern.rms_norm_gemv_silu_and_mul(as_fake(x), as_fake(g), as_fake(w)).shape == (2, 0)
+    assert reference.rms_norm_gemv_silu_and_mul(x, g, w).shape == (2, 0)
 
 
 @pytest.mark.gpu

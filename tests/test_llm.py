@@ -610,6 +610,42 @@ def test_gpu_cli_generate_prints_text_and_speeds(model_file):
         assert stage in eager.output
 
 
+# ----------------------------------------------------------------- CPU: the captured decoder's arguments
+def _bare_graph_decoder(max_tokens=10):
+    """A GraphDecoder's host state without its device buffers: nothing here may reach the GPU."""
+    from cupykern.llm.decode_graph import GraphDecoder
+
+    decoder = object.__new__(GraphDecoder)
+    decoder.cache, decoder.temperature = SimpleNamespace(max_tokens=max_tokens), 0.0
+    decoder.graph, decoder.position = None, None
+    return decoder
+
+
+@pytest.mark.parametrize("read_every", [0, -1, 2.5, True])
+def test_graph_generate_refuses_a_read_every_below_one(read_every):
+    """read_every=0 replayed nothing forever; a negative one moved the host position back."""
+    from cupykern.llm import decode_graph
+
+    with pytest.raises(ValueError, match="read_every: expected an int >= 1"):
+        decode_graph.generate(_bare_graph_decoder(), [1, 2], 4, read_every=read_every)
+
+
+def test_graph_replay_refuses_bad_steps_and_an_unstarted_decoder():
+    """A negative count moved the host's position back (the device's stays), so later
+    replays returned the wrong history; replays before capture/start raised
+    AttributeError or read a history the device had not written."""
+    decoder = _bare_graph_decoder()
+    for steps in (-1, 1.0, None):
+        with pytest.raises(ValueError, match="steps: expected an int >= 0"):
+            decoder.replay(steps)
+    with pytest.raises(RuntimeError, match=r"call capture\(\) and then start\(prompt_ids\) first"):
+        decoder.replay(1)
+    decoder.graph = object()  # captured, not started
+    with pytest.raises(RuntimeError, match="start"):
+        decoder.replay(1)
+    assert decoder.position is None
+
+
 # ----------------------------------------------------------------- GPU: the captured decode graph
 def _graph_decoder(device_weights, dtype_name, max_tokens, **kwargs):
     from cupykern.llm.decode_graph import GraphDecoder

@@ -16,7 +16,7 @@ import pytest
 import cupykern
 from cupykern import _dtypes, reference
 from cupykern.ops import tokens
-from tests.helpers import DTYPE_IDS, DTYPES, assert_close, random_device
+from tests.helpers import DTYPE_IDS, DTYPES, as_fake, assert_close, random_device
 
 
 # ----------------------------------------------------------------- CPU
@@ -70,15 +70,46 @@ def test_bad_seeds_are_refused(value):
         tokens.seed(value)
 
 
+@pytest.mark.parametrize("value", [1.0, True, np.float64(1.0)])
+def test_a_seed_equal_to_an_accepted_one_is_still_refused(fake_launcher, value):
+    """The launcher keys calls by scalars compared with ==: a float or bool seed equal to
+    an int seed already used found that call's recipe and passed unchecked."""
+    logits = as_fake(np.zeros((1, 10), np.float32))
+    cupykern.sample_tokens(logits, temperature=1.0, seed=1)
+    with pytest.raises(ValueError, match="seed: expected an int"):
+        cupykern.sample_tokens(logits, temperature=1.0, seed=value)
+    cupykern.sample_tokens(logits, temperature=1.0, seed=np.uint64(1))
+
+
 def test_seed_splits_into_philox_key_words():
     assert tokens.seed(2**40 + 7) == (7, 2**8)
 
 
 def test_reference_embedding_writes_nan_rows_for_ids_outside_the_table():
     table = np.arange(6, dtype=np.float32).reshape(3, 2)
-    rows = reference.embedding(np.array([2, 3, -1]), table)
+    rows = reference.embedding(np.array([2, 3, -1]), table, check_ids=False)
     np.testing.assert_array_equal(rows[0], [4, 5])
     assert np.isnan(rows[1:]).all()
+    assert np.isnan(reference.embedding(np.array([0]), np.zeros((0, 2), np.float32), check_ids=False)).all()
+
+
+def test_reference_embedding_checks_ids_as_the_kernel():
+    """check_ids (the default) refuses an id outside the table with the kernel's message;
+    the flag is checked as a bool."""
+    table = np.arange(6, dtype=np.float32).reshape(3, 2)
+    with pytest.raises(ValueError, match=r"token_ids: expected values in \[0, 3\) \(the rows of weight\), got min -1, max 3"):
+        reference.embedding(np.array([2, 3, -1]), table)
+    with pytest.raises(ValueError, match=r"token_ids: expected values in \[0, 0\)"):
+        reference.embedding(np.array([0]), np.zeros((0, 2), np.float32))
+    with pytest.raises(TypeError, match="check_ids: expected a bool"):
+        reference.embedding(np.array([0]), table, check_ids="yes")
+
+
+def test_reference_sample_tokens_takes_a_temperature_as_the_kernel():
+    """A complex temperature with no imaginary part passes the kernel's check (_arrays.real)."""
+    logits = np.random.default_rng(0).standard_normal((2, 50)).astype(np.float32)
+    np.testing.assert_array_equal(reference.sample_tokens(logits, temperature=0.7 + 0j, seed=3),
+                                  reference.sample_tokens(logits, temperature=0.7, seed=3))
 
 
 def test_reference_append_tokens_advances_and_records():
@@ -86,6 +117,15 @@ def test_reference_append_tokens_advances_and_records():
                                                  np.zeros((2, 4), np.int32))
     np.testing.assert_array_equal(positions, [1, 4])
     np.testing.assert_array_equal(history, [[0, 7, 0, 0], [0, 0, 0, 0]])  # position 4 is past the end
+
+
+def test_reference_append_tokens_wraps_positions_as_int32():
+    """The kernel's positions are int32: the largest one advances to -2**31 (recorded
+    nowhere), not to 2**31."""
+    positions, history = reference.append_tokens(np.array([7], np.int32), np.array([2**31 - 1], np.int32),
+                                                 np.zeros((1, 4), np.int32))
+    np.testing.assert_array_equal(positions, [-2**31])
+    assert not history.any()
 
 
 # ----------------------------------------------------------------- GPU
@@ -147,6 +187,18 @@ def test_append_tokens_against_the_reference(rng):
     toks = cupy.asarray(rng.integers(0, 1000, 300).astype(np.int32))
     positions = cupy.asarray(rng.integers(-2, 64, 300).astype(np.int32))
     history = cupy.asarray(rng.integers(0, 1000, (300, 64)).astype(np.int32))
+    want = reference.append_tokens(toks, positions, history)
+    cupykern.append_tokens(toks, positions, history)
+    np.testing.assert_array_equal(positions.get(), want[0])
+    np.testing.assert_array_equal(history.get(), want[1])
+
+
+@pytest.mark.gpu
+def test_append_tokens_wraps_the_largest_position_as_the_reference(rng):
+    """positions[b] + 1 at INT32_MAX was a signed overflow in the kernel (undefined)."""
+    toks = cupy.asarray([5, 6], np.int32)
+    positions = cupy.asarray([2**31 - 1, 1], np.int32)
+    history = cupy.zeros((2, 4), np.int32)
     want = reference.append_tokens(toks, positions, history)
     cupykern.append_tokens(toks, positions, history)
     np.testing.assert_array_equal(positions.get(), want[0])

@@ -89,7 +89,7 @@ class GraphDecoder:
         self.workspace = cupy.empty((size,), np.float32) if size else None
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.graph = None
-        self.position = 0  # host copy of positions[0] between replays
+        self.position = None  # host copy of positions[0] between replays; None until start()
         self._ops = cupykern
 
     @property
@@ -202,6 +202,7 @@ class GraphDecoder:
             graph.upload(self.stream)
             self.stream.synchronize()
         self.graph = graph
+        self.position = None  # the warm-up step moved the device state: start() must set it again
         return time.perf_counter() - t0
 
     def start(self, prompt_ids: list[int]) -> int:
@@ -229,7 +230,17 @@ class GraphDecoder:
         return token
 
     def replay(self, steps: int) -> np.ndarray:
-        """Replays the graph ``steps`` times and returns the new tokens (host int array)."""
+        """Replays the graph ``steps`` times and returns the new tokens (host int array).
+
+        Raises:
+            ValueError: ``steps`` not an int >= 0, or more steps than the cache has rows left.
+            RuntimeError: no graph captured (:meth:`capture`), or no prompt started
+                since (:meth:`start`): the device position would not be the host's.
+        """
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+            raise ValueError(f"steps: expected an int >= 0, got {steps!r}")
+        if self.graph is None or self.position is None:
+            raise RuntimeError("replay: call capture() and then start(prompt_ids) first")
         start = self.position
         if start + steps > self.max_tokens:
             raise ValueError(f"steps: {steps} more steps from position {start} pass the cache's {self.max_tokens} rows")
@@ -257,11 +268,14 @@ def generate(decoder: GraphDecoder, prompt_ids, max_new_tokens: int, *, stop_ids
     returned). Temperature and seed are the decoder's.
 
     Raises:
-        ValueError: bad ``max_new_tokens``; prompt plus new tokens beyond the decoder's
-            ``max_tokens``; as the model's ``forward``.
+        ValueError: bad ``max_new_tokens``; ``read_every`` not an int >= 1; prompt plus
+            new tokens beyond the decoder's ``max_tokens``; as the model's ``forward``.
         NonFiniteLogits: the forward produced NaN or infinite logits.
     """
     check_args(max_new_tokens, decoder.temperature)
+    if isinstance(read_every, bool) or not isinstance(read_every, (int, np.integer)) or read_every < 1:
+        # 0 would replay nothing forever; a negative count would move the host's position back
+        raise ValueError(f"read_every: expected an int >= 1, got {read_every!r}")
     prompt_ids = [int(i) for i in prompt_ids]
     if len(prompt_ids) + max_new_tokens > decoder.max_tokens:
         raise ValueError(f"max_new_tokens: {len(prompt_ids)} prompt tokens + {max_new_tokens} exceed the decoder's "

@@ -24,6 +24,9 @@ ATTENTION_COMBINE = KernelTemplate("attention.cu", "attention_combine_kernel")
 
 #: head_dim values decode_attention is compiled for.
 HEAD_DIMS = (64, 128)
+#: Most tokens one decode_attention call takes: its grid is (heads, tokens, splits), and
+#: a grid's y dimension holds at most 65535 blocks on every CUDA GPU.
+MAX_TOKENS = 65535
 INDEX_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
 
 
@@ -51,16 +54,38 @@ def _positions(sig, num_tokens: int) -> _arrays.Sig:
     return sig
 
 
-def _cache(sig, name: str, dtype, num_kv_heads: int, head_dim: int) -> tuple[_arrays.Sig, _arrays.Heads]:
-    """A KV cache ``(max_tokens, num_kv_heads, head_dim)`` of ``dtype`` with distinct heads."""
+def _cache(sig, name: str, dtype, num_kv_heads: int, head_dim: int,
+           what: str = "the dtype of q") -> tuple[_arrays.Sig, _arrays.Heads]:
+    """A KV cache ``(max_tokens, num_kv_heads, head_dim)`` of ``dtype`` with distinct heads
+    (``what`` says where the dtype comes from)."""
     cache = _arrays.heads(sig, name)
-    _arrays.check_dtype(sig, dtype, name, "the dtype of q")
+    _arrays.check_dtype(sig, dtype, name, what)
     if len(sig.shape) != 3:
         raise ValueError(f"{name}: expected shape (max_tokens, num_kv_heads, head_dim), got {tuple(sig.shape)}")
     if (cache.num_heads, cache.head_dim) != (num_kv_heads, head_dim):
         raise ValueError(f"{name}: expected shape (max_tokens, {num_kv_heads}, {head_dim}), got {tuple(sig.shape)}")
     _arrays.distinct_heads(cache, name)
     return sig, cache
+
+
+def check_cache_positions(positions: np.ndarray, max_position: int) -> None:
+    """ValueError unless the host positions ``positions`` are in ``[0, max_position)`` and
+    distinct: tokens at one position would write the same cache row at once (a row mixing
+    their elements). The float64 references check their positions with this too."""
+    if positions.size == 0:
+        return
+    _rope.check_position_range(int(positions.min()), int(positions.max()), max_position,
+                               "the rows of cos_sin_cache and of k_cache")
+    values, counts = np.unique(positions, return_counts=True)
+    if counts.max() > 1:
+        raise ValueError(f"positions: expected distinct values (token t writes cache row positions[t]), got "
+                         f"{int(values[counts.argmax()])} {int(counts.max())} times")
+
+
+def _check_cache_positions(positions, max_position: int) -> None:
+    """:func:`check_cache_positions` of device positions (one copy to the host, a sync)."""
+    if positions.size:
+        check_cache_positions(positions.get(), max_position)
 
 
 def _prepare_rope_kv_append(a: launcher.Args) -> launcher.Launch:
@@ -137,6 +162,9 @@ def _prepare_decode_attention(a: launcher.Args) -> launcher.Launch:
     if vc.num_tokens != kc.num_tokens:
         raise ValueError(f"v_cache: expected shape {tuple(kc_sig.shape)} (as k_cache), got {tuple(v_cache.shape)}")
     positions = _positions(a.positions, qh.num_tokens)
+    if qh.num_tokens > MAX_TOKENS:
+        raise ValueError(f"q: decode_attention takes at most {MAX_TOKENS} tokens per call (the grid's y dimension), "
+                         f"got {qh.num_tokens}; split the call")
     scale = _scale(a.scale, qh.head_dim)
     out, allocate = launcher.output(a.out, "out", q.shape, q.dtype)
     oh = _arrays.heads(out, "out")
@@ -150,25 +178,29 @@ def _prepare_decode_attention(a: launcher.Args) -> launcher.Launch:
             raise ValueError(f"{name}: decode_attention reads 16-byte vectors: the address and the token and head "
                              f"strides must be multiples of 16 bytes")
     disjoint = tuple(launcher.Disjoint(r, "out") for r in ("q", "k_cache", "v_cache", "positions"))
+    workspace = a.workspace
+    if workspace is not None:  # checked whether or not this device's plan splits the cache
+        _arrays.check_dtype(workspace, _dtypes.float32, "workspace", "float32")
+        if len(workspace.shape) != 1 or (workspace.shape[0] > 1 and workspace.strides[0] != 4):
+            raise ValueError(f"workspace: expected a unit-stride float32 vector (cupykern.ops.attention.workspace_size "
+                             f"elements), got shape {tuple(workspace.shape)} and strides {tuple(workspace.strides)}")
+        _arrays.element_aligned(workspace, "workspace")
     if qh.num_tokens == 0 or qh.num_heads == 0:
         return launcher.Launch(None, allocate=allocate, returns="out")
     plan = plans.plan_attention(qh.num_tokens, qh.num_heads, kc.num_tokens, q.dtype, limits=a.limits,
                                 overrides=a.overrides)
     split = plan.num_splits > 1
-    workspace = None
     if split:
         # Per-split outputs then log2-sum-exps, float32, one buffer; the caller may pass it
         # (a captured graph must not allocate).
         rows = qh.num_tokens * qh.num_heads * plan.num_splits
         need = rows * (qh.head_dim + 1)
-        workspace = a.workspace
         if workspace is None:
             allocate = (*allocate, ("workspace", (need,), _dtypes.float32))
         else:
-            _arrays.check_dtype(workspace, _dtypes.float32, "workspace", "float32")
-            if len(workspace.shape) != 1 or workspace.shape[0] < need or workspace.strides[0] != 4:
+            if workspace.shape[0] < need:
                 raise ValueError(f"workspace: expected a unit-stride float32 vector of at least {need} elements "
-                                 f"(decode_attention_workspace_size), got shape {tuple(workspace.shape)}")
+                                 f"(cupykern.ops.attention.workspace_size), got shape {tuple(workspace.shape)}")
             disjoint = (*disjoint, *(launcher.Disjoint(r, "workspace") for r in ("q", "k_cache", "v_cache",
                                                                                  "positions", "out")))
         lse_offset = ("workspace", rows * qh.head_dim * 4)
@@ -195,7 +227,15 @@ def _prepare_decode_attention(a: launcher.Args) -> launcher.Launch:
 def workspace_size(num_tokens: int, num_heads: int, head_dim: int, max_tokens: int, *, limits=None) -> int:
     """float32 elements of the ``workspace`` decode_attention needs for these sizes (0 when
     it runs unsplit). ``limits``: the device's (:class:`cupykern.plans.DeviceLimits`),
-    the current GPU's by default."""
+    the current GPU's by default.
+
+    Raises:
+        ValueError: a size that is not an int >= 0.
+    """
+    for name, value in (("num_tokens", num_tokens), ("num_heads", num_heads), ("head_dim", head_dim),
+                        ("max_tokens", max_tokens)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"{name}: expected an int >= 0, got {value!r}")
     if limits is None:
         import cupy
 
@@ -234,9 +274,10 @@ def rope_kv_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, *, is_ne
         is_neox: pairs ``(i, i + rotary_dim / 2)`` (True, GPT-NeoX / Hugging Face) or
             ``(2i, 2i + 1)`` (False, GPT-J / GGUF).
         check_positions: check that every position is in ``[0, min(max_position,
-            max_tokens))`` (a reduction and a device-to-host copy). False skips it, as a
-            captured graph must: a token whose position is outside is then left alone
-            (q unrotated, nothing written).
+            max_tokens))`` and that no two tokens share one (a device-to-host copy).
+            False skips it, as a captured graph must: a token whose position is outside
+            is then left alone (q unrotated, nothing written), and a cache row that two
+            tokens share gets elements of either.
 
     Returns:
         ``(q, k_cache, v_cache)``.
@@ -248,7 +289,7 @@ def rope_kv_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, *, is_ne
             not int32/int64; ``is_neox`` not a bool.
         ValueError: shapes that disagree; a rotary_dim that is odd or beyond head_dim;
             heads of a written array overlapping; written arrays overlapping inputs or
-            each other; a position out of range (with ``check_positions``).
+            each other; a position out of range or repeated (with ``check_positions``).
 
     References:
         Su et al., "RoFormer", 2021 (arXiv:2104.09864); vLLM's ``rotary_embedding`` and
@@ -259,8 +300,7 @@ def rope_kv_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, *, is_ne
     if _arrays.flag(check_positions, "check_positions"):
         # Before the launch, on checked arrays: a bad position must not reach the cache.
         q, k, v, positions, cos_sin_cache, k_cache, v_cache = _ROPE_KV_APPEND.intake(arrays, scalars)
-        _rope._check_positions_in_range(positions, min(cos_sin_cache.shape[0], k_cache.shape[0]),
-                                        "the rows of cos_sin_cache and of k_cache")
+        _check_cache_positions(positions, min(cos_sin_cache.shape[0], k_cache.shape[0]))
     return _ROPE_KV_APPEND(arrays, scalars)
 
 
@@ -274,7 +314,8 @@ def decode_attention(q, k_cache, v_cache, positions, *, scale=None, out=None, wo
 
     Parameters:
         q: device array ``(num_tokens, num_heads, head_dim)``, float16, bfloat16 or
-            float32, head_dim 64 or 128; token and head strides multiples of 16 bytes.
+            float32, head_dim 64 or 128; token and head strides multiples of 16 bytes;
+            at most 65535 tokens (:data:`MAX_TOKENS`).
         k_cache, v_cache: ``(max_tokens, num_kv_heads, head_dim)`` of q's dtype,
             num_kv_heads dividing num_heads; strides multiples of 16 bytes.
         positions: ``(num_tokens,)`` int32 or int64 on the device (read by the kernel,
@@ -283,9 +324,10 @@ def decode_attention(q, k_cache, v_cache, positions, *, scale=None, out=None, wo
         scale: the logit scale, default ``1 / sqrt(head_dim)``; finite and > 0.
         out: optional ``(num_tokens, num_heads, head_dim)`` of q's dtype.
         workspace: optional float32 vector of at least :func:`workspace_size` elements,
-            for long caches (more than 1024 rows), which are split over blocks and
-            combined by a second launch; allocated per call if not given (a captured
-            graph must pass it).
+            unit-stride, its address a multiple of 4 bytes, for long caches (more than
+            1024 rows), which are split over blocks and combined by a second launch;
+            allocated per call if not given (a captured graph must pass it). Checked
+            (dtype, layout) whenever given, its length only where the cache is split.
 
     Returns:
         ``out`` (allocated if not given).
@@ -295,9 +337,10 @@ def decode_attention(q, k_cache, v_cache, positions, *, scale=None, out=None, wo
     Raises:
         TypeError: a non-device array; dtypes that differ or are unsupported; positions
             not int32/int64; a workspace not float32.
-        ValueError: shapes that disagree; an unsupported head_dim; num_kv_heads not
-            dividing num_heads; misaligned strides; a bad ``scale``; a workspace too
-            small; ``out`` overlapping an input.
+        ValueError: shapes that disagree; more than 65535 tokens; an unsupported
+            head_dim; num_kv_heads not dividing num_heads; misaligned strides; a bad
+            ``scale``; a workspace not a unit-stride vector, misaligned or too small;
+            ``out`` overlapping an input.
 
     Notes:
         The online softmax runs in base 2 (``exp2f`` of logits times ``scale *

@@ -167,8 +167,8 @@ def _prepare_qkv_rope(a: launcher.Args) -> launcher.Launch:
         raise ValueError(f"qkv_weight: expected ((num_heads + 2 * {num_kv_heads}) * {head_dim}, {k}) rows (q, k, v "
                          f"heads of k_cache's head_dim), got shape {tuple(w_sig.shape)}")
     weight, w_stride = _weight(w_sig, "qkv_weight", x.dtype, k, rows_w, f"(num_heads + 2 * num_kv_heads) * head_dim, {k}")
-    _, kc = _attention._cache(kc_sig, "k_cache", x.dtype, num_kv_heads, head_dim)
-    _, vc = _attention._cache(a.v_cache, "v_cache", x.dtype, num_kv_heads, head_dim)
+    _, kc = _attention._cache(kc_sig, "k_cache", x.dtype, num_kv_heads, head_dim, "the dtype of x")
+    _, vc = _attention._cache(a.v_cache, "v_cache", x.dtype, num_kv_heads, head_dim, "the dtype of x")
     if vc.num_tokens != kc.num_tokens:
         raise ValueError(f"v_cache: expected shape {tuple(kc_sig.shape)} (as k_cache), got {tuple(a.v_cache.shape)}")
     positions = _attention._positions(a.positions, rows.num_rows)
@@ -389,7 +389,8 @@ def rms_norm_gemv_rope_kv_append(x, norm_weight, qkv_weight, positions, cos_sin_
             (False, GGUF's permuted weights).
         q_out: optional ``(num_tokens, num_heads, head_dim)`` of x's dtype.
         check_positions: as :func:`cupykern.rope_kv_append` (False in a captured graph:
-            a token outside the table or cache then gets its q unrotated and writes nothing).
+            a token outside the table or cache then gets its q unrotated and writes
+            nothing; positions must then be distinct all the same).
 
     Returns:
         ``(q_out, k_cache, v_cache)`` (q_out allocated if not given).
@@ -401,8 +402,8 @@ def rms_norm_gemv_rope_kv_append(x, norm_weight, qkv_weight, positions, cos_sin_
         ValueError: shapes that disagree (qkv_weight's rows not a whole number of heads
             of the caches' head_dim); a cos_sin_cache that is not float32 or not
             contiguous, or whose rotary_dim is odd or beyond head_dim; more than 16 rows;
-            written arrays overlapping inputs or each other; a position out of range
-            (with ``check_positions``).
+            written arrays overlapping inputs or each other; a position out of range or
+            repeated (with ``check_positions``).
 
     References:
         The "no bubbles" megakernel's first instruction (RMSNorm + QKV + RoPE + KV
@@ -413,6 +414,5 @@ def rms_norm_gemv_rope_kv_append(x, norm_weight, qkv_weight, positions, cos_sin_
     scalars = (eps, is_neox)
     if _arrays.flag(check_positions, "check_positions"):
         checked = _QKV_ROPE.intake(arrays, scalars)
-        _rope._check_positions_in_range(checked[3], min(checked[4].shape[0], checked[5].shape[0]),
-                                        "the rows of cos_sin_cache and of k_cache")
+        _attention._check_cache_positions(checked[3], min(checked[4].shape[0], checked[5].shape[0]))
     return _QKV_ROPE(arrays, scalars)

@@ -75,6 +75,9 @@ def seed(value) -> tuple[np.uint32, np.uint32]:
     return np.uint32(value & 0xFFFFFFFF), np.uint32(value >> 32)
 
 
+_check_seed = seed  # sample_tokens' parameter of the same name hides it there
+
+
 def _prepare_sample_tokens(a: launcher.Args) -> launcher.Launch:
     logits = _arrays.required(a.logits, "logits", "a float32 device array (num_tokens, vocab_size)")
     _arrays.check_dtype(logits, _dtypes.float32, "logits", "float32")
@@ -207,6 +210,10 @@ def sample_tokens(logits, *, temperature=0.0, seed=0, positions=None, out=None):
         Gumbel 1954; Maddison, Tarlow & Minka, "A* Sampling", 2014 (arXiv:1411.0292);
         Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011 (Philox).
     """
+    if type(seed) is not int:
+        # The launcher's key compares scalars with ==, so 1.0 or True would find the recipe
+        # of seed=1 and pass where a first call refuses them: check other types each call.
+        _check_seed(seed)
     return _SAMPLE_TOKENS((logits, positions, out), (temperature, seed))
 
 
@@ -255,7 +262,8 @@ def append_tokens(tokens, positions, history):
     The last launch of a captured decode step: the next replay reads the advanced
     position (RoPE row, cache row, attention length, the sampler's counter), and the
     host reads the new tokens from ``history`` when it wants them. A new position
-    outside ``[0, max_tokens)`` is advanced but not recorded.
+    outside ``[0, max_tokens)`` is advanced but not recorded (2**31 - 1 wraps to -2**31,
+    as int32 arithmetic does).
 
     Parameters:
         tokens: ``(num_sequences,)`` int32 device array (:func:`sample_tokens`' output).

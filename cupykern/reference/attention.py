@@ -9,8 +9,9 @@ import math
 
 import numpy as np
 
+from cupykern import _arrays
 from cupykern.reference._common import check, f64, host
-from cupykern.ops import rope as _rope_ops
+from cupykern.ops import attention as _attention_ops
 from cupykern.reference.rope import apply_rope
 
 __all__ = ["decode_attention", "rope_kv_append"]
@@ -21,16 +22,13 @@ def rope_kv_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, *, is_ne
     :func:`~cupykern.reference.apply_rope`, k and v written to row ``positions[t]`` of
     copies of the caches. Tokens whose position is outside ``[0, min(max_position,
     max_tokens))`` raise the kernel's ValueError with ``check_positions``, else are left
-    out (q unrotated, nothing written), as the kernel does."""
+    out (q unrotated, nothing written), as the kernel does; so do repeated positions,
+    else the last token's row is written (the kernel's is then undefined)."""
     check("rope_kv_append", q=q, k=k, v=v, positions=positions, cos_sin_cache=cos_sin_cache, k_cache=k_cache,
           v_cache=v_cache, is_neox=is_neox)
-    if check_positions is not True and check_positions is not False:
-        raise TypeError(f"check_positions: expected a bool, got {check_positions!r}")
     pos = host(positions).astype(np.int64).reshape(-1)
-    if check_positions and pos.size:
-        _rope_ops.check_position_range(int(pos.min()), int(pos.max()),
-                                       min(host(cos_sin_cache).shape[0], host(k_cache).shape[0]),
-                                       "the rows of cos_sin_cache and of k_cache")
+    if _arrays.flag(check_positions, "check_positions"):  # the kernel's own flag check
+        _attention_ops.check_cache_positions(pos, min(host(cos_sin_cache).shape[0], host(k_cache).shape[0]))
     return rope_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, is_neox=is_neox)
 
 
@@ -57,7 +55,7 @@ def decode_attention(q, k_cache, v_cache, positions, *, scale=None, out=None, wo
     q, keys, values = f64(q), f64(k_cache), f64(v_cache)
     num_tokens, num_heads, head_dim = q.shape
     group = num_heads // keys.shape[1]
-    scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else float(np.real(scale))  # a complex one with no imaginary part
     pos = host(positions).astype(np.int64).reshape(-1)
     result = np.zeros_like(q)
     for t in range(num_tokens):

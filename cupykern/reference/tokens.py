@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cupykern import _arrays
 from cupykern.reference._common import check, f64, host
 
 __all__ = ["append_tokens", "embedding", "philox4x32_10", "sample_tokens"]
@@ -64,28 +65,34 @@ def sample_tokens(logits, *, temperature=0.0, seed=0, positions=None, out=None) 
         if temperature == 0:
             z = row
         else:
-            z = (row + float(temperature) * gumbel_noise(row.size, int(pos[t]), int(seed))).astype(np.float32)
+            z = (row + float(np.real(temperature)) * gumbel_noise(row.size, int(pos[t]), int(seed))).astype(np.float32)
         result[t] = int(np.argmax(z))
     return result
 
 
 def embedding(token_ids, weight, *, out=None, check_ids=True) -> np.ndarray:
-    """``weight[token_ids]`` in float64; an id outside the table gives a row of NaN (as
-    the kernel writes without ``check_ids``)."""
+    """``weight[token_ids]`` in float64. An id outside the table raises the kernel's
+    ValueError with ``check_ids``; without, it gives a row of NaN (as the kernel writes)."""
     check("embedding", token_ids=token_ids, weight=weight, out=out)
     ids = host(token_ids).astype(np.int64).reshape(-1)
     table = f64(weight)
+    if _arrays.flag(check_ids, "check_ids") and ids.size:
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= table.shape[0]:
+            raise ValueError(f"token_ids: expected values in [0, {table.shape[0]}) (the rows of weight), got "
+                             f"min {lo}, max {hi}")
     valid = (ids >= 0) & (ids < table.shape[0])
-    rows = table[np.where(valid, ids, 0)]
-    rows[~valid] = np.nan
+    rows = np.full((ids.size, table.shape[1]), np.nan)
+    rows[valid] = table[ids[valid]]
     return rows
 
 
 def append_tokens(tokens, positions, history):
     """``(positions + 1, history with history[b, positions[b] + 1] = tokens[b])`` as int64
-    arrays (the write skipped past the history's end)."""
+    arrays (the write skipped past the history's end). The int32 positions wrap as the
+    kernel's do: 2**31 - 1 + 1 is -2**31 (and nothing is written there)."""
     check("append_tokens", tokens=tokens, positions=positions, history=history)
-    new_positions = host(positions).astype(np.int64) + 1
+    new_positions = (host(positions).astype(np.int64) + 1 + 2**31) % 2**32 - 2**31
     after = host(history).astype(np.int64).copy()
     for b, (p, token) in enumerate(zip(new_positions, host(tokens).astype(np.int64))):
         if 0 <= p < after.shape[1]:
