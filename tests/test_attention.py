@@ -356,3 +356,9 @@ def test_rope_kv_append_accepts_q_k_v_views_of_one_fused_buffer(monkeypatch):
     overlap_check(monkeypatch, attention._ROPE_KV_APPEND, launch, values, pointers)
     with pytest.raises(ValueError, match="q overlaps k"):
         overlap_check(monkeypatch, attention._ROPE_KV_APPEND, launch, values, dict(pointers, k=base + 128))
+
+
+def test_decode_attention_refuses_a_scale_whose_base2_product_overflows():
+    with pytest.raises(ValueError, match="scale: expected a value > 0 whose product with log2"):
+        attention._prepare_decode_attention(_attention_args(scale=3e38))
+    assert attention._prepare_decode_attention(_attention_args(scale=2e38)).template is not None

@@ -138,8 +138,10 @@ def _scale(value, head_dim: int) -> np.float32:
     if value is None:
         return np.float32(1.0 / math.sqrt(head_dim))
     scale = _arrays.finite(value, "scale")
-    if not scale > 0:
-        raise ValueError(f"scale: expected a finite value > 0, got {value!r}")
+    # The kernel scales by scale * log2(e) in float32: that product must stay finite.
+    if not (scale > 0 and np.isfinite(np.float32(float(scale) * math.log2(math.e)))):
+        raise ValueError(f"scale: expected a value > 0 whose product with log2(e) is a finite float32 (below "
+                         f"{float(np.finfo(np.float32).max) / math.log2(math.e):.4g}), got {value!r}")
     return scale
 
 
@@ -344,8 +346,10 @@ def decode_attention(q, k_cache, v_cache, positions, *, scale=None, out=None, wo
 
     Notes:
         The online softmax runs in base 2 (``exp2f`` of logits times ``scale *
-        log2(e)``); states merge in a fixed order (lane groups, warps, then splits), so
-        results do not depend on the batch.
+        log2(e)``); states merge in a fixed order (lane groups, warps, then splits). A
+        cache of up to 1024 rows runs as one split, so a token's result is the same bits
+        in any batch; past that the number of splits follows tokens x heads (about two
+        blocks per SM), and a token's bits can differ with the batch size.
 
     References:
         Dao et al., "Flash-Decoding for long-context inference", 2023; Milakov &
