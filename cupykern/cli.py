@@ -117,7 +117,7 @@ def info(as_json):
     console.print(table)
     if not env["gpu_available"]:
         console.print("[yellow]No CUDA GPU is visible: kernels cannot run here; `cupykern check` still "
-                      "compiles every kernel.[/]")
+                      "compiles them (`--all`: every instantiation).[/]")
 
 
 # ----------------------------------------------------------------- check
@@ -163,9 +163,17 @@ def _compile_all(arch: str, instantiations: dict) -> int:
 @click.option("--arch", default=None, help="compute capability to compile for (default: the GPU's, else 90)")
 @click.option("--seed", default=0, show_default=True, help="seed of the validation inputs")
 @click.option("--skip-compile", is_flag=True, help="only validate on the GPU")
-def check(arch, seed, skip_compile):
-    """Compile every kernel instantiation (cupykern.families) with NVRTC; with a GPU, validate each op."""
-    from cupykern import environment, families
+@click.option("--all", "compile_all", is_flag=True,
+              help="compile the full cross product of instantiations (cupykern.families; minutes), not the "
+                   "covering set")
+def check(arch, seed, skip_compile, compile_all):
+    """Compile the kernels with NVRTC; with a GPU, validate each op.
+
+    By default NVRTC compiles the covering set (cupykern/covering.py): every source,
+    every value of every template parameter, and every instantiation the planner picks
+    for the model presets; --all compiles every instantiation the ops can launch.
+    """
+    from cupykern import covering, environment, families
 
     gpu = environment.gpu_available()
     if skip_compile and not gpu:
@@ -183,7 +191,7 @@ def check(arch, seed, skip_compile):
             import cupy
 
             arch = cupy.cuda.Device().compute_capability if gpu else NO_GPU_ARCH
-        failures += _compile_all(arch, families.instantiations())
+        failures += _compile_all(arch, families.instantiations() if compile_all else covering.instantiations())
     if gpu:
         failures += _validate_all(seed)
     else:
@@ -314,7 +322,7 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
     reference.
 
     Without a GPU it says so and runs the compile check of `cupykern check` on the
-    chosen ops' kernels instead (exit 1 if one fails to compile).
+    covering set of the chosen ops' kernels instead (exit 1 if one fails to compile).
     """
     from cupykern import environment, timing, tuning
     from cupykern import sweep as engine
@@ -344,13 +352,15 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
             raise click.UsageError(f"--tune times the kernels on this machine's GPU: {reason}")
         # The main job still does what it can here: the compile check of `cupykern check`.
         console.print(f"[yellow]No CUDA GPU ({reason}): nothing can be timed or validated here. Running the "
-                      f"compile check instead (as `cupykern check` does without a GPU): NVRTC compiles every "
-                      f"kernel instantiation of the chosen ops for sm_{NO_GPU_ARCH}.[/]", soft_wrap=True)
+                      f"compile check instead (as `cupykern check` does without a GPU): NVRTC compiles the "
+                      f"covering set of the chosen ops' kernels for sm_{NO_GPU_ARCH} (every source, every template "
+                      f"parameter value, the model presets' picks; `cupykern check --all` compiles every "
+                      f"instantiation).[/]", soft_wrap=True)
         if json_path or csv_path:
             console.print("[yellow]--json/--csv: no points, nothing written.[/]")
-        from cupykern import families
+        from cupykern import covering
 
-        failures = _compile_all(NO_GPU_ARCH, families.instantiations({specs[op].family for op in chosen}))
+        failures = _compile_all(NO_GPU_ARCH, covering.instantiations({specs[op].family for op in chosen}))
         console.print("[red]compile check failed[/]" if failures else
                       "[green]compile check passed[/] (run `cupykern sweep` on a GPU to validate and time)")
         sys.exit(1 if failures else 0)

@@ -29,7 +29,8 @@ def public_names(kind: str) -> dict:
 
 def instantiations(only=None) -> dict[str, list[str]]:
     """Every kernel instantiation the package can launch, as {source file: [name expressions]};
-    with ``only`` (family names), those families' alone."""
+    with ``only`` (family names), those families' alone. ``cupykern.covering`` picks the
+    subset a first run compiles."""
     spaces: dict[str, list[str]] = {}
     chosen = FAMILIES if only is None else [f for f in FAMILIES if f in set(only)]
     for module in (importlib.import_module(f"cupykern.ops.{family}") for family in chosen):

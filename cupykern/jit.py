@@ -13,7 +13,8 @@
   would take minutes, while one takes a fraction of a second.
 * :func:`nvrtc_compile` compiles a batch with NVRTC directly (no GPU or driver
   needed), with the options CuPy uses at run time; the CPU compile test and
-  ``cupykern check`` give it every instantiation of ``cupykern.families.instantiations()``.
+  ``cupykern check`` give it the covering set (``cupykern.covering``), and with
+  ``--compile-all`` / ``--all`` every instantiation of ``cupykern.families.instantiations()``.
 """
 
 from __future__ import annotations

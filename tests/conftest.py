@@ -26,6 +26,9 @@ HAS_GPU = environment.gpu_available()
 
 def pytest_addoption(parser):
     parser.addoption("--seed", type=int, default=20261129, help="base seed of every test's rng")
+    parser.addoption("--compile-all", action="store_true",
+                     help="tests/test_jit_compile.py: compile every instantiation (cupykern.families, minutes), "
+                          "not the covering set (cupykern.covering)")
 
 
 def pytest_configure(config):

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from cupykern import _dtypes, cli, environment, families, launcher, models, plans, registry, sweep, timing, tuning
+from cupykern import (_dtypes, cli, covering, environment, families, launcher, models, plans, registry, sweep, timing,
+                      tuning)
 from cupykern.plans import H200_LIMITS
 from cupykern.validation import CheckResult
 from tests.conftest import HAS_GPU
@@ -58,7 +59,7 @@ def no_gpu_compiles(monkeypatch):
     calls, failures = [], [0]
 
     def compile_all(arch, instantiations):
-        calls.append((arch, sorted(instantiations)))
+        calls.append((arch, instantiations))
         return failures[0]
 
     monkeypatch.setattr(cli, "_compile_all", compile_all)
@@ -73,13 +74,28 @@ def test_sweep_without_gpu_runs_the_compile_check(no_gpu_compiles):
     assert result.exit_code == 0, result.output
     assert "No CUDA GPU" in result.output and "compile check instead" in result.output
     assert "compile check passed" in result.output
-    assert calls == [("90", sorted(families.instantiations()))]  # every family's source
+    assert calls == [("90", covering.instantiations())]  # every family's source, its covering set
+    assert sorted(calls[0][1]) == sorted(families.instantiations())
     result = invoke("sweep", "rms_norm", "softmax", "--json", "points.json")
-    assert result.exit_code == 0 and calls[-1] == ("90", ["norm.cu", "softmax.cu"])
+    assert result.exit_code == 0 and calls[-1] == ("90", covering.instantiations({"norm", "softmax"}))
+    assert sorted(calls[-1][1]) == ["norm.cu", "softmax.cu"]
     assert "nothing written" in result.output
     failures[0] = 3
     result = invoke("sweep", "apply_rope")
-    assert result.exit_code == 1 and "compile check failed" in result.output and calls[-1][1] == ["rope.cu"]
+    assert result.exit_code == 1 and "compile check failed" in result.output and list(calls[-1][1]) == ["rope.cu"]
+
+
+def test_check_without_gpu_compiles_the_covering_set_and_all_with_all(no_gpu_compiles):
+    """`cupykern check` compiles the covering set (the first run's minutes); --all every instantiation."""
+    calls, _ = no_gpu_compiles
+    result = invoke("check")
+    assert result.exit_code == 0, result.output
+    assert "compiled but not run" in result.output
+    assert calls == [("90", covering.instantiations())]
+    result = invoke("check", "--all", "--arch", "80")
+    assert result.exit_code == 0, result.output
+    assert calls[-1] == ("80", families.instantiations())
+    assert sum(map(len, calls[0][1].values())) < sum(map(len, calls[-1][1].values())) / 5
 
 
 def test_sweep_without_gpu_checks_usage_first_and_cannot_tune(no_gpu_compiles):

@@ -1,11 +1,15 @@
-"""CPU: every kernel instantiation the package can launch compiles with NVRTC.
+"""CPU: the kernel instantiations compile with NVRTC.
 
 No GPU or driver is needed: NVRTC is called directly with the options CuPy 14.2 uses
-at run time (jit.nvrtc_options), for sm_80 and sm_90. The instantiations are every
-family's (cupykern.families.instantiations()), compiled in chunks on all CPU cores
-once per session; each (source, arch) is one test. This is the only place the suite
-compiles the whole space: the family test files check its size and names, and
-compile only the few instantiations whose register use they inspect.
+at run time (jit.nvrtc_options), for sm_80 and sm_90. By default the covering set
+(cupykern.covering.instantiations(): every source, every template parameter value,
+the planner's picks for the model presets) is compiled, which keeps README's test
+command within minutes on 2 cores; ``pytest --compile-all`` compiles every
+instantiation the package can launch (cupykern.families.instantiations()), as CI does
+with ``cupykern check --all``. Chunks run on all CPU cores once per session; each
+(source, arch) is one test. This is the only place the suite compiles a whole set:
+the family test files check its size and names, and compile only the few
+instantiations whose register use they inspect.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from cupykern import _dtypes, families, jit, plans
+from cupykern import _dtypes, covering, families, jit, plans
 
 ARCHS = ("80", "90")
 CHUNK = 64
@@ -32,8 +36,14 @@ def _compile_chunk(job):
 
 
 @pytest.fixture(scope="module")
-def compiled():
-    jobs = [(f, exprs[i:i + CHUNK], arch) for f, exprs in families.instantiations().items() for arch in ARCHS
+def to_compile(request) -> dict:
+    """{source: [name expressions]}: the covering set, or every instantiation with --compile-all."""
+    return families.instantiations() if request.config.getoption("--compile-all") else covering.instantiations()
+
+
+@pytest.fixture(scope="module")
+def compiled(to_compile):
+    jobs = [(f, exprs[i:i + CHUNK], arch) for f, exprs in to_compile.items() for arch in ARCHS
             for i in range(0, len(exprs), CHUNK)]
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         results = list(pool.map(_compile_chunk, jobs))
@@ -48,10 +58,10 @@ def compiled():
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("filename", sorted(families.instantiations()))
-def test_every_instantiation_compiles(compiled, filename, arch):
+def test_instantiations_compile(compiled, to_compile, filename, arch):
     entry = compiled[(filename, arch)]
     assert not entry["errors"], "\n".join(entry["errors"])
-    assert entry["count"] == len(families.instantiations()[filename])
+    assert entry["count"] == len(to_compile[filename])
 
 
 def test_every_family_is_compiled():

@@ -1,0 +1,168 @@
+"""The covering set: the few kernel instantiations a first run compiles instead of all.
+
+``cupykern.families.instantiations()`` is the full cross product the ops can launch
+(dtype x layout x variant: about 1900 name expressions, 792 of them in norm.cu), which
+takes minutes to compile with NVRTC. :func:`instantiations` picks a subset of it that
+still compiles every line a user's first call can reach:
+
+* every source file of the families;
+* every value of every template parameter at least once, per kernel template (each
+  dtype, each vector width, each threads-per-row, each flag);
+* every instantiation the planner picks for the model presets of ``cupykern.models``
+  in each dtype at the num_tokens of :data:`NUM_TOKENS` (:func:`planned`), on an
+  H200 with the heuristics (a tuned file is ignored).
+
+The picks come from each op's own intake spec and plan rule (``launcher.Op.prepare``)
+run on call signatures (``_arrays.Sig``), so no GPU is needed. ``cupykern check``, the
+no-GPU fallback of ``cupykern sweep`` and the compile tests take it from here;
+``cupykern check --all`` and ``pytest --compile-all`` compile the full product.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from cupykern import _dtypes, families, launcher, models, plans, tuning
+from cupykern._arrays import Sig
+
+#: num_tokens the planner's picks are taken at: decode (1, 16), a small batch, prefill.
+NUM_TOKENS = (1, 16, 64, 4096)
+
+#: Rows of the KV cache and cos/sin table below the presets' context length: decode
+#: attention splits the cache past plans.ATTENTION_ONE_SPLIT_ROWS rows, so both paths are planned.
+SHORT_CACHE_ROWS = 1024
+
+#: Vocabulary of the logits and embedding table (Llama 3's).
+VOCAB_SIZE = 128256
+
+_EXPR = re.compile(r"^(\w+)(?:<(.*)>)?$")
+_INT32, _INT64, _FLOAT32 = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float32)
+
+
+def template_args(expr: str) -> tuple[str, tuple[str, ...]]:
+    """``("rms_norm_kernel", ("float", "256", "4", "4", "32"))`` of a name expression
+    as ``jit.KernelTemplate.expr`` spells it (no nested templates)."""
+    name, args = _EXPR.match(expr).groups()
+    return name, tuple(a.strip() for a in args.split(",")) if args else ()
+
+
+def _c(shape, dtype) -> Sig:
+    return Sig.contiguous(tuple(shape), np.dtype(dtype), 0)
+
+
+def _calls(model: models.ModelPreset, dtype, n: int):
+    """(op name, {argument: Sig or scalar}) of the calls a decoder layer of ``model`` makes
+    with ``n`` tokens in ``dtype``, as the registry's inputs shape them (cupykern/registry)."""
+    h, inter, d = model.hidden_size, model.intermediate_size, model.head_dim
+    hq, hkv = model.num_attention_heads, model.num_key_value_heads
+    eps, offset = model.rms_norm_eps, model.norm_weight_offset
+    x, row = _c((n, h), dtype), _c((h,), dtype)
+    yield "rms_norm", dict(x=x, weight=row, eps=eps, weight_offset=offset)
+    yield "fused_add_rms_norm", dict(x=x, residual=x, weight=row, eps=eps, weight_offset=offset)
+    yield "layer_norm", dict(x=x, weight=row, bias=row, eps=1e-5)
+    for out in (None, _c((n, h), dtype)):  # float32 out by default, or x's dtype (in place)
+        yield "softmax", dict(x=x, out=out, temperature=1.0)
+    for op in ("sum", "max", "min", "sumsq"):
+        yield "row_reduce", dict(x=x, op=op)
+    yield "silu_and_mul", dict(x=_c((n, 2 * inter), dtype))
+    yield "gelu_and_mul", dict(x=_c((n, 2 * inter), dtype), approximate=model.gelu_approximate)
+    yield "swiglu", dict(gate=_c((n, inter), dtype), up=_c((n, inter), dtype))
+    q, k, v = _c((n, hq, d), dtype), _c((n, hkv, d), dtype), _c((n, hkv, d), dtype)
+    for rows in (SHORT_CACHE_ROWS, model.max_position_embeddings):
+        table = _c((rows, model.rotary_dim), _FLOAT32)
+        kv_cache = _c((rows, hkv, d), dtype)
+        for index in (_INT32, _INT64):
+            positions = _c((n,), index)
+            yield "apply_rope", dict(q=q, k=k, positions=positions, cos_sin_cache=table, is_neox=True, inplace=True)
+            yield "qk_rms_norm_rope", dict(q=q, k=k, q_weight=_c((d,), dtype), k_weight=_c((d,), dtype),
+                                           positions=positions, cos_sin_cache=table, eps=eps, is_neox=True)
+            yield "rope_kv_append", dict(q=q, k=k, v=v, positions=positions, cos_sin_cache=table, k_cache=kv_cache,
+                                         v_cache=kv_cache, is_neox=True)
+            yield "decode_attention", dict(q=q, k_cache=kv_cache, v_cache=kv_cache, positions=positions)
+            if n <= max(plans.GEMV_MAX_TOKENS):  # the gemv family takes decode sizes only
+                yield "rms_norm_gemv_rope_kv_append", dict(
+                    x=x, norm_weight=row, qkv_weight=_c(((hq + 2 * hkv) * d, h), dtype), positions=positions,
+                    cos_sin_cache=table, k_cache=kv_cache, v_cache=kv_cache, eps=eps, is_neox=True)
+    logits = _c((n, VOCAB_SIZE), _FLOAT32)
+    for temperature, positions in ((0.0, None), (0.7, _c((n,), _INT32))):  # greedy; seeded draw
+        yield "sample_tokens", dict(logits=logits, positions=positions, temperature=temperature, seed=0)
+    yield "embedding", dict(token_ids=_c((n,), _INT32), weight=_c((VOCAB_SIZE, h), dtype))
+    yield "append_tokens", dict(tokens=_c((n,), _INT32), positions=_c((n,), _INT32), history=_c((n, 4096), _INT32))
+    if n <= max(plans.GEMV_MAX_TOKENS):
+        yield "gemv_add_residual", dict(x=_c((n, hq * d), dtype), weight=_c((h, hq * d), dtype), residual=x)
+        yield "gemv_add_residual", dict(x=_c((n, inter), dtype), weight=_c((h, inter), dtype), residual=x)
+        yield "rms_norm_gemv_silu_and_mul", dict(x=x, norm_weight=row, gate_up_weight=_c((2 * inter, h), dtype),
+                                                 eps=eps)
+        for out_dtype in (None, _FLOAT32):  # QKV in the model's dtype; the LM head's float32 logits
+            yield "rms_norm_gemv", dict(x=x, norm_weight=row, weight=_c(((hq + 2 * hkv) * d, h), dtype), eps=eps,
+                                        out_dtype=out_dtype)
+            yield "gemv", dict(x=x, weight=_c((VOCAB_SIZE, h), dtype), out_dtype=out_dtype)
+
+
+def _launched(launch: launcher.Launch | None):
+    """(source, name expression) of each kernel a Launch starts (a split attention starts two)."""
+    while launch is not None and launch.template is not None:
+        yield launch.template.source, launch.template.expr(*launch.template_args)
+        launch = launch.then
+
+
+def planned(presets=None, dtypes=_dtypes.DTYPES, num_tokens=NUM_TOKENS, limits=plans.H200_LIMITS) -> dict[str, list]:
+    """{source: [name expressions]} the planner picks for ``presets`` (default: every
+    preset of cupykern.models) in ``dtypes`` at ``num_tokens``, on a GPU of ``limits``.
+
+    Runs each op's intake and plan rule on call signatures, no GPU; the heuristics plan
+    (a tuned file is not read). A call an op refuses (Gemma's head_dim 256 in
+    decode_attention, say) has no pick.
+    """
+    families.modules("ops")  # the family modules declare their ops on import
+    ops = launcher.ops()
+    picked: dict[str, list] = {}
+    with tuning.suspended():
+        for model in presets or models.PRESETS.values():
+            for dtype in dtypes:
+                for n in num_tokens:
+                    for name, values in _calls(model, dtype, n):
+                        op = ops[name]
+                        args = {a: values.get(a) for a in (*op.arrays, *op.scalars)}
+                        try:
+                            launch = op.prepare(launcher.Args(name, args, device=0, limits=limits))
+                        except ValueError:  # shapes the op does not take
+                            continue
+                        for source, expr in _launched(launch):
+                            if expr not in picked.setdefault(source, []):
+                                picked[source].append(expr)
+    return picked
+
+
+def _coverage(expr: str) -> set:
+    """What compiling ``expr`` covers: its kernel template (position -1) and each
+    (template, parameter position, value)."""
+    name, args = template_args(expr)
+    return {(name, -1, ""), *((name, i, v) for i, v in enumerate(args))}
+
+
+def instantiations(only=None) -> dict[str, list[str]]:
+    """The covering set, as {source file: [name expressions]} in the order of
+    ``families.instantiations(only)`` (``only``: family names).
+
+    The planner's picks (:func:`planned`) first, then, greedily, the instantiation that
+    adds the most template-parameter values not yet covered, until every value of the
+    full product is covered (per kernel template and parameter position).
+    """
+    full = families.instantiations(only)
+    picks = planned()
+    chosen: dict[str, list[str]] = {}
+    for source, exprs in full.items():
+        coverage = {e: _coverage(e) for e in exprs}
+        keep = set(picks.get(source, ())) & set(exprs)
+        covered = set().union(*(coverage[e] for e in keep))
+        while True:
+            best = max(exprs, key=lambda e: len(coverage[e] - covered))
+            if not coverage[best] - covered:
+                break
+            keep.add(best)
+            covered |= coverage[best]
+        chosen[source] = [e for e in exprs if e in keep]
+    return chosen
