@@ -139,7 +139,7 @@ def _scale(value, head_dim: int) -> np.float32:
         return np.float32(1.0 / math.sqrt(head_dim))
     scale = _arrays.finite(value, "scale")
     # The kernel scales by scale * log2(e) in float32: that product must stay finite.
-    if not (scale > 0 and np.isfinite(np.float32(float(scale) * math.log2(math.e)))):
+    if not (scale > 0 and float(scale) * math.log2(math.e) <= float(np.finfo(np.float32).max)):
         raise ValueError(f"scale: expected a value > 0 whose product with log2(e) is a finite float32 (below "
                          f"{float(np.finfo(np.float32).max) / math.log2(math.e):.4g}), got {value!r}")
     return scale
