@@ -279,10 +279,14 @@ def _print_sweep(points: list, model_name: str, copy_gbps: float, seed: int, tun
 @click.option("--model", "model", callback=_model, default="llama-3.1-8b", show_default=True,
               help="model preset giving each op's row size and constants (see `cupykern models`)")
 @click.option("--num-tokens", callback=_positive_int_list, default=",".join(map(str, NUM_TOKENS_LADDER)),
-              show_default=True, help="rows per call (tokens), comma-separated: decode sizes to prefill sizes")
+              show_default=True,
+              help="rows per call (tokens), comma-separated: decode sizes to prefill sizes (the gemv ops take "
+                   "at most 16; larger counts are left out for them)")
 @click.option("--hidden-size", "sizes", callback=_positive_int_list, default=None,
-              help="row sizes overriding the model's: hidden_size (norms, softmax, row_reduce), d (activations), "
-                   "head_dim (RoPE)")
+              help="row sizes overriding the model's, for every chosen op (name the ops): hidden_size (norms, "
+                   "softmax, row_reduce, the gemv ops' k, embedding), d (activations), head_dim (RoPE, "
+                   "rope_kv_append, decode_attention), vocab_size (sample_tokens), history length "
+                   "(append_tokens)")
 @click.option("--dtype", "dtypes", callback=_dtype_list, default="bf16", show_default=True,
               help="storage dtypes, comma-separated: bf16, fp16, fp32 (or bfloat16, float16, float32)")
 @click.option("--block-size", callback=_block_size_list, default=None,
@@ -315,10 +319,11 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
     Row sizes and op constants come from --model (default llama-3.1-8b) unless
     --hidden-size is given. The launch options are crossed and applied to the ops
     whose plan takes them: all of them to the row kernels (norms, softmax,
-    row_reduce), --block-size and --vec-width to the activations, none to RoPE. A
-    combination the plan rejects for a shape is skipped with a yellow line. Each point
-    reports the plan that was launched, its errors against the float64 reference and
-    the device memory one call allocates. Exits 1 if any point disagreed with the
+    row_reduce), --block-size and --vec-width to the activations, none to RoPE or the
+    decode ops (gemv, attention and tokens families). A combination the plan rejects
+    for a shape is skipped with a yellow line. Each point reports the plan that was
+    launched, its errors against the float64 reference and the device memory one call
+    allocates. Exits 1 if any point disagreed with the
     reference.
 
     Without a GPU it says so and runs the compile check of `cupykern check` on the

@@ -101,8 +101,9 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
                      model_path):
     """Generate text after PROMPT with SmolLM2-135M-Instruct (greedy by default).
 
-    Decoding replays one CUDA graph per token (six kernels per layer, the next token
-    chosen on the GPU; cupykern/llm/decode_graph.py) unless --no-graph or --ops plain.
+    Decoding replays one CUDA graph per token (five kernels per layer, plus the
+    embedding, the LM head, the sampler and the position update: the next token chosen
+    on the GPU; cupykern/llm/decode_graph.py) unless --no-graph or --ops plain.
     Streams the text, then prints prefill and decode tokens/s, the device memory
     (weights, KV cache, and the peak bytes CuPy's memory pool held during the run) and
     the time per stage: of the graph's launches by replay with the graph, else of the
