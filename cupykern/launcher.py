@@ -303,9 +303,10 @@ class Op:
     """One public op's launch path (see the module docstring).
 
     ``arrays`` and ``scalars`` name the arguments in the order the public function
-    passes them to :meth:`__call__` (two tuples); ``plan_kind`` is ``"rows"``, ``"activation"`` or
-    ``"rope"`` (the rule in cupykern/plans.py), ``launch_options`` the override keys it
-    takes.
+    passes them to :meth:`__call__` (two tuples); ``plan_kind`` is ``"rows"``, ``"activation"``,
+    ``"rope"``, ``"gemv"``, ``"attention"`` or ``"tokens"`` (the rule in cupykern/plans.py;
+    only ``"rows"`` ops are tuned), ``launch_options`` the override keys it takes (none by
+    default: a sweep option given for such an op is not applied to it).
     """
 
     def __init__(self, name: str, *, arrays: tuple, scalars: tuple = (), prepare, plan_kind: str,

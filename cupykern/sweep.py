@@ -218,7 +218,7 @@ def measure(spec: OpSpec, num_tokens: int, size: int, dtype, *, seed: int, copy_
 
 # ----------------------------------------------------------------- which points
 def launch_options(op: str) -> tuple[str, ...]:
-    """The launch override keys ``op``'s plan rule takes (none for RoPE)."""
+    """The launch override keys ``op``'s plan rule takes (none for RoPE and the decode ops)."""
     return launcher.ops()[op].launch_options
 
 

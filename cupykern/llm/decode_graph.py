@@ -19,7 +19,7 @@ launch                                          per layer / once
 
 Five launches per layer plus four, every one reading the position from device memory,
 so the graph needs no new kernel arguments from step to step (CuPy exposes no graph
-parameter updates). What capture forbids decides the rest (../shared/DECODE.md):
+parameter updates). What capture forbids decides the rest:
 no cuBLAS (the GEMVs are cupykern's), no host-to-device copies (the position lives on
 the device and the graph advances it), no allocation (every buffer is made before the
 capture and held as long as the graph; :meth:`GraphDecoder.capture` checks the pool's

@@ -228,8 +228,10 @@ def _prepare_decode_attention(a: launcher.Args) -> launcher.Launch:
 
 def workspace_size(num_tokens: int, num_heads: int, head_dim: int, max_tokens: int, *, limits=None) -> int:
     """float32 elements of the ``workspace`` decode_attention needs for these sizes (0 when
-    it runs unsplit). ``limits``: the device's (:class:`cupykern.plans.DeviceLimits`),
-    the current GPU's by default.
+    it runs unsplit). ``max_tokens``: the cache's rows (``k_cache.shape[0]``). ``limits``:
+    the device's (:class:`cupykern.plans.DeviceLimits`), the current GPU's by default,
+    so without a GPU pass ``limits`` (else CuPy raises a CUDA runtime error). Not
+    exported at the top level: ``cupykern.ops.attention.workspace_size``.
 
     Raises:
         ValueError: a size that is not an int >= 0.
@@ -317,16 +319,18 @@ def decode_attention(q, k_cache, v_cache, positions, *, scale=None, out=None, wo
     Parameters:
         q: device array ``(num_tokens, num_heads, head_dim)``, float16, bfloat16 or
             float32, head_dim 64 or 128; token and head strides multiples of 16 bytes;
-            at most 65535 tokens (:data:`MAX_TOKENS`).
+            at most 65535 tokens (``cupykern.ops.attention.MAX_TOKENS``).
         k_cache, v_cache: ``(max_tokens, num_kv_heads, head_dim)`` of q's dtype,
             num_kv_heads dividing num_heads; strides multiples of 16 bytes.
         positions: ``(num_tokens,)`` int32 or int64 on the device (read by the kernel,
             so a captured graph sees each step's value). Rows past ``max_tokens - 1``
             are clamped to the cache; a negative position attends to nothing (output 0).
-        scale: the logit scale, default ``1 / sqrt(head_dim)``; finite and > 0.
+        scale: the logit scale, default ``1 / sqrt(head_dim)``; > 0 and below about
+            2.359e38 (its product with log2(e) must be a finite float32).
         out: optional ``(num_tokens, num_heads, head_dim)`` of q's dtype.
-        workspace: optional float32 vector of at least :func:`workspace_size` elements,
-            unit-stride, its address a multiple of 4 bytes, for long caches (more than
+        workspace: optional float32 vector of at least
+            ``cupykern.ops.attention.workspace_size(num_tokens, num_heads, head_dim,
+            max_tokens)`` elements, unit-stride, its address a multiple of 4 bytes, for long caches (more than
             1024 rows), which are split over blocks and combined by a second launch;
             allocated per call if not given (a captured graph must pass it). Checked
             (dtype, layout) whenever given, its length only where the cache is split.

@@ -89,8 +89,9 @@ def embedding(token_ids, weight, *, out=None, check_ids=True) -> np.ndarray:
 
 def append_tokens(tokens, positions, history):
     """``(positions + 1, history with history[b, positions[b] + 1] = tokens[b])`` as int64
-    arrays (the write skipped past the history's end). The int32 positions wrap as the
-    kernel's do: 2**31 - 1 + 1 is -2**31 (and nothing is written there)."""
+    arrays (the write skipped where the new position is outside ``[0, max_tokens)``). The
+    int32 positions wrap as the kernel's do: 2**31 - 1 + 1 is -2**31 (and nothing is
+    written there). Takes int32 NumPy or CuPy arrays, as the op."""
     check("append_tokens", tokens=tokens, positions=positions, history=history)
     new_positions = (host(positions).astype(np.int64) + 1 + 2**31) % 2**32 - 2**31
     after = host(history).astype(np.int64).copy()
