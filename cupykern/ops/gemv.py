@@ -398,7 +398,9 @@ def rms_norm_gemv_rope_kv_append(x, norm_weight, qkv_weight, positions, cos_sin_
     Mutates: ``q_out``, and row ``positions[t]`` of ``k_cache`` and ``v_cache``.
 
     Raises:
-        TypeError: as :func:`rms_norm_gemv`; positions not int32/int64; ``is_neox`` not a bool.
+        TypeError: as :func:`rms_norm_gemv`; positions not int32/int64; ``is_neox`` not a
+            bool; a cos_sin_cache of another dtype when x is float32 (ValueError below
+            for a 16-bit x).
         ValueError: shapes that disagree (qkv_weight's rows not a whole number of heads
             of the caches' head_dim); a cos_sin_cache that is not float32 or not
             contiguous, or whose rotary_dim is odd or beyond head_dim; more than 16 rows;
