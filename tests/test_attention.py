@@ -362,3 +362,11 @@ def test_decode_attention_refuses_a_scale_whose_base2_product_overflows():
     with pytest.raises(ValueError, match="scale: expected a value > 0 whose product with log2"):
         attention._prepare_decode_attention(_attention_args(scale=3e38))
     assert attention._prepare_decode_attention(_attention_args(scale=2e38)).template is not None
+
+
+def test_registry_sizes_of_decode_attention_are_its_head_dims():
+    from cupykern.registry import all_specs
+
+    spec = all_specs()["decode_attention"]
+    assert spec.size_error(64) is None and spec.size_error(128) is None
+    assert "must be one of (64, 128)" in spec.size_error(192)

@@ -241,3 +241,14 @@ def test_sampling_step_replays_in_a_graph(rng):
     eager, graphed = run(False), run(True)
     np.testing.assert_array_equal(eager[0], graphed[0])
     assert eager[1][0] == graphed[1][0] == 14 and (eager[0][0, 5:15] >= 0).all()
+
+
+def test_references_chain_as_the_ops_do_in_int32():
+    """sample_tokens' reference gives int32 ids, which append_tokens' reference takes as
+    they are, and its results are int32 too (the ops' dtypes)."""
+    logits = np.array([[0.0, 2.0, 1.0]], np.float32)
+    token = reference.sample_tokens(logits)
+    assert token.dtype == np.int32 and token.tolist() == [1]
+    positions, history = reference.append_tokens(token, np.array([0], np.int32), np.zeros((1, 4), np.int32))
+    assert positions.dtype == history.dtype == np.int32
+    assert reference.append_tokens(token, positions, history)[1].tolist() == [[0, 1, 1, 0]]

@@ -209,7 +209,9 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
         raise click.ClickException(str(exc)) from None
     sys.stdout.write("\n")
     sys.stdout.flush()
-    console.print(f"decode path: {'one CUDA graph per token' if use_graph else 'eager (a Python launch per op)'}")
+    path = ("the float64 forward on the CPU" if reference else
+            "one CUDA graph per token" if use_graph else "eager (a Python launch per op)")
+    console.print(f"decode path: {path}")
     console.print(f"prefill: {len(result.prompt_ids)} tokens in {result.prefill_s * 1e3:.1f} ms "
                   f"({result.prefill_tokens_per_s:.1f} tokens/s); decode: {len(result.new_ids) - 1} tokens in "
                   f"{result.decode_s * 1e3:.1f} ms ({result.decode_tokens_per_s:.1f} tokens/s)")

@@ -76,7 +76,7 @@ def _out_dtype(value, dtype, f32_allowed: bool):
     except TypeError:
         raise TypeError(f"out_dtype: expected None, x's dtype or float32, got {value!r}") from None
     if out_dtype != dtype and not (f32_allowed and out_dtype == _dtypes.float32):
-        raise TypeError(f"out_dtype: expected None, x's dtype {dtype} or float32, got {out_dtype}")
+        raise TypeError(f"out_dtype: expected None, float32 or x's dtype ({dtype}), got {out_dtype}")
     return out_dtype
 
 

@@ -48,8 +48,8 @@ def _index_vector(sig, name: str, length: int | None, dtypes=INDEX_TYPES) -> _ar
     if sig.dtype not in dtypes:
         raise TypeError(f"{name}: expected dtype {expected}, got {sig.dtype}")
     if len(sig.shape) != 1 or (length is not None and sig.shape[0] != length):
-        want = f"({length},)" if length is not None else "a 1-d array"
-        raise ValueError(f"{name}: expected shape {want}, got {tuple(sig.shape)}")
+        want = f"shape ({length},)" if length is not None else "a 1-d array"
+        raise ValueError(f"{name}: expected {want}, got shape {tuple(sig.shape)}")
     _arrays.element_aligned(sig, name)
     if sig.shape[0] > 1 and sig.strides[0] != sig.itemsize:
         raise ValueError(f"{name}: must be unit-stride, got stride {sig.strides[0]} bytes")
@@ -80,7 +80,7 @@ _check_seed = seed  # sample_tokens' parameter of the same name hides it there
 
 def _prepare_sample_tokens(a: launcher.Args) -> launcher.Launch:
     logits = _arrays.required(a.logits, "logits", "a float32 device array (num_tokens, vocab_size)")
-    _arrays.check_dtype(logits, _dtypes.float32, "logits", "float32")
+    _arrays.check_dtype(logits, _dtypes.float32, "logits", "sample_tokens reads float32 logits")
     if len(logits.shape) != 2 or logits.shape[1] < 1:
         raise ValueError(f"logits: expected shape (num_tokens, vocab_size) with vocab_size >= 1, got "
                          f"{tuple(logits.shape)}")

@@ -52,12 +52,11 @@ def sample_tokens(logits, *, temperature=0.0, seed=0, positions=None, out=None) 
     ``logits[t] + temperature * gumbel_noise(vocab, positions[t], seed)`` computed in
     float64 and rounded once to float32 (the kernel's ``fmaf``, so ties between
     perturbed logits break alike); ``-n`` for a row with ``n`` NaN or infinite logits.
-    int64 array (the op's is int32): cast with ``.astype(np.int32)`` before passing it
-    to :func:`append_tokens`, which takes int32 as the op does."""
+    int32 array, as the op's (so it feeds :func:`append_tokens` as it is)."""
     check("sample_tokens", logits=logits, positions=positions, out=out, temperature=temperature, seed=seed)
     rows = f64(logits)
     pos = host(positions).astype(np.int64).reshape(-1) if positions is not None else np.zeros(len(rows), np.int64)
-    result = np.empty(rows.shape[0], dtype=np.int64)
+    result = np.empty(rows.shape[0], dtype=np.int32)
     for t, row in enumerate(rows):
         bad = int((~np.isfinite(row)).sum())
         if bad:
@@ -89,15 +88,14 @@ def embedding(token_ids, weight, *, out=None, check_ids=True) -> np.ndarray:
 
 
 def append_tokens(tokens, positions, history):
-    """``(positions + 1, history with history[b, positions[b] + 1] = tokens[b])`` as int64
-    arrays (the write skipped where the new position is outside ``[0, max_tokens)``). The
-    int32 positions wrap as the kernel's do: 2**31 - 1 + 1 is -2**31 (and nothing is
-    written there). Takes int32 NumPy or CuPy arrays, as the op: cast the int64 results
-    (``.astype(np.int32)``) to feed them back in a decode loop."""
+    """``(positions + 1, history with history[b, positions[b] + 1] = tokens[b])`` as int32
+    arrays, as the op writes them (the write skipped where the new position is outside
+    ``[0, max_tokens)``). The int32 positions wrap as the kernel's do: 2**31 - 1 + 1 is
+    -2**31 (and nothing is written there). Takes int32 NumPy or CuPy arrays, as the op."""
     check("append_tokens", tokens=tokens, positions=positions, history=history)
     new_positions = (host(positions).astype(np.int64) + 1 + 2**31) % 2**32 - 2**31
     after = host(history).astype(np.int64).copy()
     for b, (p, token) in enumerate(zip(new_positions, host(tokens).astype(np.int64))):
         if 0 <= p < after.shape[1]:
             after[b, p] = token
-    return new_positions, after
+    return new_positions.astype(np.int32), after.astype(np.int32)

@@ -47,6 +47,7 @@ class OpSpec:
         model_aware: ``make_inputs`` accepts ``model=``.
         min_size, size_multiple: the row sizes the op accepts (RoPE: even head_dim).
         max_tokens: the most tokens the op takes (decode-size kernels), None for any.
+        sizes: the only row sizes the op takes (decode_attention: head_dim 64, 128), or None.
     """
 
     name: str
@@ -63,6 +64,7 @@ class OpSpec:
     min_size: int = 1
     size_multiple: int = 1
     max_tokens: int | None = None
+    sizes: tuple | None = None
 
     def takes_tokens(self, num_tokens: int) -> bool:
         """Whether the op accepts ``num_tokens`` tokens (decode-size ops take at most ``max_tokens``)."""
@@ -92,6 +94,8 @@ class OpSpec:
 
     def size_error(self, size: int) -> str | None:
         """Why the op cannot take rows of ``size``, or None."""
+        if self.sizes is not None and size not in self.sizes:
+            return f"{self.name}: {self.size_name} must be one of {self.sizes}, got {size}"
         if size < self.min_size or size % self.size_multiple:
             rule = f">= {self.min_size}" + (f" and a multiple of {self.size_multiple}" if self.size_multiple > 1 else "")
             return f"{self.name}: {self.size_name} must be {rule}, got {size}"

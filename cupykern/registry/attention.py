@@ -103,7 +103,7 @@ DECODE_ATTENTION = OpSpec(
     run=lambda i: (attention.decode_attention(i["q"], i["k_cache"], i["v_cache"], i["positions"], out=i.get("out")),),
     reference=lambda i: (reference.decode_attention(i["q"], i["k_cache"], i["v_cache"], i["positions"]),),
     min_bytes=_attention_bytes, output_dtypes=lambda i: (i["q"].dtype,), check_sizes=(128,), model_aware=True,
-    token_inputs=("q", "positions"), min_size=64, size_multiple=64,
+    token_inputs=("q", "positions"), min_size=64, size_multiple=64, sizes=attention.HEAD_DIMS,
 )
 
 SPECS = (ROPE_KV_APPEND, DECODE_ATTENTION)
