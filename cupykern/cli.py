@@ -377,6 +377,11 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
         if ignored:
             takes = _flags(engine.launch_options(op)) or "none"
             console.print(f"[yellow]{op} ignores {_flags(ignored)} (its launch options: {takes})[/]", soft_wrap=True)
+    for op in chosen:
+        dropped = [n for n in num_tokens if not specs[op].takes_tokens(n)]
+        if dropped:
+            console.print(f"[yellow]{op} takes at most {specs[op].max_tokens} tokens: skips num_tokens "
+                          f"{','.join(map(str, dropped))}[/]", soft_wrap=True)
     limits = engine.current_device_limits()
     cases = engine.plan_cases(chosen, sizes=op_sizes, dtypes=dtypes, num_tokens=num_tokens, options=options,
                               tune=tune, model=model, seed=seed)

@@ -406,3 +406,10 @@ def test_check_skip_compile_without_gpu_is_a_usage_error(monkeypatch):
     monkeypatch.setattr(environment, "gpu_available", lambda: False)
     result = CliRunner().invoke(cli.main, ["check", "--skip-compile"])
     assert result.exit_code == 2 and "nothing to do without a GPU" in result.output
+
+
+def test_sweep_says_which_token_counts_a_decode_size_op_skips(fake_gpu):
+    result = invoke("sweep", "gemv", "rms_norm", "--num-tokens", "1,16,64", "--dtype", "bf16", "--repeat", "1")
+    assert "gemv takes at most 16 tokens: skips num_tokens 64" in result.output, result.output
+    assert "rms_norm takes at most" not in result.output
+    assert {c["num_tokens"] for c in fake_gpu if c["op"] == "gemv"} == {1, 16}

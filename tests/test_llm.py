@@ -730,3 +730,16 @@ def test_graph_decoder_rejects_a_run_past_its_cache(device_weights):
     decoder = _graph_decoder(device_weights, "fp16", 12)
     with pytest.raises(ValueError, match="exceed the decoder's 12 positions"):
         decode_graph.generate(decoder, PROMPT_IDS, 4)
+
+
+def test_cli_generate_checks_the_llm_extra_before_downloading(monkeypatch):
+    """Without gguf or tokenizers, generate says what to install before fetching 98 MB."""
+    import importlib.util
+
+    from cupykern.llm import fetch
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
+    monkeypatch.setattr(fetch, "fetch_model", lambda *a, **k: pytest.fail("fetched before the check"))
+    result = CliRunner().invoke(cli.generate_command, ["hi", "--reference"])
+    assert result.exit_code == 1 and "pip install 'cupykern[llm]' (missing: gguf)" in result.output, result.output

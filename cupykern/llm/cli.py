@@ -39,6 +39,18 @@ def fetch_model_command(name, force):
     click.echo(str(path))
 
 
+#: Packages of the llm extra that every generate needs (jinja2 only with --chat: the
+#: tokenizer module says so when it is missing).
+LLM_PACKAGES = ("gguf", "tokenizers")
+
+
+def missing_llm_packages() -> list[str]:
+    """The packages of :data:`LLM_PACKAGES` that cannot be imported."""
+    import importlib.util
+
+    return [name for name in LLM_PACKAGES if importlib.util.find_spec(name) is None]
+
+
 def _stage_table(prefill_ms: dict, decode_ms: dict, title: str):
     from rich.table import Table
 
@@ -132,6 +144,10 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
         if problem:
             raise click.ClickException(f"no GPU: {problem}. `cupykern generate` runs the model on an NVIDIA GPU; "
                                        "pass --reference to run the float64 forward on the CPU instead (slow).")
+    missing = missing_llm_packages()
+    if missing:  # before a 98 MB download that could not be read
+        raise click.ClickException(f"`cupykern generate` needs the llm extra: pip install 'cupykern[llm]' (missing: "
+                                   f"{', '.join(missing)})")
     try:
         path = model_path or fetch.fetch_model("smollm2", log=lambda m: console.print(m))
         reader = gguf_weights.open_reader(path)
