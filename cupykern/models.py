@@ -150,8 +150,9 @@ PRESETS: dict[str, ModelPreset] = {p.name: p for p in (
                 max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-5,
                 notes="The 4k model rotates the whole head (no partial_rotary_factor, rope_scaling null). "
                       "The 128k variant (microsoft/Phi-3-mini-128k-instruct, same shapes) uses rope_scaling "
-                      "type 'longrope' (per-dimension short/long factors), which rope_cos_sin_cache does "
-                      "not support. Fused qkv_proj and gate_up_proj (gate first, as silu_and_mul expects)."),
+                      "type 'longrope' (per-dimension short/long factors), which rope_cos_sin_cache takes "
+                      "(with the config's original_max_position_embeddings put in the dict); it has no "
+                      "preset here yet. Fused qkv_proj and gate_up_proj (gate first, as silu_and_mul expects)."),
     # HuggingFaceTB/SmolLM2-135M config.json
     ModelPreset("smollm2-135m", "HuggingFaceTB/SmolLM2-135M", hidden_size=576, intermediate_size=1536,
                 num_attention_heads=9, num_key_value_heads=3, head_dim=64, num_hidden_layers=30,

@@ -26,7 +26,10 @@ REQUIRED_KEYS = {
     "dynamic": ("factor", "original_max_position_embeddings"),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
     "yarn": ("factor", "original_max_position_embeddings"),
+    "longrope": ("short_factor", "long_factor", "original_max_position_embeddings"),
 }
+#: Older configs' names of a rope_type (Phi-3's first configs said "su").
+ALIASES = {"su": "longrope"}
 
 #: Rows of the table evaluated at once (bounds the float64 scratch to 64 MiB at rotary_dim 128).
 _CHUNK_ROWS = 1 << 16
@@ -131,6 +134,48 @@ def yarn_parameters(rotary_dim: int, base: float, factor: float, original_max_po
     return inv_freq / factor * ramp + inv_freq * (1.0 - ramp), float(attention_factor)
 
 
+def longrope_parameters(rotary_dim: int, base: float, short_factor, long_factor, original_max_position: float, *,
+                        max_position: int, factor: float | None = None,
+                        attention_factor: float | None = None) -> tuple[np.ndarray, float]:
+    """LongRoPE (Phi-3/3.5 128k): per-dimension rescaled frequencies and an attention factor.
+
+    ``inv_freq[i] = 1 / (ext[i] * base ** (2 i / rotary_dim))`` with ``ext = long_factor``
+    when the table is for sequences longer than the original context (``max_position >
+    original_max_position``), else ``short_factor`` (HF's rule with ``seq_len =
+    max_position``). The attention factor, unless given, is ``sqrt(1 + ln(s) /
+    ln(original_max_position))`` for ``s > 1`` (else 1), ``s`` the ``factor`` if given,
+    else ``max_position / original_max_position``: Hugging Face computes ``s`` from
+    the config's ``max_position_embeddings``, so a table of that many rows (or the
+    ``factor`` key) reproduces it. A model serves short and long prompts with two
+    tables, one of ``original_max_position`` rows (short factors) and one of the full
+    length (long factors), as vLLM's ``Phi3LongRoPEScaledRotaryEmbedding`` keeps both.
+
+    Source: HF ``_compute_longrope_parameters``; Ding et al., "LongRoPE", 2024
+    (arXiv:2402.13753).
+    """
+    ext = np.asarray(long_factor if max_position > original_max_position else short_factor, dtype=np.float64)
+    inv_freq = 1.0 / (ext * float(base) ** (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim))
+    if attention_factor is None:
+        scale = factor if factor is not None else max_position / original_max_position
+        attention_factor = math.sqrt(1.0 + math.log(scale) / math.log(original_max_position)) if scale > 1 else 1.0
+    return inv_freq, float(attention_factor)
+
+
+def _factor_list(rope_scaling: dict, key: str, length: int) -> np.ndarray:
+    """A list of ``length`` finite numbers > 0 (LongRoPE's per-dimension factors)."""
+    value = rope_scaling[key]
+    try:
+        factors = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        factors = None
+    if isinstance(value, (str, bytes, dict)) or factors is None or factors.shape != (length,) or \
+            not (np.isfinite(factors).all() and (factors > 0).all()):
+        got = f"{len(value)} values" if isinstance(value, (list, tuple)) else repr(value)
+        raise ValueError(f"rope_scaling[{key!r}]: expected a list of rotary_dim / 2 = {length} finite numbers > 0, "
+                         f"got {got}")
+    return factors
+
+
 def rope_type_of(rope_scaling) -> str:
     """The ``rope_type`` of a HF ``rope_scaling`` dict (older configs say ``type``); None -> default.
 
@@ -143,6 +188,7 @@ def rope_type_of(rope_scaling) -> str:
         raise ValueError(f"rope_scaling: expected a dict (a HF config's rope_scaling) or None, got "
                          f"{type(rope_scaling).__name__}")
     kind = rope_scaling.get("rope_type", rope_scaling.get("type", "default"))
+    kind = ALIASES.get(kind, kind) if isinstance(kind, str) else kind
     if not isinstance(kind, str) or kind not in REQUIRED_KEYS:
         raise ValueError(f"rope_scaling: unknown rope_type {kind!r}; supported: {', '.join(REQUIRED_KEYS)}")
     return kind
@@ -177,17 +223,27 @@ def rope_parameters(rotary_dim: int, base: float, rope_scaling=None, *, max_posi
     """``(inv_freq, attention_factor)`` for a HF ``rope_scaling`` dict, float64.
 
     ``inv_freq`` has ``rotary_dim / 2`` entries; ``max_position`` (the cache length) is
-    used by ``"dynamic"`` only.
+    used by ``"dynamic"`` and ``"longrope"`` (which factor list, and the default
+    attention factor) only.
 
     Raises:
         ValueError: unknown rope_type, missing keys (all named), non-positive or
-            non-finite factors, llama3's ``high_freq_factor == low_freq_factor``.
+            non-finite factors, llama3's ``high_freq_factor == low_freq_factor``,
+            LongRoPE factor lists not of ``rotary_dim / 2`` positive numbers.
     """
     kind = rope_type_of(rope_scaling)
     missing = [key for key in REQUIRED_KEYS[kind] if key not in rope_scaling]
     if missing:
         raise ValueError(f"rope_scaling: rope_type {kind!r} needs {', '.join(map(repr, missing))} "
                          f"(missing from {sorted(rope_scaling)})")
+    if kind == "longrope":
+        half = rotary_dim // 2
+        optional = {key: _positive(rope_scaling, key) for key in ("factor", "attention_factor")
+                    if rope_scaling.get(key) is not None}
+        original = _positive(rope_scaling, "original_max_position_embeddings")
+        return longrope_parameters(rotary_dim, base, _factor_list(rope_scaling, "short_factor", half),
+                                   _factor_list(rope_scaling, "long_factor", half), original,
+                                   max_position=max_position, **optional)
     get = {key: _positive(rope_scaling, key) for key in REQUIRED_KEYS[kind]}
     if kind == "default":
         return default_inv_freq(rotary_dim, base), 1.0
@@ -230,7 +286,8 @@ def cos_sin_table(max_position: int, rotary_dim: int, base: float = 10000.0, rop
     """The ``(max_position, rotary_dim)`` cos/sin cache on the host.
 
     Row p: ``[cos(p * inv_freq) * a, sin(p * inv_freq) * a]`` (cos in the first
-    ``rotary_dim / 2`` columns), ``a`` the attention factor (1 except YaRN), angles and
+    ``rotary_dim / 2`` columns), ``a`` the attention factor (1 except YaRN and
+    LongRoPE), angles and
     products in float64, rounded once to ``dtype``. vLLM's and FlashInfer's
     ``cos_sin_cache`` layout.
 

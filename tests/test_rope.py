@@ -217,7 +217,7 @@ def test_cache_yarn_mscale_and_explicit_attention_factor():
 
 @pytest.mark.parametrize("scaling, words", [
     ({"rope_type": "longrope"}, ["longrope"]),
-    ({"type": "su", "factor": 2.0}, ["su"]),
+    ({"type": "su", "factor": 2.0}, ["longrope", "short_factor", "long_factor"]),  # su: LongRoPE's first name
     ({"rope_type": "linear"}, ["factor"]),
     ({"rope_type": "dynamic", "factor": 2.0}, ["original_max_position_embeddings"]),
     ({"rope_type": "llama3", "factor": 8.0}, ["low_freq_factor", "high_freq_factor",
@@ -1035,3 +1035,51 @@ def test_overlapping_q_and_k_are_rejected():
     positions = cupy.zeros(3, dtype=np.int64)
     with pytest.raises(ValueError, match="k overlaps q"):
         cupykern.apply_rope(q, q[:, :2], positions, cache)
+
+
+# ----------------------------------------------------------------- LongRoPE (Phi-3/3.5 128k)
+def _longrope(short, long, original=4096, **extra):
+    return {"rope_type": "longrope", "short_factor": list(short), "long_factor": list(long),
+            "original_max_position_embeddings": original, **extra}
+
+
+def test_longrope_long_table_follows_the_published_formula():
+    """A table past the original length: inv_freq = 1 / (long_factor * base ** (2i / d)),
+    cos and sin times sqrt(1 + ln(L / L0) / ln(L0)) (HF _compute_longrope_parameters),
+    computed here independently of cupykern.rope_scaling."""
+    rng = np.random.default_rng(3)
+    rotary_dim, base, original, rows = 96, 10000.0, 4096, 131072
+    short, long = rng.uniform(1, 3, rotary_dim // 2), rng.uniform(1, 60, rotary_dim // 2)
+    table = reference.rope_cos_sin_cache(rows, rotary_dim, base, rope_scaling=_longrope(short, long, original))
+    scale = math.sqrt(1 + math.log(rows / original) / math.log(original))  # 32x: about 1.19
+    for p in (0, 1, 4095, 4096, 100_000, rows - 1):
+        angles = [p / (long[i] * base ** (2 * i / rotary_dim)) for i in range(rotary_dim // 2)]
+        np.testing.assert_allclose(table[p], np.array([math.cos(a) for a in angles] + [math.sin(a) for a in angles])
+                                   * scale, rtol=1e-12, atol=1e-12)
+
+
+def test_longrope_short_table_uses_the_short_factors_and_no_attention_factor():
+    short, long = [1.0, 2.0, 4.0, 8.0], [10.0, 20.0, 30.0, 40.0]
+    table = reference.rope_cos_sin_cache(64, 8, 500.0, rope_scaling=_longrope(short, long, original=64))
+    p, i = 63, 2
+    assert table[p, i] == pytest.approx(math.cos(p / (short[i] * 500.0 ** (2 * i / 8))), abs=1e-14)
+    # "su", Phi-3's first name for it, is the same scaling; factor and attention_factor override.
+    su = {key: value for key, value in _longrope(short, long, original=64).items() if key != "rope_type"}
+    assert np.array_equal(table, reference.rope_cos_sin_cache(64, 8, 500.0, rope_scaling={**su, "type": "su"}))
+    given = reference.rope_cos_sin_cache(64, 8, 500.0, rope_scaling=_longrope(short, long, 64, factor=16.0))
+    np.testing.assert_allclose(given, table * math.sqrt(1 + math.log(16.0) / math.log(64)), rtol=1e-14)
+    fixed = reference.rope_cos_sin_cache(64, 8, 500.0, rope_scaling=_longrope(short, long, 64, attention_factor=2.0))
+    np.testing.assert_allclose(fixed, table * 2.0, rtol=1e-14)
+
+
+@pytest.mark.parametrize("scaling, match", [
+    (_longrope([1.0] * 3, [1.0] * 4), r"rope_scaling\['short_factor'\]: expected a list of rotary_dim / 2 = 4"),
+    (_longrope([1.0] * 4, [1.0, 1.0, -2.0, 1.0]), r"rope_scaling\['long_factor'\]: expected a list"),
+    (_longrope([1.0] * 4, "fast"), r"rope_scaling\['long_factor'\]"),
+    ({"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [1.0] * 4},
+     "needs 'original_max_position_embeddings'"),
+    (_longrope([1.0] * 4, [1.0] * 4, original=0), r"rope_scaling\['original_max_position_embeddings'\]"),
+])
+def test_longrope_bad_configs_name_the_key(scaling, match):
+    with pytest.raises(ValueError, match=match):
+        reference.rope_cos_sin_cache(16, 8, rope_scaling=scaling)

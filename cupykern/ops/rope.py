@@ -225,8 +225,13 @@ def rope_cos_sin_cache(max_position: int, rotary_dim: int, base: float = 10000.0
             ``original_max_position_embeddings``); ``"yarn"`` (``factor``,
             ``original_max_position_embeddings``, optional ``beta_fast``, ``beta_slow``,
             ``mscale``, ``mscale_all_dim``, ``attention_factor``, ``truncate``; the
-            attention factor multiplies cos and sin). The formulas are in
-            cupykern/rope_scaling.py.
+            attention factor multiplies cos and sin); ``"longrope"`` (or ``"su"``:
+            ``short_factor``, ``long_factor``, lists of ``rotary_dim / 2``;
+            ``original_max_position_embeddings``, which Phi-3's configs keep beside
+            ``rope_scaling``: put it in the dict; optional ``factor`` and
+            ``attention_factor``): the long factors when ``max_position`` exceeds the
+            original length, so a model keeps a short and a long table. The formulas
+            are in cupykern/rope_scaling.py.
         dtype: float32 (default), float16 or bfloat16; values are rounded once to it.
 
     Returns:
