@@ -247,6 +247,22 @@ def vector(sig: Sig | None, name: str, dtype, length: int, *, what: str, optiona
     return sig
 
 
+def index_vector(sig: Sig | None, name: str, length: int | None = None, dtypes=_dtypes.INDEX_C_TYPES) -> Sig:
+    """A unit-stride 1-d device vector of positions or token ids, of one of ``dtypes``
+    (int32 or int64 by default) and ``length`` elements when given."""
+    expected = " or ".join(str(d) for d in dtypes)
+    sig = required(sig, name, f"a device array of {expected}")
+    if sig.dtype not in dtypes:
+        raise TypeError(f"{name}: expected dtype {expected}, got {sig.dtype}")
+    if len(sig.shape) != 1 or (length is not None and sig.shape[0] != length):
+        want = f"shape ({length},)" if length is not None else "a 1-d array"
+        raise ValueError(f"{name}: expected {want}, got shape {tuple(sig.shape)}")
+    element_aligned(sig, name)
+    if sig.shape[0] > 1 and sig.strides[0] != sig.itemsize:
+        raise ValueError(f"{name}: must be unit-stride, got stride {sig.strides[0]} bytes")
+    return sig
+
+
 def vector_aligned(vec_width: int, *sigs_and_strides) -> bool:
     """Whether ``vec_width``-element accesses are aligned for every (signature, row_stride).
 

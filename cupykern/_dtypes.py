@@ -17,6 +17,8 @@ float32 = np.dtype(np.float32)
 DTYPES = (float32, float16, bfloat16)
 
 _C_TYPES = {float32: "float", float16: "__half", bfloat16: "__nv_bfloat16"}
+#: Integer dtypes of positions and token ids, with their CUDA C spelling (a kernel's IdxT).
+INDEX_C_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
 
 #: Short names used by the CLI and result files.
 _SHORT_NAMES = {float32: "fp32", float16: "fp16", bfloat16: "bf16"}

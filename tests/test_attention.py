@@ -17,14 +17,7 @@ import pytest
 import cupykern
 from cupykern import _dtypes, plans, reference
 from cupykern.ops import attention
-from tests.helpers import (
-    DTYPE_IDS,
-    DTYPES,
-    assert_close,
-    contiguous,
-    prepare_args,
-    random_device,
-)
+from tests.helpers import DTYPE_IDS, DTYPES, assert_close, contiguous, prepare_args, random_device
 
 
 def _table(rows, rotary_dim, base=10000.0):

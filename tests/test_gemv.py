@@ -23,16 +23,7 @@ import cupykern
 from cupykern import _dtypes, plans, reference
 from cupykern.ops import gemv
 from cupykern.reference._common import round_to
-from tests.helpers import (
-    DTYPE_IDS,
-    DTYPES,
-    Guarded,
-    as_fake,
-    assert_close,
-    contiguous,
-    prepare_args,
-    random_device,
-)
+from tests.helpers import DTYPE_IDS, DTYPES, Guarded, as_fake, assert_close, contiguous, prepare_args, random_device
 
 OPS = ["gemv", "gemv_add_residual", "rms_norm_gemv", "rms_norm_gemv_silu_and_mul"]
 #: Row lengths: SmolLM2's hidden and intermediate sizes, Llama-3-8B's hidden size, and

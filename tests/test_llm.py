@@ -28,15 +28,7 @@ pytest.importorskip("tokenizers", reason="the llm extra is not installed (pip in
 from click.testing import CliRunner  # noqa: E402
 
 from cupykern import _dtypes, user_cache  # noqa: E402
-from cupykern.llm import (  # noqa: E402
-    cli,
-    fetch,
-    generate,
-    gguf_weights,
-    memory,
-    stage_timer,
-    tokenizer,
-)
+from cupykern.llm import cli, fetch, generate, gguf_weights, memory, stage_timer, tokenizer  # noqa: E402
 from cupykern.llm.kv_cache import KVCache  # noqa: E402
 from cupykern.llm.reference import ReferenceLlama  # noqa: E402
 from tests.conftest import HAS_GPU  # noqa: E402

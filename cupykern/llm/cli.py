@@ -125,14 +125,7 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
     from rich.console import Console
 
     from cupykern import _dtypes
-    from cupykern.llm import (
-        fetch,
-        generate,
-        gguf_weights,
-        memory,
-        stage_timer,
-        tokenizer,
-    )
+    from cupykern.llm import fetch, generate, gguf_weights, memory, stage_timer, tokenizer
 
     console = Console(stderr=True)
     try:  # FloatRange(min=0) lets nan and inf through

@@ -42,12 +42,7 @@ import math
 import numpy as np
 
 from cupykern import _dtypes
-from cupykern.llm.gguf_weights import (
-    LayerWeights,
-    LlamaConfig,
-    LlamaWeights,
-    load_weights,
-)
+from cupykern.llm.gguf_weights import LayerWeights, LlamaConfig, LlamaWeights, load_weights
 from cupykern.llm.kv_cache import KVCache
 from cupykern.llm.ops import KERNELS
 from cupykern.llm.reference import check_tokens

@@ -27,16 +27,15 @@ HEAD_DIMS = (64, 128)
 #: Most tokens one decode_attention call takes: its grid is (heads, tokens, splits), and
 #: a grid's y dimension holds at most 65535 blocks on every CUDA GPU.
 MAX_TOKENS = 65535
-INDEX_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
 
 
 def instantiations() -> dict[KernelTemplate, list[str]]:
     """Every instantiation of this family."""
     rope = [ROPE_KV_APPEND.expr(_dtypes.c_type(d), _dtypes.c_type(c), idx, neox)
             for d in _dtypes.DTYPES for c in sorted({d, _dtypes.float32}, key=str)
-            for idx in INDEX_TYPES.values() for neox in (False, True)]
+            for idx in _dtypes.INDEX_C_TYPES.values() for neox in (False, True)]
     attention = [DECODE_ATTENTION.expr(_dtypes.c_type(d), idx, hd, split, plans.ATTENTION_WARPS)
-                 for d in _dtypes.DTYPES for idx in INDEX_TYPES.values() for hd in HEAD_DIMS for split in (False, True)]
+                 for d in _dtypes.DTYPES for idx in _dtypes.INDEX_C_TYPES.values() for hd in HEAD_DIMS for split in (False, True)]
     combine = [ATTENTION_COMBINE.expr(_dtypes.c_type(d), hd) for d in _dtypes.DTYPES for hd in HEAD_DIMS]
     return {ROPE_KV_APPEND: rope, DECODE_ATTENTION: attention, ATTENTION_COMBINE: combine}
 
@@ -44,14 +43,7 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
 # ----------------------------------------------------------------- intake
 def _positions(sig, num_tokens: int) -> _arrays.Sig:
     """``(num_tokens,)`` int32 or int64, unit-stride (a graph's position counter is one)."""
-    sig = _arrays.required(sig, "positions", "a device array (num_tokens,) of int32 or int64")
-    if sig.dtype not in INDEX_TYPES:
-        raise TypeError(f"positions: expected dtype int32 or int64, got {sig.dtype}")
-    _arrays.check_shape(sig, (num_tokens,), "positions")
-    _arrays.element_aligned(sig, "positions")
-    if num_tokens > 1 and sig.strides[0] != sig.itemsize:
-        raise ValueError(f"positions: must be unit-stride, got stride {sig.strides[0]} bytes")
-    return sig
+    return _arrays.index_vector(sig, "positions", num_tokens)
 
 
 def _cache(sig, name: str, dtype, num_kv_heads: int, head_dim: int,
@@ -124,7 +116,7 @@ def _prepare_rope_kv_append(a: launcher.Args) -> launcher.Launch:
         return launcher.Launch(None, returns=("q", "k_cache", "v_cache"))
     plan = plans.DecodePlan("attention", (qh.num_tokens, 1, 1), plans.TOKEN_BLOCK_SIZE)
     return launcher.Launch(
-        ROPE_KV_APPEND, (_dtypes.c_type(q.dtype), _dtypes.c_type(table.dtype), INDEX_TYPES[positions.dtype],
+        ROPE_KV_APPEND, (_dtypes.c_type(q.dtype), _dtypes.c_type(table.dtype), _dtypes.INDEX_C_TYPES[positions.dtype],
                          is_neox), plan,
         pointers=("q", "k_cache", "v_cache", "k", "v", "positions", "cos_sin_cache"),
         scalars=(*map(np.int32, (qh.num_heads, kh.num_heads, qh.head_dim, rotary_dim)),
@@ -216,7 +208,7 @@ def _prepare_decode_attention(a: launcher.Args) -> launcher.Launch:
                                scalars=(np.int32(plan.num_splits), np.int64(oh.token_stride),
                                         np.int64(oh.head_stride)))
     return launcher.Launch(
-        DECODE_ATTENTION, (_dtypes.c_type(q.dtype), INDEX_TYPES[positions.dtype], qh.head_dim, split,
+        DECODE_ATTENTION, (_dtypes.c_type(q.dtype), _dtypes.INDEX_C_TYPES[positions.dtype], qh.head_dim, split,
                            plan.block_size // plans.WARP_SIZE), plan,
         pointers=("out", "workspace" if split else "out", lse_offset if split else "out", "q", "k_cache", "v_cache",
                   "positions"),

@@ -49,7 +49,7 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
                     exprs += [GEMV.expr(*_template_args(d, out_dtype, norm, epilogue, v, m, plans.GEMV_AHEAD))
                               for m in plans.GEMV_MAX_TOKENS]
     qkv_rope = [QKV_ROPE.expr(_dtypes.c_type(d), "float", idx, neox, v, m, plans.GEMV_AHEAD) for d in _dtypes.DTYPES
-                for idx in _attention.INDEX_TYPES.values() for neox in (False, True)
+                for idx in _dtypes.INDEX_C_TYPES.values() for neox in (False, True)
                 for v in sorted({1, _dtypes.vec_width(d)}) for m in plans.GEMV_MAX_TOKENS]
     return {GEMV: exprs, QKV_ROPE: qkv_rope}
 
@@ -199,7 +199,7 @@ def _prepare_qkv_rope(a: launcher.Args) -> launcher.Launch:
     plan = plans.plan_gemv(rows.num_rows, units, x.dtype, aligned=aligned, limits=a.limits, overrides=a.overrides,
                            op=op)
     return launcher.Launch(
-        QKV_ROPE, (_dtypes.c_type(x.dtype), "float", _attention.INDEX_TYPES[positions.dtype], is_neox,
+        QKV_ROPE, (_dtypes.c_type(x.dtype), "float", _dtypes.INDEX_C_TYPES[positions.dtype], is_neox,
                    plan.vec_width, plan.max_tokens, plans.GEMV_AHEAD), plan,
         pointers=("q_out", "k_cache", "v_cache", "x", "qkv_weight", "norm_weight", "positions", "cos_sin_cache"),
         scalars=(np.int32(rows.num_rows), np.int64(k), *map(np.int32, (num_heads, num_kv_heads, head_dim, rotary_dim)),

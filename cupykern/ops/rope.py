@@ -14,7 +14,7 @@ APPLY_ROPE = KernelTemplate("rope.cu", "apply_rope_kernel")
 QK_RMS_NORM_ROPE = KernelTemplate("rope.cu", "qk_rms_norm_rope_kernel")
 
 #: Position dtypes -> TPos (never reinterpreted: each has its own instantiation).
-POSITION_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
+POSITION_TYPES = _dtypes.INDEX_C_TYPES
 
 
 def _cache_dtypes(dtype) -> list:

@@ -23,7 +23,6 @@ SAMPLE_TOKENS = KernelTemplate("tokens.cu", "sample_tokens_kernel")
 EMBEDDING = KernelTemplate("tokens.cu", "embedding_kernel")
 APPEND_TOKENS = KernelTemplate("tokens.cu", "append_tokens_kernel")
 
-INDEX_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
 #: Largest temperature: ``temperature * g`` (g, the Gumbel noise, below 23 in magnitude)
 #: must stay far inside float32's range.
 MAX_TEMPERATURE = 1e30
@@ -33,29 +32,14 @@ _INT32 = np.dtype(np.int32)
 def instantiations() -> dict[KernelTemplate, list[str]]:
     """Every instantiation of this family."""
     return {
-        SAMPLE_TOKENS: [SAMPLE_TOKENS.expr(idx, has) for idx in INDEX_TYPES.values() for has in (False, True)],
-        EMBEDDING: [EMBEDDING.expr(_dtypes.c_type(d), idx, v) for d in _dtypes.DTYPES for idx in INDEX_TYPES.values()
+        SAMPLE_TOKENS: [SAMPLE_TOKENS.expr(idx, has) for idx in _dtypes.INDEX_C_TYPES.values() for has in (False, True)],
+        EMBEDDING: [EMBEDDING.expr(_dtypes.c_type(d), idx, v) for d in _dtypes.DTYPES for idx in _dtypes.INDEX_C_TYPES.values()
                     for v in sorted({1, _dtypes.vec_width(d)})],
         APPEND_TOKENS: [APPEND_TOKENS.expr()],
     }
 
 
 # ----------------------------------------------------------------- intake
-def _index_vector(sig, name: str, length: int | None, dtypes=INDEX_TYPES) -> _arrays.Sig:
-    """A unit-stride device vector of int32 (or int64 where ``dtypes`` allows)."""
-    expected = " or ".join(str(d) for d in dtypes)
-    sig = _arrays.required(sig, name, f"a device array of {expected}")
-    if sig.dtype not in dtypes:
-        raise TypeError(f"{name}: expected dtype {expected}, got {sig.dtype}")
-    if len(sig.shape) != 1 or (length is not None and sig.shape[0] != length):
-        want = f"shape ({length},)" if length is not None else "a 1-d array"
-        raise ValueError(f"{name}: expected {want}, got shape {tuple(sig.shape)}")
-    _arrays.element_aligned(sig, name)
-    if sig.shape[0] > 1 and sig.strides[0] != sig.itemsize:
-        raise ValueError(f"{name}: must be unit-stride, got stride {sig.strides[0]} bytes")
-    return sig
-
-
 def temperature(value) -> np.float32:
     """A temperature in ``[0, MAX_TEMPERATURE]`` as float32 (0: greedy). A nonzero value
     below float32's smallest normal number is refused (``_arrays.real``): the kernels
@@ -91,14 +75,14 @@ def _prepare_sample_tokens(a: launcher.Args) -> launcher.Launch:
         raise ValueError(f"logits: vocab_size must be below 2**31 (int32 token ids), got {vocab}")
     t = temperature(a.temperature)
     seed_lo, seed_hi = seed(a.seed)
-    positions = _index_vector(a.positions, "positions", num_tokens) if a.positions is not None else None
+    positions = _arrays.index_vector(a.positions, "positions", num_tokens) if a.positions is not None else None
     out, allocate = launcher.output(a.out, "out", (num_tokens,), _INT32)
-    _index_vector(out, "out", num_tokens, {_INT32: "int"})
+    _arrays.index_vector(out, "out", num_tokens, {_INT32: "int"})
     disjoint = (launcher.Disjoint("logits", "out"), launcher.Disjoint("positions", "out"))
     if num_tokens == 0:
         return launcher.Launch(None, allocate=allocate, returns="out")
     plan = plans.DecodePlan("tokens", (num_tokens, 1, 1), plans.SAMPLE_THREADS)
-    index_type = INDEX_TYPES[positions.dtype] if positions is not None else "int"
+    index_type = _dtypes.INDEX_C_TYPES[positions.dtype] if positions is not None else "int"
     return launcher.Launch(
         SAMPLE_TOKENS, (index_type, positions is not None), plan,
         pointers=("out", "logits", "positions" if positions is not None else "logits"),
@@ -107,7 +91,7 @@ def _prepare_sample_tokens(a: launcher.Args) -> launcher.Launch:
 
 
 def _prepare_embedding(a: launcher.Args) -> launcher.Launch:
-    ids = _index_vector(a.token_ids, "token_ids", None)
+    ids = _arrays.index_vector(a.token_ids, "token_ids", None)
     weight = _arrays.required(a.weight, "weight", "a device array (num_embeddings, hidden_size)")
     _arrays.supported_dtype(weight, "weight")
     if len(weight.shape) != 2 or weight.shape[1] < 1:
@@ -126,16 +110,16 @@ def _prepare_embedding(a: launcher.Args) -> launcher.Launch:
                                                           (out, out_rows.row_stride))
     plan = plans.DecodePlan("tokens", (num_tokens, 1, 1), plans.TOKEN_BLOCK_SIZE, vec_width=vw if aligned else 1)
     return launcher.Launch(
-        EMBEDDING, (_dtypes.c_type(weight.dtype), INDEX_TYPES[ids.dtype], plan.vec_width), plan,
+        EMBEDDING, (_dtypes.c_type(weight.dtype), _dtypes.INDEX_C_TYPES[ids.dtype], plan.vec_width), plan,
         pointers=("out", "token_ids", "weight"),
         scalars=tuple(map(np.int64, (num_embeddings, hidden, w_rows.row_stride, out_rows.row_stride))),
         allocate=allocate, returns="out", disjoint=disjoint)
 
 
 def _prepare_append_tokens(a: launcher.Args) -> launcher.Launch:
-    tokens = _index_vector(a.tokens, "tokens", None, {_INT32: "int"})
+    tokens = _arrays.index_vector(a.tokens, "tokens", None, {_INT32: "int"})
     num_sequences = tokens.shape[0]
-    _index_vector(a.positions, "positions", num_sequences, {_INT32: "int"})
+    _arrays.index_vector(a.positions, "positions", num_sequences, {_INT32: "int"})
     history = _arrays.required(a.history, "history", "an int32 device array (num_sequences, max_tokens)")
     _arrays.check_dtype(history, _INT32, "history", "int32")
     if len(history.shape) != 2 or history.shape[0] != num_sequences:

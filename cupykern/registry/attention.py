@@ -33,22 +33,6 @@ def _positions(rng, num_tokens):
     return cupy.asarray(rng.choice(rows, size=num_tokens, replace=False).astype(np.int32)), rows
 
 
-def _append_inputs(rng, num_tokens, head_dim, dtype, model=None):
-    import cupy
-
-    q_heads, kv_heads, rotary_dim, base, scaling = _heads(model, head_dim)
-    positions, rows = _positions(rng, num_tokens)
-    return {
-        "q": random_device(rng, (num_tokens, q_heads, head_dim), dtype),
-        "k": random_device(rng, (num_tokens, kv_heads, head_dim), dtype),
-        "v": random_device(rng, (num_tokens, kv_heads, head_dim), dtype),
-        "positions": positions,
-        "cos_sin_cache": cupy.asarray(_host_cache(rotary_dim, rows, base, scaling)),
-        "k_cache": random_device(rng, (rows, kv_heads, head_dim), dtype),
-        "v_cache": random_device(rng, (rows, kv_heads, head_dim), dtype),
-    }
-
-
 def _attention_inputs(rng, num_tokens, head_dim, dtype, model=None):
     q_heads, kv_heads, _, _, _ = _heads(model, head_dim)
     positions, rows = _positions(rng, num_tokens)
@@ -58,6 +42,20 @@ def _attention_inputs(rng, num_tokens, head_dim, dtype, model=None):
         "v_cache": random_device(rng, (rows, kv_heads, head_dim), dtype),
         "positions": positions, "out": None,
     }
+
+
+def _append_inputs(rng, num_tokens, head_dim, dtype, model=None):
+    """decode_attention's inputs (no out) plus the new tokens' k and v and the cos/sin table."""
+    import cupy
+
+    inputs = _attention_inputs(rng, num_tokens, head_dim, dtype, model)
+    del inputs["out"]
+    _, kv_heads, rotary_dim, base, scaling = _heads(model, head_dim)
+    rows = inputs["k_cache"].shape[0]
+    inputs.update(k=random_device(rng, (num_tokens, kv_heads, head_dim), dtype),
+                  v=random_device(rng, (num_tokens, kv_heads, head_dim), dtype),
+                  cos_sin_cache=cupy.asarray(_host_cache(rotary_dim, rows, base, scaling)))
+    return inputs
 
 
 def _append_run(i):
