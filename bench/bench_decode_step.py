@@ -4,7 +4,8 @@ Random weights of the model's shapes (no model file needed: the timing does not 
 on the values), fp16 or bf16. Measures, by CUDA-graph replay (cupykern.timing.time_graph):
 
 * the whole step as :class:`cupykern.llm.decode_graph.GraphDecoder` captures it, at a
-  given cache position (the attention reads that many rows), and its tokens/s;
+  given cache position (the attention reads that many rows), and its tokens/s, with
+  its kernels as programmatic dependent launches (where the GPU allows) and without;
 * each launch of the step alone (the same arguments, 100 per graph), so the sum shows
   where the step's time goes, with the weight bytes each GEMV reads and its GB/s.
 
@@ -134,6 +135,10 @@ def main(dtype, position, max_tokens, prefill, variants, seed, out_dir):
     for r in rows:
         r["gbps"] = r["weight_bytes"] / r["us"] / 1e3 if r["weight_bytes"] else None
     step_us = decoder.step_time_us(position)
+    plain = GraphDecoder(model, max_tokens, enable_pdl=False)  # every kernel waits for the one before it
+    plain.capture()
+    step_us_plain = plain.step_time_us(position)
+    del plain
     prefill_ms = time_prefill(model, prefill, seed)
     variant_rows = time_variants(model, max_tokens, position) if variants else []
     launches_per_step = sum(r["per_step"] for r in rows)
@@ -147,7 +152,9 @@ def main(dtype, position, max_tokens, prefill, variants, seed, out_dir):
         table.add_row(r["stage"], str(r["per_step"]), f"{r['us']:.2f}", f"{per:.1f}",
                       f"{100 * per / total:.1f}", f"{r['gbps']:.0f}" if r["gbps"] else "")
     table.add_row("sum of launches alone", "", "", f"{total:.1f}", "", "")
-    table.add_row("whole step (graph replay)", "", "", f"{step_us:.1f}", "", "")
+    table.add_row(f"whole step (graph replay{', dependent launches' if decoder.pdl else ''})", "", "",
+                  f"{step_us:.1f}", "", "")
+    table.add_row("whole step (graph replay, plain launches)", "", "", f"{step_us_plain:.1f}", "", "")
     console.print(table)
     console.print(f"{1e6 / step_us:.0f} tokens/s at this position (graph captured in {capture_s * 1e3:.0f} ms)")
     console.print(f"prefill of {prefill} tokens (eager forward, wall time): {prefill_ms:.2f} ms")
@@ -155,7 +162,7 @@ def main(dtype, position, max_tokens, prefill, variants, seed, out_dir):
         console.print(f"variant {v['constants']}: whole step {v['step_us']:.1f} us ({1e6 / v['step_us']:.0f} tokens/s)")
     result = {"format": sweep.RESULT_FORMAT, "suite": f"decode_step_{dtype}", "dtype": dtype, "position": position,
               "max_tokens": max_tokens, "seed": seed, "copy_gbps": copy_gbps, "step_us": step_us,
-              "tokens_per_s": 1e6 / step_us,
+              "tokens_per_s": 1e6 / step_us, "pdl": decoder.pdl, "step_us_plain_launches": step_us_plain,
               "launches": rows, "prefill_tokens": prefill, "prefill_ms": prefill_ms, "variants": variant_rows,
               "environment": environment.describe()}
     console.print(f"wrote {save(result, Path(out_dir) if out_dir else None)}")

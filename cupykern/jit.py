@@ -62,10 +62,16 @@ def source(filename: str) -> str:
 
 @dataclass(frozen=True)
 class KernelTemplate:
-    """A ``__global__`` function template in one source file of ``kernels_cu``."""
+    """A ``__global__`` function template in one source file of ``kernels_cu``.
+
+    ``dependent_launch``: the kernel follows ``kernels_cu/cupykern/pdl.cuh`` (it waits for
+    the kernels before it before touching anything they touch), so it may be launched as
+    a programmatic dependent launch (:mod:`cupykern.dependent_launch`).
+    """
 
     source: str
     name: str
+    dependent_launch: bool = False
 
     def expr(self, *args) -> str:
         """The instantiation's name expression, e.g. ``rms_norm_kernel<float, 256, 4, 4, 32>``.

@@ -139,7 +139,9 @@ class Args:
 
 class Launched(NamedTuple):
     """One launch seen by :func:`recording`: the same launch can be repeated bare as
-    ``kernel(grid, block, args)`` (``cupy.RawKernel``) or ``function(grid, block, args)``."""
+    ``kernel(grid, block, args, shared_mem=shared_mem)`` (``cupy.RawKernel``) or
+    ``function(grid, block, args, shared_mem)``, or as a programmatic dependent launch
+    (:mod:`cupykern.dependent_launch`) where ``template.dependent_launch``."""
 
     op: str
     plan: object
@@ -148,6 +150,8 @@ class Launched(NamedTuple):
     grid: tuple
     block: tuple
     args: tuple
+    shared_mem: int = 0
+    template: jit.KernelTemplate | None = None
 
 
 class _Recipe(NamedTuple):
@@ -163,7 +167,9 @@ class _Recipe(NamedTuple):
     overlaps: tuple  # (i, j, a_lo, a_hi, b_lo, b_hi, allow_same, (period, a_width, b_width, message))
     result: object  # picks what the op returns from the call's arrays
     plan: object
-    then: object  # None, or (kernel, function, grid, block, shared_mem, pick, offsets, scalars, plan) launched next
+    then: object  # None, or (kernel, function, grid, block, shared_mem, pick, offsets, scalars, plan, template),
+    #               launched next
+    template: object  # the jit.KernelTemplate (recorded by recording())
 
 
 # ----------------------------------------------------------------- per-process state
@@ -338,7 +344,7 @@ class Op:
             recipe, arrays = self._resolve(arrays, scalars)
         # The launch, inline: a method call per launch cost more than this comment.
         kernel, function, grid, block, shared_mem, pick, offsets, kernel_scalars, allocate, overlaps, result, plan, \
-            then = recipe
+            then, template = recipe
         if allocate:
             arrays = list(arrays)
             for i, shape, dtype in allocate:
@@ -357,21 +363,21 @@ class Op:
             kargs += kernel_scalars
             function(grid, block, kargs, shared_mem)
             if _recording is not None:
-                _recording.append(Launched(self.name, plan, kernel, function, grid, block, kargs))
+                _recording.append(Launched(self.name, plan, kernel, function, grid, block, kargs, shared_mem, template))
             if then is not None:
                 self._launch_then(then, arrays)
         return result(arrays)
 
     def _launch_then(self, then: tuple, arrays) -> None:
         """The recipe's second launch (off the path of one-kernel ops)."""
-        kernel, function, grid, block, shared_mem, pick, offsets, kernel_scalars, plan = then
+        kernel, function, grid, block, shared_mem, pick, offsets, kernel_scalars, plan, template = then
         kargs = list(pick(arrays))
         for position, offset in offsets:
             kargs[position] = np.uint64(kargs[position].data.ptr + offset)
         kargs = (*kargs, *kernel_scalars)
         function(grid, block, kargs, shared_mem)
         if _recording is not None:
-            _recording.append(Launched(self.name, plan, kernel, function, grid, block, kargs))
+            _recording.append(Launched(self.name, plan, kernel, function, grid, block, kargs, shared_mem, template))
 
     def intake(self, arrays: tuple, scalars: tuple = ()) -> list:
         """Checks the arguments as a call would (cached the same way), launches nothing;
@@ -455,7 +461,7 @@ class Op:
         result = itemgetter(index[launch.returns]) if isinstance(launch.returns, str) else \
             _tuple_getter([index[name] for name in launch.returns])
         if launch.template is None:
-            return _Recipe(None, None, (), (), 0, None, (), (), allocate, (), result, None, None)
+            return _Recipe(None, None, (), (), 0, None, (), (), allocate, (), result, None, None, None)
         overlaps = []
         for rule in launch.disjoint:
             a, b = values[rule.a], values[rule.b]
@@ -475,16 +481,16 @@ class Op:
                              (period, a_width, b_width, f"{rule.b} overlaps {rule.a} in memory{hint}")))
         first = self._kernel_launch(launch)
         then = self._kernel_launch(launch.then) if launch.then is not None else None
-        kernel, function, grid, block, shared_mem, pick, offsets, scalars, plan = first
+        kernel, function, grid, block, shared_mem, pick, offsets, scalars, plan, template = first
         return _Recipe(kernel, function, grid, block, shared_mem, pick, offsets, scalars, allocate, tuple(overlaps),
-                       result, plan, then)
+                       result, plan, then, template)
 
     def _kernel_launch(self, launch: Launch) -> tuple:
-        """(kernel, function, grid, block, shared_mem, pick, offsets, scalars, plan) of one launch."""
+        """(kernel, function, grid, block, shared_mem, pick, offsets, scalars, plan, template) of one launch."""
         index = self._index
         names = [p if isinstance(p, str) else p[0] for p in launch.pointers]
         offsets = tuple((position, p[1]) for position, p in enumerate(launch.pointers) if not isinstance(p, str))
         kernel = jit.get_kernel(launch.template, *launch.template_args)
         plan = launch.plan
         return (kernel, kernel.kernel, tuple(plan.grid), tuple(plan.block), int(plan.shared_mem_bytes),
-                _tuple_getter([index[name] for name in names]), offsets, tuple(launch.scalars), plan)
+                _tuple_getter([index[name] for name in names]), offsets, tuple(launch.scalars), plan, launch.template)

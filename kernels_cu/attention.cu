@@ -8,7 +8,9 @@
 //
 // Part of the decode kernels (gemv.cu, attention.cu, tokens.cu): each can run inside a
 // captured CUDA graph, since every size it needs from the sequence (position, length) is
-// read from device memory, so a replay needs no new kernel arguments.
+// read from device memory, so a replay needs no new kernel arguments; and each may be
+// launched as a programmatic dependent launch (pdl.cuh: it waits for the kernels before
+// it before it reads or writes anything they touch).
 //
 // Sources: RoPE, Su et al. 2021 (arXiv:2104.09864), vLLM's cos_sin_cache layout ([cos |
 // sin] per position, rotary_dim values) and its rotary_embedding + reshape_and_cache pair;
@@ -17,6 +19,7 @@
 // Ainslie et al. 2023 (arXiv:2305.13245).
 #include <cupykern/vec.cuh>
 #include <cupykern/reduce.cuh>
+#include <cupykern/pdl.cuh>
 
 using namespace cupykern;
 
@@ -36,6 +39,7 @@ __global__ void __launch_bounds__(256) rope_kv_append_kernel(
     int64_t q_token_stride, int64_t q_head_stride, int64_t k_token_stride, int64_t k_head_stride,
     int64_t v_token_stride, int64_t v_head_stride, int64_t kc_row_stride, int64_t kc_head_stride,
     int64_t vc_row_stride, int64_t vc_head_stride, int64_t num_positions, int64_t cache_rows) {
+  start_dependent_part();  // pdl.cuh: nothing here is independent of earlier kernels
   const int t = blockIdx.x;
   const int64_t p = static_cast<int64_t>(positions[t]);
   if (p < 0 || p >= num_positions || p >= cache_rows) return;
@@ -127,6 +131,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) decode_attention_kernel(
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int slot = lane / kLanesPerRow, part = lane % kLanesPerRow;
   const int kv_head = h / group;
+  start_dependent_part();  // pdl.cuh: q, positions and the cache come from earlier kernels
 
   // Rows 0 .. positions[t], clamped to the cache (compared first: + 1 overflows at INT64_MAX).
   const int64_t last = static_cast<int64_t>(positions[t]);
@@ -247,6 +252,7 @@ template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kHeadDim) attention_combine_kernel(
     T* out, const float* partial_out, const float* partial_lse, int num_splits, int64_t out_token_stride,
     int64_t out_head_stride) {
+  start_dependent_part();  // pdl.cuh
   const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
   const int64_t row0 = (static_cast<int64_t>(t) * gridDim.x + h) * num_splits;
   float m = -positive_infinity();

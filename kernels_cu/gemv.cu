@@ -9,7 +9,9 @@
 //
 // Part of the decode kernels (gemv.cu, attention.cu, tokens.cu): each can run inside a
 // captured CUDA graph, since every size it needs from the sequence (position, length) is
-// read from device memory, so a replay needs no new kernel arguments.
+// read from device memory, so a replay needs no new kernel arguments; and each may be
+// launched as a programmatic dependent launch (pdl.cuh: it waits for the kernels before
+// it before it reads or writes anything they touch).
 //
 // Sources: GEMV fused with RMSNorm and the residual add as in the "no bubbles" megakernel
 // instructions (Hazy Research, 2025-05-27) and vLLM's decode path; RMSNorm, Zhang &
@@ -24,6 +26,7 @@
 #include <cupykern/vec.cuh>
 #include <cupykern/reduce.cuh>
 #include <cupykern/activations.cuh>
+#include <cupykern/pdl.cuh>
 
 using namespace cupykern;
 
@@ -149,7 +152,9 @@ __device__ __forceinline__ void warp_products(float (&acc)[kRows][kMaxTokens], c
 // bytes only when k, the row strides and the pointers allow it); kMaxTokens 1, 4 or 16
 // (registers per lane; num_tokens <= kMaxTokens); kAhead as load_ahead.
 // Launch contract (cupykern/plans.py::plan_gemv): block kGemvWarps * 32 threads, 1-D grid
-// of any size. Mutates `out` only.
+// of any size; may be launched as a programmatic dependent launch (its first weight
+// vectors are requested before it waits for the kernels before it, pdl.cuh). Mutates
+// `out` only.
 template <typename T, typename OutT, bool kNorm, int kEpilogue, int kVecWidth, int kMaxTokens, int kAhead>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(
     OutT* out,                // [num_tokens, n_out], out_row_stride apart
@@ -171,6 +176,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(
 #pragma unroll
   for (int r = 0; r < kRows; ++r) w_row[r] = weight + (j + r * n_out) * weight_row_stride;
   if (j < n_out) load_ahead<T, kVecWidth, kRows, kAhead>(ahead, w_row, k, lane);
+  start_dependent_part();  // the weights are requested: from here on, x and out (pdl.cuh)
 
   __shared__ float inv_rms[kMaxTokens];
   if constexpr (kNorm) block_inv_rms<T, kVecWidth>(inv_rms, x, num_tokens, k, x_row_stride, eps, warp, lane);
@@ -212,7 +218,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(
 // A token whose position is outside [0, num_positions) or [0, cache_rows) writes its q
 // unrotated and nothing to the cache (the Python side checks positions unless told not to).
 // Launch contract (plans.py::plan_gemv with n_out = units): block kGemvWarps * 32, 1-D
-// grid. Mutates q_out, k_cache, v_cache.
+// grid; may be launched as a programmatic dependent launch, as gemv_kernel. Mutates
+// q_out, k_cache, v_cache.
 template <typename T, typename CacheT, typename IdxT, bool kIsNeox, int kVecWidth, int kMaxTokens, int kAhead>
 __global__ void __launch_bounds__(kGemvWarps * 32) rms_norm_gemv_rope_kv_append_kernel(
     T* q_out, T* k_cache, T* v_cache, const T* x, const T* weight, const T* norm_weight, const IdxT* positions,
@@ -250,6 +257,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) rms_norm_gemv_rope_kv_append_
                        weight + (static_cast<int64_t>(head) * head_dim + b) * weight_row_stride};
   V ahead[ahead_slots(kAhead)][2];
   if (u < units) load_ahead<T, kVecWidth, 2, kAhead>(ahead, w_row, k, lane);
+  start_dependent_part();  // the weights are requested: from here on, x, positions and the outputs
 
   __shared__ float inv_rms[kMaxTokens];
   block_inv_rms<T, kVecWidth>(inv_rms, x, num_tokens, k, x_row_stride, eps, warp, lane);

@@ -6,13 +6,16 @@
 //
 // Part of the decode kernels (gemv.cu, attention.cu, tokens.cu): each can run inside a
 // captured CUDA graph, since every size it needs from the sequence (position, length) is
-// read from device memory, so a replay needs no new kernel arguments.
+// read from device memory, so a replay needs no new kernel arguments; and each may be
+// launched as a programmatic dependent launch (pdl.cuh: it waits for the kernels before
+// it before it reads or writes anything they touch).
 //
 // Sources: Gumbel-max sampling, Gumbel 1954, Maddison et al. 2014 (arXiv:1411.0292);
 // Philox4x32-10, Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011
 // (Random123's round constants and key schedule).
 #include <cupykern/vec.cuh>
 #include <cupykern/reduce.cuh>
+#include <cupykern/pdl.cuh>
 
 using namespace cupykern;
 
@@ -49,6 +52,7 @@ template <typename IdxT, bool kHasPositions>
 __global__ void __launch_bounds__(kSampleThreads) sample_tokens_kernel(
     int* out, const float* logits, const IdxT* positions, int64_t vocab, int64_t row_stride, float temperature,
     unsigned int seed_lo, unsigned int seed_hi) {
+  start_dependent_part();  // pdl.cuh
   const int t = blockIdx.x;
   const float* row = logits + t * row_stride;
   const unsigned int counter = kHasPositions ? static_cast<unsigned int>(positions[t]) : 0u;
@@ -114,6 +118,7 @@ __global__ void __launch_bounds__(256) embedding_kernel(
     T* out, const IdxT* token_ids, const T* weight, int64_t num_embeddings, int64_t hidden_size,
     int64_t weight_row_stride, int64_t out_row_stride) {
   using V = Vec<T, kVecWidth>;
+  start_dependent_part();  // pdl.cuh
   const int t = blockIdx.x;
   const int64_t id = static_cast<int64_t>(token_ids[t]);
   T* dst = out + t * out_row_stride;
@@ -135,6 +140,7 @@ __global__ void __launch_bounds__(256) embedding_kernel(
 // on, so the next replay reads the next one. Mutates positions, history.
 __global__ void append_tokens_kernel(int* positions, int* history, const int* tokens, int num_sequences,
                                      int64_t history_len) {
+  start_dependent_part();  // pdl.cuh
   const int b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= num_sequences) return;
   const int p = static_cast<int>(static_cast<unsigned int>(positions[b]) + 1u);  // no signed overflow

@@ -193,6 +193,10 @@ def test_recording_reads_back_the_launched_plan(fake_gpu):
     assert rope_plan.fields()["threads_per_head"] == rope_plan.threads_per_head
     assert seen[0].args[:6] == (q, k, q, k, positions, cache)
     assert isinstance(seen[1].plan, plans.ActivationPlan)
+    # What a repeat of the launch needs besides: its dynamic shared memory and its template.
+    assert seen[0].shared_mem == rope_plan.shared_mem_bytes
+    assert (seen[0].template.name, seen[1].template.name) == ("apply_rope_kernel", "act_and_mul_kernel")
+    assert not seen[0].template.dependent_launch
 
 
 def test_out_of_place_rope_allocates_both_outputs(fake_gpu):

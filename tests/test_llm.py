@@ -707,6 +707,32 @@ def test_graph_replays_64_steps_like_the_eager_path_step_by_step(device_weights,
 
 
 @pytest.mark.gpu
+def test_graph_dependent_launches_change_no_bit(device_weights):
+    """The step captured with programmatic dependent launches and with plain ones: the
+    same sampled tokens, logits and KV cache, bit for bit (same kernels, same order;
+    only when each may start differs)."""
+    import cupy
+
+    from cupykern import dependent_launch
+    from cupykern.llm import decode_graph
+
+    reason = dependent_launch.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    runs = []
+    for pdl in (True, False):
+        decoder = _graph_decoder(device_weights, "fp16", len(PROMPT_IDS) + 48, temperature=0.7, seed=3, enable_pdl=pdl)
+        assert decoder.pdl is pdl
+        ids = decode_graph.generate(decoder, PROMPT_IDS, 48, read_every=7).new_ids
+        runs.append((ids, decoder.logits.copy(), [c[:decoder.cache.length].copy() for c in (*decoder.cache.k, *decoder.cache.v)]))
+    (ids_a, logits_a, cache_a), (ids_b, logits_b, cache_b) = runs
+    assert ids_a == ids_b
+    assert cupy.array_equal(logits_a.view(np.uint32), logits_b.view(np.uint32))
+    for a, b in zip(cache_a, cache_b):
+        assert cupy.array_equal(a.view(np.uint16), b.view(np.uint16))
+
+
+@pytest.mark.gpu
 def test_graph_sampling_is_reproduced_by_its_seed(device_weights):
     from cupykern.llm import decode_graph
 

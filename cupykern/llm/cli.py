@@ -105,12 +105,15 @@ def _graph_stage_table(rows: list, step_us: float, position: int):
 @click.option("--graph/--no-graph", default=True, show_default=True,
               help="Decode by replaying one captured CUDA graph per token (cupykern ops only); --no-graph launches "
                    "every op from Python (the eager path, and the only one for --ops plain).")
+@click.option("--pdl/--no-pdl", default=None,
+              help="Capture the graph's kernels as programmatic dependent launches (each starts while the one "
+                   "before it finishes). Default: where the GPU allows it (sm_90+).")
 @click.option("--stage-times/--no-stage-times", default=True, show_default=True,
               help="Replay the generation with a timer per stage and print the split.")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
               help="A llama GGUF file (default: the cached SmolLM2-135M-Instruct, fetched if missing).")
-def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops_name, reference, graph, stage_times,
-                     model_path):
+def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops_name, reference, graph, pdl,
+                     stage_times, model_path):
     """Generate text after PROMPT with SmolLM2-135M-Instruct (greedy by default).
 
     Decoding replays one CUDA graph per token (five kernels per layer, plus the
@@ -200,12 +203,12 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
 
         try:
             decoder = decode_graph.GraphDecoder(model, len(prompt_ids) + max_new_tokens, temperature=temperature,
-                                                seed=seed)
-        except ValueError as exc:
+                                                seed=seed, enable_pdl=pdl)
+        except (ValueError, RuntimeError) as exc:
             raise click.ClickException(str(exc)) from None
         capture_s = decoder.capture()
         console.print(f"[dim]decode step captured as one CUDA graph in {capture_s * 1e3:.0f} ms "
-                      f"(warm-up step included)[/dim]")
+                      f"(warm-up step included; {'dependent' if decoder.pdl else 'plain'} launches)[/dim]")
     sys.stdout.write(prompt if not chat else "")
     try:
         stop = [tok.eos_token_id] if tok.eos_token_id is not None else []

@@ -25,6 +25,11 @@ the device and the graph advances it), no allocation (every buffer is made befor
 capture and held as long as the graph; :meth:`GraphDecoder.capture` checks the pool's
 used bytes do not move), every kernel loaded first (a warm-up step).
 
+On sm_90 and newer the captured kernels are programmatic dependent launches
+(:mod:`cupykern.dependent_launch`): each kernel's blocks start while the one before it
+finishes and request their weights before they wait for it, which hides most of each
+launch's latency in this chain of 154 dependent kernels (``enable_pdl``).
+
 The math is :class:`~cupykern.llm.model.LlamaModel`'s, the normalised rows rounded to
 the dtype as there, except that the products go into their epilogues (RoPE, the SiLU
 gate, the residual add) in fp32, one rounding where the eager path's GEMM rounds first,
@@ -56,18 +61,24 @@ class GraphDecoder:
             the model's context length.
         temperature: 0 for greedy, else the sampling temperature (:func:`cupykern.sample_tokens`).
         seed: the sampler's Philox key; with the position it fixes every draw.
+        enable_pdl: capture the kernels as programmatic dependent launches; None (the
+            default) where the GPU and driver allow it (sm_90+), False never, True or a
+            RuntimeError saying why not.
 
     Device memory held: the KV cache (``2 * layers * max_tokens * kv_heads * head_dim``
     elements), one activation row per buffer, float32 logits and the token history.
 
     Raises:
         ValueError: ``max_tokens`` outside ``1 .. context_length``; a bad temperature or seed.
+        RuntimeError: ``enable_pdl=True`` where dependent launches are unavailable.
     """
 
-    def __init__(self, model, max_tokens: int, *, temperature: float = 0.0, seed: int = 0):
+    def __init__(self, model, max_tokens: int, *, temperature: float = 0.0, seed: int = 0,
+                 enable_pdl: bool | None = None):
         import cupy
 
         import cupykern
+        from cupykern import dependent_launch
         from cupykern.ops import attention, tokens
 
         cfg = model.config
@@ -75,6 +86,12 @@ class GraphDecoder:
         self.temperature = float(tokens.temperature(temperature))
         tokens.seed(seed)
         self.seed = int(seed)
+        if enable_pdl not in (None, True, False):
+            raise ValueError(f"enable_pdl: expected None, True or False, got {enable_pdl!r}")
+        why_not = dependent_launch.unavailable_reason() if enable_pdl is not False else None
+        if enable_pdl and why_not:
+            raise RuntimeError(f"enable_pdl=True: {why_not}")
+        self.pdl = enable_pdl is not False and why_not is None
         self.cache: KVCache = model.new_cache(max_tokens)
         dtype = model.dtype
         self.positions = cupy.zeros((1,), np.int32)
@@ -176,12 +193,15 @@ class GraphDecoder:
         return float(np.median(samples))
 
     def capture(self) -> float:
-        """Warms every kernel up with one eager step, then records :meth:`step` as the graph.
+        """Warms every kernel up with one eager step, then records :meth:`step` as the graph
+        (its kernels as dependent launches when :attr:`pdl`).
 
         Returns the seconds it took. Leaves the cache and state to be reset by
         :meth:`start`. Raises RuntimeError if the capture allocated device memory.
         """
         import cupy
+
+        from cupykern import launcher
 
         t0 = time.perf_counter()
         pool = cupy.get_default_memory_pool()
@@ -191,19 +211,39 @@ class GraphDecoder:
             self.step()  # loads every kernel (a module load cannot happen inside a capture)
             self.stream.synchronize()
             used = pool.used_bytes()
-            self.stream.begin_capture()
-            try:
-                self.step()
-            finally:
-                graph = self.stream.end_capture()
+            with launcher.recording() as launched:
+                self.stream.begin_capture()
+                try:
+                    self.step()
+                finally:
+                    graph = self.stream.end_capture()
             if pool.used_bytes() != used:
                 raise RuntimeError(f"the decode step allocated {pool.used_bytes() - used} bytes during capture: "
                                    "its addresses would be reused by later arrays")
+            if self.pdl:  # the same launches again, each kernel that allows it as a dependent launch
+                graph = self._capture_dependent(launched)
             graph.upload(self.stream)
             self.stream.synchronize()
         self.graph = graph
         self.position = None  # the warm-up step moved the device state: start() must set it again
         return time.perf_counter() - t0
+
+    def _capture_dependent(self, launched: list):
+        """A graph of the recorded ``launched`` (:class:`cupykern.launcher.Launched`), in
+        order, the kernels whose template allows it as programmatic dependent launches."""
+        from cupykern import dependent_launch
+
+        self.stream.begin_capture()
+        try:
+            for launch in launched:
+                if launch.template is not None and launch.template.dependent_launch:
+                    dependent_launch.launch(launch.function, launch.grid, launch.block, launch.args, launch.shared_mem,
+                                            self.stream)
+                else:
+                    launch.function(launch.grid, launch.block, launch.args, launch.shared_mem)
+        finally:
+            graph = self.stream.end_capture()
+        return graph
 
     def start(self, prompt_ids: list[int]) -> int:
         """Prefills ``prompt_ids`` with the eager forward into the static cache and picks

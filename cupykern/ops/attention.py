@@ -18,9 +18,9 @@ from cupykern.ops import rope as _rope
 
 __all__ = ["decode_attention", "rope_kv_append"]
 
-ROPE_KV_APPEND = KernelTemplate("attention.cu", "rope_kv_append_kernel")
-DECODE_ATTENTION = KernelTemplate("attention.cu", "decode_attention_kernel")
-ATTENTION_COMBINE = KernelTemplate("attention.cu", "attention_combine_kernel")
+ROPE_KV_APPEND = KernelTemplate("attention.cu", "rope_kv_append_kernel", dependent_launch=True)
+DECODE_ATTENTION = KernelTemplate("attention.cu", "decode_attention_kernel", dependent_launch=True)
+ATTENTION_COMBINE = KernelTemplate("attention.cu", "attention_combine_kernel", dependent_launch=True)
 
 #: head_dim values decode_attention is compiled for.
 HEAD_DIMS = (64, 128)

@@ -19,8 +19,8 @@ from cupykern.ops import rope as _rope
 
 __all__ = ["gemv", "gemv_add_residual", "rms_norm_gemv", "rms_norm_gemv_rope_kv_append", "rms_norm_gemv_silu_and_mul"]
 
-GEMV = KernelTemplate("gemv.cu", "gemv_kernel")
-QKV_ROPE = KernelTemplate("gemv.cu", "rms_norm_gemv_rope_kv_append_kernel")
+GEMV = KernelTemplate("gemv.cu", "gemv_kernel", dependent_launch=True)
+QKV_ROPE = KernelTemplate("gemv.cu", "rms_norm_gemv_rope_kv_append_kernel", dependent_launch=True)
 
 #: kEpilogue of gemv_kernel (gemv.cu).
 GEMV_EPILOGUES = {"store": 0, "add_residual": 1, "silu_and_mul": 2}

@@ -19,9 +19,9 @@ from cupykern.jit import KernelTemplate
 
 __all__ = ["append_tokens", "embedding", "sample_tokens"]
 
-SAMPLE_TOKENS = KernelTemplate("tokens.cu", "sample_tokens_kernel")
-EMBEDDING = KernelTemplate("tokens.cu", "embedding_kernel")
-APPEND_TOKENS = KernelTemplate("tokens.cu", "append_tokens_kernel")
+SAMPLE_TOKENS = KernelTemplate("tokens.cu", "sample_tokens_kernel", dependent_launch=True)
+EMBEDDING = KernelTemplate("tokens.cu", "embedding_kernel", dependent_launch=True)
+APPEND_TOKENS = KernelTemplate("tokens.cu", "append_tokens_kernel", dependent_launch=True)
 
 #: Largest temperature: ``temperature * g`` (g, the Gumbel noise, below 23 in magnitude)
 #: must stay far inside float32's range.
