@@ -58,7 +58,7 @@ def random_model(dtype, seed: int):
 
 
 #: Plan constants (cupykern/plans.py) tried by --variants, each against the defaults.
-VARIANTS = ({}, {"GEMV_AHEAD": 0}, {"GEMV_AHEAD": 8}, {"ATTENTION_WARPS": 4}, {"ATTENTION_WARPS": 16},
+VARIANTS = ({}, {"GEMV_AHEAD": 0}, {"GEMV_AHEAD": 6}, {"GEMV_AHEAD": 8}, {"ATTENTION_WARPS": 4}, {"ATTENTION_WARPS": 16},
             {"ATTENTION_ONE_SPLIT_ROWS": 0, "ATTENTION_MIN_SPLIT_ROWS": 64},
             {"ATTENTION_ONE_SPLIT_ROWS": 0, "ATTENTION_MIN_SPLIT_ROWS": 32})
 
@@ -86,9 +86,14 @@ def time_variants(model, max_tokens: int, position: int) -> list[dict]:
     return rows
 
 
-def time_prefill(model, num_tokens: int, seed: int, repeat: int = 7) -> float:
-    """Median wall milliseconds of ``model.forward`` over ``num_tokens`` random ids into a
-    fresh cache (host launches included: that is what a prompt costs), after a warm-up."""
+def time_prefill(model, num_tokens: int, seed: int, repeat: int = 7) -> dict:
+    """Median wall and GPU milliseconds of ``model.forward`` over ``num_tokens`` random ids
+    into a fresh cache (host launches included: that is what a prompt costs), after a
+    warm-up; and the host functions that took the most time in one more forward
+    (cProfile, cumulative), to tell a host-bound prefill from a GPU-bound one."""
+    import cProfile
+    import io
+    import pstats
     import time
 
     import cupy
@@ -96,15 +101,27 @@ def time_prefill(model, num_tokens: int, seed: int, repeat: int = 7) -> float:
     ids = np.random.default_rng(seed).integers(0, model.config.vocab_size, num_tokens)
     cache = model.new_cache(num_tokens)
     model.forward(ids, cache)  # compiles and cuBLAS start-up
-    samples = []
+    wall, gpu = [], []
     for _ in range(repeat):
         cache.length = 0
         cupy.cuda.Device().synchronize()
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
         t0 = time.perf_counter()
+        start.record()
         model.forward(ids, cache)
-        cupy.cuda.Device().synchronize()
-        samples.append((time.perf_counter() - t0) * 1e3)
-    return float(np.median(samples))
+        end.record()
+        end.synchronize()
+        wall.append((time.perf_counter() - t0) * 1e3)
+        gpu.append(cupy.cuda.get_elapsed_time(start, end))
+    cache.length = 0
+    profile = cProfile.Profile()
+    profile.enable()
+    model.forward(ids, cache)
+    cupy.cuda.Device().synchronize()
+    profile.disable()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(25)
+    return {"wall_ms": float(np.median(wall)), "gpu_ms": float(np.median(gpu)), "profile": text.getvalue()}
 
 
 @click.command(help=__doc__.splitlines()[0])
@@ -139,7 +156,8 @@ def main(dtype, position, max_tokens, prefill, variants, seed, out_dir):
     plain.capture()
     step_us_plain = plain.step_time_us(position)
     del plain
-    prefill_ms = time_prefill(model, prefill, seed)
+    prefill_timing = time_prefill(model, prefill, seed)
+    prefill_ms = prefill_timing["wall_ms"]
     variant_rows = time_variants(model, max_tokens, position) if variants else []
     launches_per_step = sum(r["per_step"] for r in rows)
     table = Table(title=f"decode step of SmolLM2-135M shapes, {dtype}, position {position} "
@@ -157,13 +175,16 @@ def main(dtype, position, max_tokens, prefill, variants, seed, out_dir):
     table.add_row("whole step (graph replay, plain launches)", "", "", f"{step_us_plain:.1f}", "", "")
     console.print(table)
     console.print(f"{1e6 / step_us:.0f} tokens/s at this position (graph captured in {capture_s * 1e3:.0f} ms)")
-    console.print(f"prefill of {prefill} tokens (eager forward, wall time): {prefill_ms:.2f} ms")
+    console.print(f"prefill of {prefill} tokens (eager forward): {prefill_ms:.2f} ms wall, "
+                  f"{prefill_timing['gpu_ms']:.2f} ms between CUDA events")
+    console.print(prefill_timing["profile"], markup=False, highlight=False)
     for v in variant_rows:
         console.print(f"variant {v['constants']}: whole step {v['step_us']:.1f} us ({1e6 / v['step_us']:.0f} tokens/s)")
     result = {"format": sweep.RESULT_FORMAT, "suite": f"decode_step_{dtype}", "dtype": dtype, "position": position,
               "max_tokens": max_tokens, "seed": seed, "copy_gbps": copy_gbps, "step_us": step_us,
               "tokens_per_s": 1e6 / step_us, "pdl": decoder.pdl, "step_us_plain_launches": step_us_plain,
-              "launches": rows, "prefill_tokens": prefill, "prefill_ms": prefill_ms, "variants": variant_rows,
+              "launches": rows, "prefill_tokens": prefill, "prefill_ms": prefill_ms,
+              "prefill_gpu_ms": prefill_timing["gpu_ms"], "prefill_profile": prefill_timing["profile"], "variants": variant_rows,
               "environment": environment.describe()}
     console.print(f"wrote {save(result, Path(out_dir) if out_dir else None)}")
 

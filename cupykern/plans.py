@@ -540,10 +540,13 @@ def gemv_max_tokens(num_tokens: int) -> int:
 def plan_gemv(num_tokens: int, n_out: int, dtype, *, aligned: bool, limits: DeviceLimits,
               overrides: dict | None = None, op: str = "gemv") -> DecodePlan:
     """Plan for gemv_kernel: one warp per output feature, blocks of :data:`GEMV_WARPS`
-    warps, 16-byte vectors when ``aligned`` (the caller checks pointers, strides and
-    that the row length is a multiple of the vector). Takes no overrides."""
+    warps, at most one wave of them (a warp then takes several features in turn, the
+    next one's weights requested while it finishes the last: the LM head), 16-byte
+    vectors when ``aligned`` (the caller checks pointers, strides and that the row
+    length is a multiple of the vector). Takes no overrides."""
     check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
-    blocks = max(1, min(-(-n_out // GEMV_WARPS), limits.max_grid_x))
+    resident = limits.sm_count * max(1, limits.max_threads_per_sm // (GEMV_WARPS * WARP_SIZE))
+    blocks = max(1, min(-(-n_out // GEMV_WARPS), resident, limits.max_grid_x))
     return DecodePlan("gemv", (blocks, 1, 1), GEMV_WARPS * WARP_SIZE,
                       vec_width=_dtypes.vec_width(dtype) if aligned else 1, max_tokens=gemv_max_tokens(num_tokens))
 

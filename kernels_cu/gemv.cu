@@ -82,12 +82,14 @@ __device__ __forceinline__ void block_inv_rms(float* inv_rms, const T* x, int nu
 
 // acc[r][t] = sum_i w_row[r][i] * xn[t][i] in every lane of the warp, xn = x or, when
 // kNorm, round(x * inv_rms[t] * norm_weight). Lane l takes vectors l, l + 32, ... (the
-// first kAhead of them from `ahead` when have_ahead), each lane sums in index order,
-// then a butterfly adds the lanes: the order depends on k alone.
+// first kAhead of them from `ahead`, requested by load_ahead), each lane sums in index
+// order, then a butterfly adds the lanes: the order depends on k alone. When has_next,
+// the first kAhead vectors of the warp's next rows (next_row) are requested into `ahead`
+// before the butterfly, so they arrive while this row is finished and stored.
 template <typename T, bool kNorm, int kRows, int kVecWidth, int kMaxTokens, int kAhead>
 __device__ __forceinline__ void warp_products(float (&acc)[kRows][kMaxTokens], const T* const (&w_row)[kRows],
-                                              const Vec<T, kVecWidth> (&ahead)[ahead_slots(kAhead)][kRows],
-                                              bool have_ahead,
+                                              Vec<T, kVecWidth> (&ahead)[ahead_slots(kAhead)][kRows],
+                                              const T* const (&next_row)[kRows], bool has_next,
                                               const T* x, const T* norm_weight, const float* inv_rms,
                                               int num_tokens, int64_t k, int64_t x_row_stride, int lane) {
   using V = Vec<T, kVecWidth>;
@@ -118,7 +120,7 @@ __device__ __forceinline__ void warp_products(float (&acc)[kRows][kMaxTokens], c
     if (i < k) {
       V w[kRows];
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) w[r] = have_ahead ? ahead[u][r] : load_vec<T, kVecWidth>(w_row[r] + i);
+      for (int r = 0; r < kRows; ++r) w[r] = ahead[u][r];
       accumulate(i, w);
     }
   }
@@ -129,6 +131,7 @@ __device__ __forceinline__ void warp_products(float (&acc)[kRows][kMaxTokens], c
     for (int r = 0; r < kRows; ++r) w[r] = load_vec<T, kVecWidth>(w_row[r] + i);
     accumulate(i, w);
   }
+  if (has_next) load_ahead<T, kVecWidth, kRows, kAhead>(ahead, next_row, k, lane);
 #pragma unroll
   for (int t = 0; t < kMaxTokens; ++t) {
     if (t < num_tokens) {
@@ -140,8 +143,10 @@ __device__ __forceinline__ void warp_products(float (&acc)[kRows][kMaxTokens], c
 
 // ---------------------------------------------------------------- gemv_kernel
 // One warp per output feature j (two weight rows, j and j + n_out, for the SiLU gate),
-// walked grid-stride; the weight streams once through the warp in 16-byte loads, the x
-// rows (at most kMaxTokens) are re-read from L1 (warp_products above).
+// walked grid-stride (the plan launches at most one wave of blocks: a large n_out, the LM
+// head, gives each warp several rows, the next one's first vectors requested while the
+// current one is finished); the weight streams once through the warp in 16-byte loads,
+// the x rows (at most kMaxTokens) are re-read from L1 (warp_products above).
 //
 // kNorm: x is normalised on the fly, xn = round(x * inv_rms * norm_weight), with inv_rms
 // = rsqrt(mean(x^2) + eps) per token, reduced by one warp per token before a barrier;
@@ -181,12 +186,17 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(
   __shared__ float inv_rms[kMaxTokens];
   if constexpr (kNorm) block_inv_rms<T, kVecWidth>(inv_rms, x, num_tokens, k, x_row_stride, eps, warp, lane);
 
-  for (bool have_ahead = true; j < n_out; j += stride, have_ahead = false) {
+  for (; j < n_out; j += stride) {
+    const T* next_row[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) w_row[r] = weight + (j + r * n_out) * weight_row_stride;
+    for (int r = 0; r < kRows; ++r) {
+      w_row[r] = weight + (j + r * n_out) * weight_row_stride;
+      next_row[r] = weight + (j + stride + r * n_out) * weight_row_stride;
+    }
     float acc[kRows][kMaxTokens];
-    warp_products<T, kNorm, kRows, kVecWidth, kMaxTokens, kAhead>(acc, w_row, ahead, have_ahead, x, norm_weight,
-                                                                  inv_rms, num_tokens, k, x_row_stride, lane);
+    warp_products<T, kNorm, kRows, kVecWidth, kMaxTokens, kAhead>(acc, w_row, ahead, next_row, j + stride < n_out, x,
+                                                                  norm_weight, inv_rms, num_tokens, k, x_row_stride,
+                                                                  lane);
 #pragma unroll
     for (int t = 0; t < kMaxTokens; ++t) {
       if (t < num_tokens && lane == t % 32) {  // spread the stores over lanes
@@ -262,13 +272,22 @@ __global__ void __launch_bounds__(kGemvWarps * 32) rms_norm_gemv_rope_kv_append_
   __shared__ float inv_rms[kMaxTokens];
   block_inv_rms<T, kVecWidth>(inv_rms, x, num_tokens, k, x_row_stride, eps, warp, lane);
 
-  for (bool have_ahead = true; u < units; u += stride, have_ahead = false) {
+  for (; u < units; u += stride) {
     rows_of(u, head, a, b, rotary);
     w_row[0] = weight + (static_cast<int64_t>(head) * head_dim + a) * weight_row_stride;
     w_row[1] = weight + (static_cast<int64_t>(head) * head_dim + b) * weight_row_stride;
+    const T* next_row[2] = {w_row[0], w_row[1]};
+    const bool has_next = u + stride < units;
+    if (has_next) {
+      int next_head, next_a, next_b;
+      bool next_rotary;
+      rows_of(u + stride, next_head, next_a, next_b, next_rotary);
+      next_row[0] = weight + (static_cast<int64_t>(next_head) * head_dim + next_a) * weight_row_stride;
+      next_row[1] = weight + (static_cast<int64_t>(next_head) * head_dim + next_b) * weight_row_stride;
+    }
     float acc[2][kMaxTokens];
-    warp_products<T, true, 2, kVecWidth, kMaxTokens, kAhead>(acc, w_row, ahead, have_ahead, x, norm_weight, inv_rms,
-                                                             num_tokens, k, x_row_stride, lane);
+    warp_products<T, true, 2, kVecWidth, kMaxTokens, kAhead>(acc, w_row, ahead, next_row, has_next, x, norm_weight,
+                                                             inv_rms, num_tokens, k, x_row_stride, lane);
 #pragma unroll
     for (int t = 0; t < kMaxTokens; ++t) {
       if (t < num_tokens && lane == t % 32) {

@@ -313,3 +313,45 @@ def test_qkv_rope_equals_the_unfused_pair_up_to_one_rounding(rng):
     for fused, unfused in ((q_fused, qkv[:, :9]), (caches[0], caches[2]), (caches[1], caches[3])):
         np.testing.assert_allclose(fused.get().astype(np.float64), unfused.get().astype(np.float64),
                                    rtol=2.0**-10, atol=2 * 2.0**-10)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS + ["rms_norm_gemv_rope_kv_append"])
+def test_a_warp_walking_many_rows_gives_the_same_bits(rng, monkeypatch, op):
+    """One block of GEMV_WARPS warps (a device of one SM that holds one block) walks
+    every output row in turn, requesting the next row's weights while it finishes the
+    last (the LM head's path): the same bits as a warp per row."""
+    from cupykern import launcher
+
+    dtype = _dtypes.float16
+    if op == "rms_norm_gemv_rope_kv_append":
+        x = random_device(rng, (2, 576), dtype)
+        norm_weight = random_device(rng, (576,), dtype, scale=0.1, loc=1.0)
+        weight = random_device(rng, (15 * 64, 576), dtype, scale=1 / math.sqrt(576))
+        positions = cupy.asarray([3, 7], np.int32)
+        table = cupykern.rope_cos_sin_cache(16, 64, 100000.0)
+
+        def run():
+            caches = [cupy.zeros((16, 3, 64), dtype) for _ in range(2)]
+            q, k_cache, v_cache = cupykern.rms_norm_gemv_rope_kv_append(x, norm_weight, weight, positions, table,
+                                                                        *caches, 1e-5, is_neox=False)
+            return [a.get() for a in (q, k_cache, v_cache)]
+    else:
+        i = _inputs(rng, op, 3, 576, dtype, n=300)
+
+        def run():
+            return [_call(op, dict(i, residual=i["residual"].copy())).get()]
+
+    wide = run()
+    one_block = plans.DeviceLimits(name="one small SM", sm_count=1, max_threads_per_sm=plans.GEMV_WARPS * 32)
+    monkeypatch.setattr(plans.DeviceLimits, "of_device", staticmethod(lambda device_id: one_block))
+    launcher.clear_caches()
+    try:
+        with launcher.recording() as launched:
+            narrow = run()
+    finally:
+        monkeypatch.undo()
+        launcher.clear_caches()
+    assert launched[-1].grid == (1, 1, 1)
+    for a, b in zip(narrow, wide):
+        np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
