@@ -58,7 +58,7 @@ def random_model(dtype, seed: int):
 
 
 #: Plan constants (cupykern/plans.py) tried by --variants, each against the defaults.
-VARIANTS = ({}, {"GEMV_AHEAD": 0}, {"GEMV_AHEAD": 6}, {"GEMV_AHEAD": 8}, {"ATTENTION_WARPS": 4}, {"ATTENTION_WARPS": 16},
+VARIANTS = ({}, {"GEMV_AHEAD": 0}, {"GEMV_AHEAD": 6}, {"GEMV_AHEAD": 8}, {"ATTENTION_WARPS": 8},
             {"ATTENTION_ONE_SPLIT_ROWS": 0, "ATTENTION_MIN_SPLIT_ROWS": 64},
             {"ATTENTION_ONE_SPLIT_ROWS": 0, "ATTENTION_MIN_SPLIT_ROWS": 32})
 
@@ -78,7 +78,8 @@ def time_variants(model, max_tokens: int, position: int) -> list[dict]:
             launcher.clear_caches()
             decoder = GraphDecoder(model, max_tokens)
             decoder.capture()
-            rows.append({"constants": constants, "step_us": decoder.step_time_us(position)})
+            rows.append({"constants": constants, "step_us": decoder.step_time_us(position),
+                         "batched_step_us": decoder.steps_time_us(position)})
         finally:
             for name, value in saved.items():
                 setattr(plans, name, value)
@@ -97,6 +98,8 @@ def time_prefill(model, num_tokens: int, seed: int, repeat: int = 7) -> dict:
     import time
 
     import cupy
+
+    from cupykern.llm.stage_timer import CudaStageTimer
 
     ids = np.random.default_rng(seed).integers(0, model.config.vocab_size, num_tokens)
     cache = model.new_cache(num_tokens)
@@ -120,8 +123,12 @@ def time_prefill(model, num_tokens: int, seed: int, repeat: int = 7) -> dict:
     cupy.cuda.Device().synchronize()
     profile.disable()
     text = io.StringIO()
-    pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(25)
-    return {"wall_ms": float(np.median(wall)), "gpu_ms": float(np.median(gpu)), "profile": text.getvalue()}
+    pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(15)
+    cache.length = 0
+    timer = CudaStageTimer()
+    model.forward(ids, cache, timer=timer)
+    return {"wall_ms": float(np.median(wall)), "gpu_ms": float(np.median(gpu)), "profile": text.getvalue(),
+            "stages_ms": timer.totals_ms()}
 
 
 @click.command(help=__doc__.splitlines()[0])
@@ -152,6 +159,7 @@ def main(dtype, position, max_tokens, prefill, variants, seed, out_dir):
     for r in rows:
         r["gbps"] = r["weight_bytes"] / r["us"] / 1e3 if r["weight_bytes"] else None
     step_us = decoder.step_time_us(position)
+    batched_step_us = decoder.steps_time_us(position)  # steps_per_graph steps in one graph launch
     plain = GraphDecoder(model, max_tokens, enable_pdl=False)  # every kernel waits for the one before it
     plain.capture()
     step_us_plain = plain.step_time_us(position)
@@ -173,18 +181,25 @@ def main(dtype, position, max_tokens, prefill, variants, seed, out_dir):
     table.add_row(f"whole step (graph replay{', dependent launches' if decoder.pdl else ''})", "", "",
                   f"{step_us:.1f}", "", "")
     table.add_row("whole step (graph replay, plain launches)", "", "", f"{step_us_plain:.1f}", "", "")
+    table.add_row(f"whole step ({decoder.steps_per_graph} steps a graph)", "", "", f"{batched_step_us:.1f}", "", "")
     console.print(table)
-    console.print(f"{1e6 / step_us:.0f} tokens/s at this position (graph captured in {capture_s * 1e3:.0f} ms)")
+    console.print(f"{1e6 / batched_step_us:.0f} tokens/s batched, {1e6 / step_us:.0f} with a graph a step, at this "
+                  f"position (graphs captured in {capture_s * 1e3:.0f} ms)")
     console.print(f"prefill of {prefill} tokens (eager forward): {prefill_ms:.2f} ms wall, "
                   f"{prefill_timing['gpu_ms']:.2f} ms between CUDA events")
+    console.print("prefill GPU ms by stage (CUDA events): " +
+                  ", ".join(f"{k} {v:.2f}" for k, v in prefill_timing["stages_ms"].items()))
     console.print(prefill_timing["profile"], markup=False, highlight=False)
     for v in variant_rows:
-        console.print(f"variant {v['constants']}: whole step {v['step_us']:.1f} us ({1e6 / v['step_us']:.0f} tokens/s)")
+        console.print(f"variant {v['constants']}: whole step {v['step_us']:.1f} us, batched {v['batched_step_us']:.1f} "
+                      f"({1e6 / v['batched_step_us']:.0f} tokens/s)")
     result = {"format": sweep.RESULT_FORMAT, "suite": f"decode_step_{dtype}", "dtype": dtype, "position": position,
               "max_tokens": max_tokens, "seed": seed, "copy_gbps": copy_gbps, "step_us": step_us,
               "tokens_per_s": 1e6 / step_us, "pdl": decoder.pdl, "step_us_plain_launches": step_us_plain,
+              "steps_per_graph": decoder.steps_per_graph, "batched_step_us": batched_step_us,
               "launches": rows, "prefill_tokens": prefill, "prefill_ms": prefill_ms,
-              "prefill_gpu_ms": prefill_timing["gpu_ms"], "prefill_profile": prefill_timing["profile"], "variants": variant_rows,
+              "prefill_gpu_ms": prefill_timing["gpu_ms"], "prefill_profile": prefill_timing["profile"],
+              "prefill_stages_ms": prefill_timing["stages_ms"], "variants": variant_rows,
               "environment": environment.describe()}
     console.print(f"wrote {save(result, Path(out_dir) if out_dir else None)}")
 

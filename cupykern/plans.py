@@ -488,9 +488,19 @@ GEMV_AHEAD = 4
 #: kMaxTokens choices of gemv_kernel: registers per lane grow with it, so the plan takes
 #: the smallest that holds num_tokens.
 GEMV_MAX_TOKENS = (1, 4, 16)
-#: kAttnWarps of decode_attention_kernel (attention.cu). 16 (with the row loop unrolled
-#: twice) measured slower at a 265-row cache: bench/results/NOTES.md item 11.
-ATTENTION_WARPS = 8
+#: From this many output features (the LM head) a gemv_kernel warp computes
+#: GEMV_MANY_ROWS_PER_WARP of them at once (kRowsPerWarp), their weight loads in flight
+#: together, requesting GEMV_MANY_ROWS_AHEAD vectors per row and lane before the norm
+#: (3 hold a 576-element row; 4 rows x 4 would cost the occupancy that the rows buy):
+#: a warp per feature left the LM head at half the copy bandwidth, its blocks limited by
+#: registers to 8 an SM (bench/results/NOTES.md item 12). 1 turns it off.
+GEMV_MANY_ROWS = 16384
+GEMV_MANY_ROWS_PER_WARP = 4
+GEMV_MANY_ROWS_AHEAD = 3
+#: kAttnWarps of decode_attention_kernel (attention.cu). With dependent launches in the
+#: decode graph 16 measured 9-11 us a step faster than 8 in two runs (bench/results/NOTES.md
+#: item 12); without them, about the same (item 11).
+ATTENTION_WARPS = 16
 #: Cache rows below which decode attention runs as one split: one block per (head,
 #: token) walks them in a few microseconds, less than a second launch (the combine) costs.
 ATTENTION_ONE_SPLIT_ROWS = 1024
@@ -511,6 +521,8 @@ class DecodePlan:
     block_size: int
     vec_width: int = 1
     max_tokens: int | None = None  # gemv: kMaxTokens
+    rows_per_warp: int = 1  # gemv: kRowsPerWarp
+    ahead: int | None = None  # gemv: kAhead
     num_splits: int | None = None  # attention: cache splits (1: no combine launch)
     split_size: int | None = None  # attention: cache rows per split
     origin: str = "heuristic"
@@ -538,17 +550,19 @@ def gemv_max_tokens(num_tokens: int) -> int:
 
 
 def plan_gemv(num_tokens: int, n_out: int, dtype, *, aligned: bool, limits: DeviceLimits,
-              overrides: dict | None = None, op: str = "gemv") -> DecodePlan:
-    """Plan for gemv_kernel: one warp per output feature, blocks of :data:`GEMV_WARPS`
-    warps, at most one wave of them (a warp then takes several features in turn, the
-    next one's weights requested while it finishes the last: the LM head), 16-byte
-    vectors when ``aligned`` (the caller checks pointers, strides and that the row
-    length is a multiple of the vector). Takes no overrides."""
+              overrides: dict | None = None, op: str = "gemv", many_rows: bool = False) -> DecodePlan:
+    """Plan for gemv_kernel: one warp per output feature, or with ``many_rows`` (a
+    kernel that takes several features a warp) per :data:`GEMV_MANY_ROWS_PER_WARP` of them
+    from :data:`GEMV_MANY_ROWS` features on; blocks of :data:`GEMV_WARPS` warps, 16-byte
+    vectors when ``aligned`` (the caller checks pointers, strides and that the row length
+    is a multiple of the vector). Takes no overrides."""
     check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
-    resident = limits.sm_count * max(1, limits.max_threads_per_sm // (GEMV_WARPS * WARP_SIZE))
-    blocks = max(1, min(-(-n_out // GEMV_WARPS), resident, limits.max_grid_x))
+    rows = GEMV_MANY_ROWS_PER_WARP if many_rows and n_out >= GEMV_MANY_ROWS else 1
+    units = -(-n_out // rows)
+    blocks = max(1, min(-(-units // GEMV_WARPS), limits.max_grid_x))
     return DecodePlan("gemv", (blocks, 1, 1), GEMV_WARPS * WARP_SIZE,
-                      vec_width=_dtypes.vec_width(dtype) if aligned else 1, max_tokens=gemv_max_tokens(num_tokens))
+                      vec_width=_dtypes.vec_width(dtype) if aligned else 1, max_tokens=gemv_max_tokens(num_tokens),
+                      rows_per_warp=rows, ahead=GEMV_MANY_ROWS_AHEAD if rows > 1 else GEMV_AHEAD)
 
 
 def plan_attention(num_tokens: int, num_heads: int, cache_rows: int, dtype, *, limits: DeviceLimits,

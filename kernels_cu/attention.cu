@@ -133,35 +133,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32) decode_attention_kernel(
   const int kv_head = h / group;
   start_dependent_part();  // pdl.cuh: q, positions and the cache come from earlier kernels
 
-  const T* k_base = k_cache + kv_head * kc_head_stride + part * kVec;
-  const T* v_base = v_cache + kv_head * vc_head_stride + part * kVec;
-  // Every lane runs the same trip count (the butterfly needs the whole warp). Rows come
-  // in chunks of kAttnChunk batches whose k and v loads are all issued before the first
-  // is used: one memory round trip per chunk, not per batch (the online update that
-  // follows depends on the previous batch, so loads inside it would wait in turn).
-  constexpr int kAttnChunk = 4;
-  const int64_t step = kAttnWarps * kRowsPerWarp;
-  V kv[kAttnChunk], vv[kAttnChunk];
-  auto load_chunk = [&](int64_t chunk, int64_t end) {
-#pragma unroll
-    for (int c = 0; c < kAttnChunk; ++c) {
-      const int64_t p = chunk + c * step + slot;
-      if (p < end) {
-        kv[c] = load_vec<T, kVec>(k_base + p * kc_row_stride);
-        vv[c] = load_vec<T, kVec>(v_base + p * vc_row_stride);
-      }
-    }
-  };
-  // The first chunk is requested before the position is known, in the same round trip
-  // as the position and q: rows of the split up to the cache's end (those past the
-  // position are loaded and never used).
-  const int64_t begin = split * split_size;
-  const int64_t first = begin + warp * kRowsPerWarp;
-  load_chunk(first, min(begin + split_size, cache_rows));
-
   // Rows 0 .. positions[t], clamped to the cache (compared first: + 1 overflows at INT64_MAX).
   const int64_t last = static_cast<int64_t>(positions[t]);
   const int64_t length = last < cache_rows ? last + 1 : cache_rows;
+  const int64_t begin = split * split_size;
   const int64_t end = min(begin + split_size, length);
 
   float qv[kVec];
@@ -176,8 +151,24 @@ __global__ void __launch_bounds__(kAttnWarps * 32) decode_attention_kernel(
 #pragma unroll
   for (int e = 0; e < kVec; ++e) st.acc[e] = 0.0f;
 
-  for (int64_t chunk = first; chunk < end; chunk += kAttnChunk * step) {
-    if (chunk != first) load_chunk(chunk, end);
+  const T* k_base = k_cache + kv_head * kc_head_stride + part * kVec;
+  const T* v_base = v_cache + kv_head * vc_head_stride + part * kVec;
+  // Every lane runs the same trip count (the butterfly needs the whole warp). Rows come
+  // in chunks of kAttnChunk batches whose k and v loads are all issued before the first
+  // is used: one memory round trip per chunk, not per batch (the online update that
+  // follows depends on the previous batch, so loads inside it would wait in turn).
+  constexpr int kAttnChunk = 4;
+  const int64_t step = kAttnWarps * kRowsPerWarp;
+  for (int64_t chunk = begin + warp * kRowsPerWarp; chunk < end; chunk += kAttnChunk * step) {
+    V kv[kAttnChunk], vv[kAttnChunk];
+#pragma unroll
+    for (int c = 0; c < kAttnChunk; ++c) {
+      const int64_t p = chunk + c * step + slot;
+      if (p < end) {
+        kv[c] = load_vec<T, kVec>(k_base + p * kc_row_stride);
+        vv[c] = load_vec<T, kVec>(v_base + p * vc_row_stride);
+      }
+    }
 #pragma unroll
     for (int c = 0; c < kAttnChunk; ++c) {
       const int64_t p = chunk + c * step + slot;

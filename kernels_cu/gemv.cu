@@ -82,14 +82,12 @@ __device__ __forceinline__ void block_inv_rms(float* inv_rms, const T* x, int nu
 
 // acc[r][t] = sum_i w_row[r][i] * xn[t][i] in every lane of the warp, xn = x or, when
 // kNorm, round(x * inv_rms[t] * norm_weight). Lane l takes vectors l, l + 32, ... (the
-// first kAhead of them from `ahead`, requested by load_ahead), each lane sums in index
-// order, then a butterfly adds the lanes: the order depends on k alone. When has_next,
-// the first kAhead vectors of the warp's next rows (next_row) are requested into `ahead`
-// before the butterfly, so they arrive while this row is finished and stored.
+// first kAhead of them from `ahead` when have_ahead), each lane sums in index order,
+// then a butterfly adds the lanes: the order depends on k alone.
 template <typename T, bool kNorm, int kRows, int kVecWidth, int kMaxTokens, int kAhead>
 __device__ __forceinline__ void warp_products(float (&acc)[kRows][kMaxTokens], const T* const (&w_row)[kRows],
-                                              Vec<T, kVecWidth> (&ahead)[ahead_slots(kAhead)][kRows],
-                                              const T* const (&next_row)[kRows], bool has_next,
+                                              const Vec<T, kVecWidth> (&ahead)[ahead_slots(kAhead)][kRows],
+                                              bool have_ahead,
                                               const T* x, const T* norm_weight, const float* inv_rms,
                                               int num_tokens, int64_t k, int64_t x_row_stride, int lane) {
   using V = Vec<T, kVecWidth>;
@@ -120,18 +118,19 @@ __device__ __forceinline__ void warp_products(float (&acc)[kRows][kMaxTokens], c
     if (i < k) {
       V w[kRows];
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) w[r] = ahead[u][r];
+      for (int r = 0; r < kRows; ++r) w[r] = have_ahead ? ahead[u][r] : load_vec<T, kVecWidth>(w_row[r] + i);
       accumulate(i, w);
     }
   }
-#pragma unroll 4
+  // Past the lead vectors, kUnroll * kRows vectors a lane in flight (fewer for many rows: registers).
+  constexpr int kUnroll = kRows >= 4 ? 1 : 4;
+#pragma unroll kUnroll
   for (int64_t i = (lane + 32 * kAhead) * static_cast<int64_t>(kVecWidth); i < k; i += 32 * kVecWidth) {
     V w[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) w[r] = load_vec<T, kVecWidth>(w_row[r] + i);
     accumulate(i, w);
   }
-  if (has_next) load_ahead<T, kVecWidth, kRows, kAhead>(ahead, next_row, k, lane);
 #pragma unroll
   for (int t = 0; t < kMaxTokens; ++t) {
     if (t < num_tokens) {
@@ -142,11 +141,12 @@ __device__ __forceinline__ void warp_products(float (&acc)[kRows][kMaxTokens], c
 }
 
 // ---------------------------------------------------------------- gemv_kernel
-// One warp per output feature j (two weight rows, j and j + n_out, for the SiLU gate),
-// walked grid-stride (the plan launches at most one wave of blocks: a large n_out, the LM
-// head, gives each warp several rows, the next one's first vectors requested while the
-// current one is finished); the weight streams once through the warp in 16-byte loads,
-// the x rows (at most kMaxTokens) are re-read from L1 (warp_products above).
+// One warp per unit of output features, walked grid-stride: a unit is kRowsPerWarp
+// consecutive features (their weight rows' loads all in flight at once: the LM head's
+// 49152 rows in fewer, fuller warps), or for the SiLU gate one feature j and its two
+// weight rows j and j + n_out. The weight streams once through the warp in 16-byte
+// loads, the x rows (at most kMaxTokens) are re-read from L1 (warp_products above).
+// A feature's sum runs in the same order whatever kRowsPerWarp is.
 //
 // kNorm: x is normalised on the fly, xn = round(x * inv_rms * norm_weight), with inv_rms
 // = rsqrt(mean(x^2) + eps) per token, reduced by one warp per token before a barrier;
@@ -155,12 +155,14 @@ __device__ __forceinline__ void warp_products(float (&acc)[kRows][kMaxTokens], c
 // Template parameters: T (x, weight, norm_weight) float / __half / __nv_bfloat16; OutT T,
 // or float for kEpilogueStore (logits); kVecWidth 1 or 16 / sizeof(T) (the plan picks 16
 // bytes only when k, the row strides and the pointers allow it); kMaxTokens 1, 4 or 16
-// (registers per lane; num_tokens <= kMaxTokens); kAhead as load_ahead.
+// (registers per lane; num_tokens <= kMaxTokens); kAhead as load_ahead; kRowsPerWarp 1,
+// or more for kEpilogueStore and kEpilogueAddResidual.
 // Launch contract (cupykern/plans.py::plan_gemv): block kGemvWarps * 32 threads, 1-D grid
 // of any size; may be launched as a programmatic dependent launch (its first weight
 // vectors are requested before it waits for the kernels before it, pdl.cuh). Mutates
 // `out` only.
-template <typename T, typename OutT, bool kNorm, int kEpilogue, int kVecWidth, int kMaxTokens, int kAhead>
+template <typename T, typename OutT, bool kNorm, int kEpilogue, int kVecWidth, int kMaxTokens, int kAhead,
+          int kRowsPerWarp>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(
     OutT* out,                // [num_tokens, n_out], out_row_stride apart
     const T* x,               // [num_tokens, k], x_row_stride apart
@@ -169,44 +171,57 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(
     int num_tokens, int64_t k, int64_t n_out, int64_t x_row_stride, int64_t weight_row_stride,
     int64_t out_row_stride, float eps) {
   using V = Vec<T, kVecWidth>;
-  constexpr int kRows = kEpilogue == kEpilogueSiluAndMul ? 2 : 1;
+  constexpr bool kSilu = kEpilogue == kEpilogueSiluAndMul;
+  static_assert(!kSilu || kRowsPerWarp == 1, "the SiLU gate takes one feature (two weight rows) per warp");
+  constexpr int kRows = kSilu ? 2 : kRowsPerWarp;
   constexpr bool kFastMath = sizeof(T) == 2;  // as activation.cu: intrinsics for 16-bit outputs
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
+  const int64_t units = kSilu ? n_out : (n_out + kRowsPerWarp - 1) / kRowsPerWarp;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kGemvWarps;
   int64_t j = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  // Weight row r of unit u: gate and up rows u and u + n_out, or feature u * kRowsPerWarp + r
+  // (past n_out in the last unit: row n_out - 1 again, computed and not stored).
+  auto weight_row = [&](int64_t u, int r) -> const T* {
+    const int64_t row = kSilu ? u + r * n_out : min(u * kRowsPerWarp + r, n_out - 1);
+    return weight + row * weight_row_stride;
+  };
 
   const T* w_row[kRows];
   V ahead[ahead_slots(kAhead)][kRows];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) w_row[r] = weight + (j + r * n_out) * weight_row_stride;
-  if (j < n_out) load_ahead<T, kVecWidth, kRows, kAhead>(ahead, w_row, k, lane);
+  for (int r = 0; r < kRows; ++r) w_row[r] = weight_row(j, r);
+  if (j < units) load_ahead<T, kVecWidth, kRows, kAhead>(ahead, w_row, k, lane);
   start_dependent_part();  // the weights are requested: from here on, x and out (pdl.cuh)
 
   __shared__ float inv_rms[kMaxTokens];
   if constexpr (kNorm) block_inv_rms<T, kVecWidth>(inv_rms, x, num_tokens, k, x_row_stride, eps, warp, lane);
 
-  for (; j < n_out; j += stride) {
-    const T* next_row[kRows];
+  for (bool have_ahead = true; j < units; j += stride, have_ahead = false) {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      w_row[r] = weight + (j + r * n_out) * weight_row_stride;
-      next_row[r] = weight + (j + stride + r * n_out) * weight_row_stride;
-    }
+    for (int r = 0; r < kRows; ++r) w_row[r] = weight_row(j, r);
     float acc[kRows][kMaxTokens];
-    warp_products<T, kNorm, kRows, kVecWidth, kMaxTokens, kAhead>(acc, w_row, ahead, next_row, j + stride < n_out, x,
-                                                                  norm_weight, inv_rms, num_tokens, k, x_row_stride,
-                                                                  lane);
+    warp_products<T, kNorm, kRows, kVecWidth, kMaxTokens, kAhead>(acc, w_row, ahead, have_ahead, x, norm_weight,
+                                                                  inv_rms, num_tokens, k, x_row_stride, lane);
 #pragma unroll
     for (int t = 0; t < kMaxTokens; ++t) {
-      if (t < num_tokens && lane == t % 32) {  // spread the stores over lanes
-        OutT* o = out + t * out_row_stride + j;
-        if constexpr (kEpilogue == kEpilogueStore) {
-          *o = from_float<OutT>(acc[0][t]);
-        } else if constexpr (kEpilogue == kEpilogueAddResidual) {
-          *o = from_float<OutT>(to_float(*o) + acc[0][t]);
-        } else {
+      if constexpr (kSilu) {
+        if (t < num_tokens && lane == t % 32) {  // spread the stores over lanes
+          OutT* o = out + t * out_row_stride + j;
           *o = from_float<OutT>(silu<kFastMath>(acc[0][t]) * acc[1][t]);
+        }
+      } else {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const int64_t feature = j * kRowsPerWarp + r;
+          if (t < num_tokens && lane == (t * kRows + r) % 32 && feature < n_out) {
+            OutT* o = out + t * out_row_stride + feature;
+            if constexpr (kEpilogue == kEpilogueStore) {
+              *o = from_float<OutT>(acc[r][t]);
+            } else {
+              *o = from_float<OutT>(to_float(*o) + acc[r][t]);
+            }
+          }
         }
       }
     }
@@ -272,22 +287,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32) rms_norm_gemv_rope_kv_append_
   __shared__ float inv_rms[kMaxTokens];
   block_inv_rms<T, kVecWidth>(inv_rms, x, num_tokens, k, x_row_stride, eps, warp, lane);
 
-  for (; u < units; u += stride) {
+  for (bool have_ahead = true; u < units; u += stride, have_ahead = false) {
     rows_of(u, head, a, b, rotary);
     w_row[0] = weight + (static_cast<int64_t>(head) * head_dim + a) * weight_row_stride;
     w_row[1] = weight + (static_cast<int64_t>(head) * head_dim + b) * weight_row_stride;
-    const T* next_row[2] = {w_row[0], w_row[1]};
-    const bool has_next = u + stride < units;
-    if (has_next) {
-      int next_head, next_a, next_b;
-      bool next_rotary;
-      rows_of(u + stride, next_head, next_a, next_b, next_rotary);
-      next_row[0] = weight + (static_cast<int64_t>(next_head) * head_dim + next_a) * weight_row_stride;
-      next_row[1] = weight + (static_cast<int64_t>(next_head) * head_dim + next_b) * weight_row_stride;
-    }
     float acc[2][kMaxTokens];
-    warp_products<T, true, 2, kVecWidth, kMaxTokens, kAhead>(acc, w_row, ahead, next_row, has_next, x, norm_weight,
-                                                             inv_rms, num_tokens, k, x_row_stride, lane);
+    warp_products<T, true, 2, kVecWidth, kMaxTokens, kAhead>(acc, w_row, ahead, have_ahead, x, norm_weight, inv_rms,
+                                                             num_tokens, k, x_row_stride, lane);
 #pragma unroll
     for (int t = 0; t < kMaxTokens; ++t) {
       if (t < num_tokens && lane == t % 32) {

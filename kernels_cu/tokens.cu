@@ -39,7 +39,6 @@ __device__ __forceinline__ Philox4 philox4x32_10(Philox4 c, unsigned int k0, uns
 }
 
 constexpr int kSampleThreads = 1024;
-constexpr int kSampleBatch = 16;  // logits a thread requests at once
 
 // One block per row t of logits ([num_tokens, vocab], row_stride apart, float32).
 // temperature == 0: out[t] = the first index of the row's maximum. temperature > 0: out[t]
@@ -60,34 +59,21 @@ __global__ void __launch_bounds__(kSampleThreads) sample_tokens_kernel(
   float best = -positive_infinity();
   int64_t best_index = vocab;  // beyond every index: loses ties to any real one
   int nonfinite = 0;
-  // kSampleBatch logits per thread are requested before the first is compared: one
-  // memory round trip per batch instead of per logit (a 49152-entry row is 48 per thread).
-  for (int64_t base = threadIdx.x; base < vocab; base += kSampleBatch * kSampleThreads) {
-    float batch[kSampleBatch];
-#pragma unroll
-    for (int b = 0; b < kSampleBatch; ++b) {
-      const int64_t i = base + b * kSampleThreads;
-      batch[b] = i < vocab ? row[i] : 0.0f;
+  for (int64_t i = threadIdx.x; i < vocab; i += kSampleThreads) {
+    const float logit = row[i];
+    if (!isfinite(logit)) {
+      ++nonfinite;
+      continue;
     }
-#pragma unroll
-    for (int b = 0; b < kSampleBatch; ++b) {
-      const int64_t i = base + b * kSampleThreads;
-      if (i >= vocab) break;
-      const float logit = batch[b];
-      if (!isfinite(logit)) {
-        ++nonfinite;
-        continue;
-      }
-      float z = logit;
-      if (temperature > 0.0f) {
-        const Philox4 r = philox4x32_10(Philox4{static_cast<unsigned int>(i), counter, 0u, 0u}, seed_lo, seed_hi);
-        const float u = (static_cast<float>(r.x >> 8) + 0.5f) * 5.9604644775390625e-8f;  // 2^-24
-        z = fmaf(temperature, -logf(-logf(u)), logit);
-      }
-      if (z > best) {  // indices rise along a thread's walk: ties keep the first
-        best = z;
-        best_index = i;
-      }
+    float z = logit;
+    if (temperature > 0.0f) {
+      const Philox4 r = philox4x32_10(Philox4{static_cast<unsigned int>(i), counter, 0u, 0u}, seed_lo, seed_hi);
+      const float u = (static_cast<float>(r.x >> 8) + 0.5f) * 5.9604644775390625e-8f;  // 2^-24
+      z = fmaf(temperature, -logf(-logf(u)), logit);
+    }
+    if (z > best) {  // indices rise along a thread's walk: ties keep the first
+      best = z;
+      best_index = i;
     }
   }
   __shared__ float s_best[kSampleThreads / 32];

@@ -70,10 +70,14 @@ def _expected(op, i):
 def test_instantiations_cover_every_variant_dtype_vector_and_token_bound():
     exprs = gemv.instantiations()[gemv.GEMV]
     assert len(exprs) == len(set(exprs))
-    # 4 variants x 3 dtypes x 2 vector widths x 3 token bounds, plus float32 outputs of
-    # the two store variants for the 16-bit dtypes.
-    assert len(exprs) == (4 * 3 + 2 * 2) * 2 * 3
-    assert f"gemv_kernel<__half, float, true, 0, 8, 1, {plans.GEMV_AHEAD}>" in exprs
+    # 4 variants x 3 dtypes, plus float32 outputs of the two store variants for the 16-bit
+    # dtypes; all but the SiLU gate also with several features a warp; x 2 vector widths
+    # x 3 token bounds.
+    assert len(exprs) == ((3 * 3 + 2 * 2) * 2 + 3) * 2 * 3
+    assert f"gemv_kernel<__half, float, true, 0, 8, 1, {plans.GEMV_AHEAD}, 1>" in exprs
+    many = f"gemv_kernel<__half, float, true, 0, 8, 1, {plans.GEMV_MANY_ROWS_AHEAD}, {plans.GEMV_MANY_ROWS_PER_WARP}>"
+    assert many in exprs
+    assert not any(e.startswith("gemv_kernel<__half, __half, true, 2,") and e.endswith(", 4>") for e in exprs)
 
 
 @pytest.mark.parametrize("num_tokens, expected", [(1, 1), (2, 4), (4, 4), (5, 16), (16, 16)])
@@ -316,11 +320,14 @@ def test_qkv_rope_equals_the_unfused_pair_up_to_one_rounding(rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("narrow", ["one block", "rows per warp", "both"])
 @pytest.mark.parametrize("op", OPS + ["rms_norm_gemv_rope_kv_append"])
-def test_a_warp_walking_many_rows_gives_the_same_bits(rng, monkeypatch, op):
-    """One block of GEMV_WARPS warps (a device of one SM that holds one block) walks
-    every output row in turn, requesting the next row's weights while it finishes the
-    last (the LM head's path): the same bits as a warp per row."""
+def test_other_warp_shapes_give_the_same_bits(rng, monkeypatch, op, narrow):
+    """A feature's sum does not depend on how warps take the features: one block of
+    GEMV_WARPS warps (a device of one SM that holds one block) walking every feature in
+    turn, or GEMV_MANY_ROWS_PER_WARP features a warp (the LM head's shape, here from the
+    first feature on, over a count that leaves the last unit short), give the bits of a
+    warp per feature."""
     from cupykern import launcher
 
     dtype = _dtypes.float16
@@ -337,21 +344,38 @@ def test_a_warp_walking_many_rows_gives_the_same_bits(rng, monkeypatch, op):
                                                                         *caches, 1e-5, is_neox=False)
             return [a.get() for a in (q, k_cache, v_cache)]
     else:
-        i = _inputs(rng, op, 3, 576, dtype, n=300)
+        i = _inputs(rng, op, 3, 1536, dtype, n=301)
 
         def run():
             return [_call(op, dict(i, residual=i["residual"].copy())).get()]
 
     wide = run()
-    one_block = plans.DeviceLimits(name="one small SM", sm_count=1, max_threads_per_sm=plans.GEMV_WARPS * 32)
-    monkeypatch.setattr(plans.DeviceLimits, "of_device", staticmethod(lambda device_id: one_block))
+    if narrow != "rows per warp":
+        one_block = plans.DeviceLimits(name="one small SM", sm_count=1, max_threads_per_sm=plans.GEMV_WARPS * 32,
+                                       max_grid_x=1)
+        monkeypatch.setattr(plans.DeviceLimits, "of_device", staticmethod(lambda device_id: one_block))
+    if narrow != "one block":
+        monkeypatch.setattr(plans, "GEMV_MANY_ROWS", 1)
     launcher.clear_caches()
     try:
         with launcher.recording() as launched:
-            narrow = run()
+            narrowed = run()
     finally:
         monkeypatch.undo()
         launcher.clear_caches()
-    assert launched[-1].grid == (1, 1, 1)
-    for a, b in zip(narrow, wide):
+    if narrow != "rows per warp":
+        assert launched[-1].grid == (1, 1, 1)
+    if narrow != "one block" and op in ("gemv", "gemv_add_residual", "rms_norm_gemv"):
+        assert launched[-1].plan.rows_per_warp == plans.GEMV_MANY_ROWS_PER_WARP
+    for a, b in zip(narrowed, wide):
         np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
+
+
+@pytest.mark.parametrize("op, n_out, rows", [("gemv", 49152, 4), ("rms_norm_gemv", 16384, 4), ("gemv", 16383, 1),
+                                             ("rms_norm_gemv_silu_and_mul", 49152, 1)])
+def test_plan_gives_a_warp_several_features_from_gemv_many_rows(op, n_out, rows):
+    plan = plans.plan_gemv(1, n_out, _dtypes.float16, aligned=True, limits=plans.H200_LIMITS, op=op,
+                           many_rows=op != "rms_norm_gemv_silu_and_mul")
+    assert plan.rows_per_warp == rows
+    assert plan.ahead == (plans.GEMV_MANY_ROWS_AHEAD if rows > 1 else plans.GEMV_AHEAD)
+    assert plan.grid[0] == -(-n_out // (rows * plans.GEMV_WARPS))

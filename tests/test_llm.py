@@ -708,9 +708,9 @@ def test_graph_replays_64_steps_like_the_eager_path_step_by_step(device_weights,
 
 @pytest.mark.gpu
 def test_graph_dependent_launches_change_no_bit(device_weights):
-    """The step captured with programmatic dependent launches and with plain ones: the
-    same sampled tokens, logits and KV cache, bit for bit (same kernels, same order;
-    only when each may start differs)."""
+    """The step captured with programmatic dependent launches, 8 steps a graph, and with
+    plain launches, a step a graph: the same sampled tokens, logits and KV cache, bit for
+    bit (same kernels, same order; only when each may start differs)."""
     import cupy
 
     from cupykern import dependent_launch
@@ -720,10 +720,11 @@ def test_graph_dependent_launches_change_no_bit(device_weights):
     if reason:
         pytest.skip(reason)
     runs = []
-    for pdl in (True, False):
-        decoder = _graph_decoder(device_weights, "fp16", len(PROMPT_IDS) + 48, temperature=0.7, seed=3, enable_pdl=pdl)
+    for pdl, steps_per_graph in ((True, 8), (False, 1)):
+        decoder = _graph_decoder(device_weights, "fp16", len(PROMPT_IDS) + 48, temperature=0.7, seed=3, enable_pdl=pdl,
+                                 steps_per_graph=steps_per_graph)
         assert decoder.pdl is pdl
-        ids = decode_graph.generate(decoder, PROMPT_IDS, 48, read_every=7).new_ids
+        ids = decode_graph.generate(decoder, PROMPT_IDS, 48, read_every=16).new_ids
         runs.append((ids, decoder.logits.copy(), [c[:decoder.cache.length].copy() for c in (*decoder.cache.k, *decoder.cache.v)]))
     (ids_a, logits_a, cache_a), (ids_b, logits_b, cache_b) = runs
     assert ids_a == ids_b

@@ -64,18 +64,22 @@ class GraphDecoder:
         enable_pdl: capture the kernels as programmatic dependent launches; None (the
             default) where the GPU and driver allow it (sm_90+), False never, True or a
             RuntimeError saying why not.
+        steps_per_graph: decode steps in a second graph that batches of replays launch
+            (fewer graph launches, and dependent launches across the steps); 1: none.
 
     Device memory held: the KV cache (``2 * layers * max_tokens * kv_heads * head_dim``
     elements), one activation row per buffer, float32 logits and the token history.
 
     Raises:
-        ValueError: ``max_tokens`` outside ``1 .. context_length``; a bad temperature or seed.
+        ValueError: ``max_tokens`` outside ``1 .. context_length``; a bad temperature, seed,
+            ``enable_pdl`` or ``steps_per_graph``.
         RuntimeError: ``enable_pdl=True`` where dependent launches are unavailable.
     """
 
     def __init__(self, model, max_tokens: int, *, temperature: float = 0.0, seed: int = 0,
-                 enable_pdl: bool | None = None):
+                 enable_pdl: bool | None = None, steps_per_graph: int = 8):
         import cupy
+        import cupyx
 
         import cupykern
         from cupykern import dependent_launch
@@ -86,6 +90,10 @@ class GraphDecoder:
         self.temperature = float(tokens.temperature(temperature))
         tokens.seed(seed)
         self.seed = int(seed)
+        if isinstance(steps_per_graph, bool) or not isinstance(steps_per_graph, (int, np.integer)) \
+                or steps_per_graph < 1:
+            raise ValueError(f"steps_per_graph: expected an int >= 1, got {steps_per_graph!r}")
+        self.steps_per_graph = int(steps_per_graph)
         if enable_pdl not in (None, True, False):
             raise ValueError(f"enable_pdl: expected None, True or False, got {enable_pdl!r}")
         why_not = dependent_launch.unavailable_reason() if enable_pdl is not False else None
@@ -97,6 +105,7 @@ class GraphDecoder:
         self.positions = cupy.zeros((1,), np.int32)
         self.token = cupy.zeros((1,), np.int32)
         self.history = cupy.zeros((1, max_tokens + 1), np.int32)  # token ids by position
+        self._host_history = cupyx.empty_pinned((max_tokens + 1,), np.int32)  # async copies of new tokens land here
         self.hidden = cupy.empty((1, cfg.hidden_size), dtype)  # the residual stream
         self.q = cupy.empty((1, cfg.num_heads, cfg.head_dim), dtype)
         self.attn = cupy.empty((1, cfg.num_heads, cfg.head_dim), dtype)
@@ -105,7 +114,7 @@ class GraphDecoder:
         size = attention.workspace_size(1, cfg.num_heads, cfg.head_dim, max_tokens)
         self.workspace = cupy.empty((size,), np.float32) if size else None
         self.stream = cupy.cuda.Stream(non_blocking=True)
-        self.graph = None
+        self.graph = self.graph_many = None
         self.position = None  # host copy of positions[0] between replays; None until start()
         self._ops = cupykern
 
@@ -192,6 +201,26 @@ class GraphDecoder:
                 samples.append(cupy.cuda.get_elapsed_time(start, end) * 1e3)
         return float(np.median(samples))
 
+    def steps_time_us(self, position: int, replays: int = 30) -> float:
+        """Median GPU microseconds per step of one replay of the ``steps_per_graph``-step
+        graph from cache position ``position`` (as :meth:`step_time_us`; the step's
+        time when replays run back to back in a batch)."""
+        import cupy
+
+        if self.graph_many is None:
+            return self.step_time_us(position, replays)
+        samples = []
+        with self.stream:
+            for _ in range(replays):
+                self.positions.fill(position)
+                start, end = cupy.cuda.Event(), cupy.cuda.Event()
+                start.record(self.stream)
+                self.graph_many.launch(self.stream)
+                end.record(self.stream)
+                end.synchronize()
+                samples.append(cupy.cuda.get_elapsed_time(start, end) * 1e3 / self.steps_per_graph)
+        return float(np.median(samples))
+
     def capture(self) -> float:
         """Warms every kernel up with one eager step, then records :meth:`step` as the graph
         (its kernels as dependent launches when :attr:`pdl`).
@@ -220,27 +249,34 @@ class GraphDecoder:
             if pool.used_bytes() != used:
                 raise RuntimeError(f"the decode step allocated {pool.used_bytes() - used} bytes during capture: "
                                    "its addresses would be reused by later arrays")
-            if self.pdl:  # the same launches again, each kernel that allows it as a dependent launch
-                graph = self._capture_dependent(launched)
-            graph.upload(self.stream)
+            # The recorded launches again, as dependent launches where allowed; and
+            # steps_per_graph steps in one graph, so a batch of replays is few launches.
+            if self.pdl:
+                graph = self._graph_of(launched, 1)
+            many = self._graph_of(launched, self.steps_per_graph) if self.steps_per_graph > 1 else None
+            for g in (graph, many):
+                if g is not None:
+                    g.upload(self.stream)
             self.stream.synchronize()
-        self.graph = graph
+        self.graph, self.graph_many = graph, many
         self.position = None  # the warm-up step moved the device state: start() must set it again
         return time.perf_counter() - t0
 
-    def _capture_dependent(self, launched: list):
-        """A graph of the recorded ``launched`` (:class:`cupykern.launcher.Launched`), in
-        order, the kernels whose template allows it as programmatic dependent launches."""
+    def _graph_of(self, launched: list, steps: int):
+        """A graph of the recorded step ``launched`` (:class:`cupykern.launcher.Launched`),
+        ``steps`` times in order; with :attr:`pdl`, each kernel whose template allows it as
+        a programmatic dependent launch."""
         from cupykern import dependent_launch
 
         self.stream.begin_capture()
         try:
-            for launch in launched:
-                if launch.template is not None and launch.template.dependent_launch:
-                    dependent_launch.launch(launch.function, launch.grid, launch.block, launch.args, launch.shared_mem,
-                                            self.stream)
-                else:
-                    launch.function(launch.grid, launch.block, launch.args, launch.shared_mem)
+            for _ in range(steps):
+                for launch in launched:
+                    if self.pdl and launch.template is not None and launch.template.dependent_launch:
+                        dependent_launch.launch(launch.function, launch.grid, launch.block, launch.args,
+                                                launch.shared_mem, self.stream)
+                    else:
+                        launch.function(launch.grid, launch.block, launch.args, launch.shared_mem)
         finally:
             graph = self.stream.end_capture()
         return graph
@@ -276,7 +312,19 @@ class GraphDecoder:
             ValueError: ``steps`` not an int >= 0, or more steps than the cache has rows left.
             RuntimeError: no graph captured (:meth:`capture`), or no prompt started
                 since (:meth:`start`): the device position would not be the host's.
+            NonFiniteLogits: a step's forward produced NaN or infinite logits.
         """
+        return self.collect(self.enqueue(steps))
+
+    def enqueue(self, steps: int) -> tuple:
+        """Queues ``steps`` replays and the copy of their tokens to pinned host memory,
+        without waiting: :meth:`collect` returns the tokens. Queue the next batch before
+        collecting this one and the GPU never waits for the host (:func:`generate`).
+
+        Returns an opaque ticket for :meth:`collect`. Raises as :meth:`replay`.
+        """
+        import cupy
+
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
             raise ValueError(f"steps: expected an int >= 0, got {steps!r}")
         if self.graph is None or self.position is None:
@@ -284,11 +332,28 @@ class GraphDecoder:
         start = self.position
         if start + steps > self.max_tokens:
             raise ValueError(f"steps: {steps} more steps from position {start} pass the cache's {self.max_tokens} rows")
+        rows = slice(start + 1, start + 1 + steps)
         with self.stream:
-            for _ in range(steps):
+            many, rest = divmod(steps, self.steps_per_graph) if self.graph_many is not None else (0, steps)
+            for _ in range(many):
+                self.graph_many.launch(self.stream)
+            for _ in range(rest):
                 self.graph.launch(self.stream)
-            new = self.history[0, start + 1:start + 1 + steps].get()
+            self.history[0, rows].get(stream=self.stream, out=self._host_history[rows], blocking=False)
+            done = cupy.cuda.Event(block=True, disable_timing=True)
+            done.record(self.stream)
         self.position = start + steps
+        return start, rows, done
+
+    def collect(self, ticket: tuple) -> np.ndarray:
+        """Waits for an :meth:`enqueue`'d batch and returns its tokens (host int array).
+
+        Raises:
+            NonFiniteLogits: a step's forward produced NaN or infinite logits.
+        """
+        start, rows, done = ticket
+        done.synchronize()
+        new = self._host_history[rows].copy()
         for i, token in enumerate(new):
             _check_token(int(token), start + i)
         return new
@@ -304,8 +369,9 @@ def generate(decoder: GraphDecoder, prompt_ids, max_new_tokens: int, *, stop_ids
              read_every: int = 16) -> Generation:
     """:func:`cupykern.llm.generate.generate` on a captured decoder: the prompt's forward
     (eager), then graph replays, the host reading ``read_every`` tokens at a time to
-    stream them and look for stop tokens (replays past a stop token are wasted, not
-    returned). Temperature and seed are the decoder's.
+    stream them and look for stop tokens while the next ``read_every`` replays run
+    (replays past a stop token are wasted, not returned). Temperature and seed are the
+    decoder's.
 
     Raises:
         ValueError: bad ``max_new_tokens``; ``read_every`` not an int >= 1; prompt plus
@@ -329,14 +395,23 @@ def generate(decoder: GraphDecoder, prompt_ids, max_new_tokens: int, *, stop_ids
     if on_token is not None:
         on_token(new_ids[0])
     stopped = new_ids[0] in stop_ids
-    while not stopped and len(new_ids) < max_new_tokens:
-        for token in decoder.replay(min(read_every, max_new_tokens - len(new_ids))):
+    queued = len(new_ids)  # tokens chosen or queued
+    pending = []
+    while not stopped and (pending or queued < max_new_tokens):
+        # Keep one batch queued behind the one being read, so the GPU runs while the host reads.
+        while len(pending) < 2 and queued < max_new_tokens:
+            steps = min(read_every, max_new_tokens - queued)
+            pending.append(decoder.enqueue(steps))
+            queued += steps
+        for token in decoder.collect(pending.pop(0)):
             new_ids.append(int(token))
             if on_token is not None:
                 on_token(int(token))
             if token in stop_ids:
                 stopped = True
                 break
+    if pending:  # a stop token came first: let the queued replays finish before the caller reuses the decoder
+        decoder.stream.synchronize()
     t2 = time.perf_counter()
     decoder.cache.length = len(prompt_ids) + len(new_ids) - 1  # rows written: the last token is not yet in it
     return Generation(prompt_ids, new_ids, prefill_s=t1 - t0, decode_s=t2 - t1, stopped=stopped,

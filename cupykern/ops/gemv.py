@@ -34,20 +34,30 @@ _VARIANTS = {
 }
 
 
-def _template_args(dtype, out_dtype, norm: bool, epilogue: str, vec_width: int, max_tokens: int, ahead: int) -> tuple:
+def _template_args(dtype, out_dtype, norm: bool, epilogue: str, vec_width: int, max_tokens: int, ahead: int,
+                   rows_per_warp: int) -> tuple:
     return (_dtypes.c_type(dtype), _dtypes.c_type(out_dtype), norm, GEMV_EPILOGUES[epilogue], vec_width, max_tokens,
-            ahead)
+            ahead, rows_per_warp)
+
+
+def _warp_shapes(epilogue: str) -> list[tuple[int, int]]:
+    """(kAhead, kRowsPerWarp) pairs plan_gemv can pick for an epilogue."""
+    shapes = [(plans.GEMV_AHEAD, 1)]
+    if epilogue != "silu_and_mul" and plans.GEMV_MANY_ROWS_PER_WARP > 1:
+        shapes.append((plans.GEMV_MANY_ROWS_AHEAD, plans.GEMV_MANY_ROWS_PER_WARP))
+    return shapes
 
 
 def instantiations() -> dict[KernelTemplate, list[str]]:
-    """Every instantiation of this family: variant x dtype (x float32 output) x vector x max tokens."""
+    """Every instantiation of this family: variant x dtype (x float32 output) x vector x
+    max tokens x rows per warp."""
     exprs = []
     for norm, epilogue, f32_out in _VARIANTS.values():
         for d in _dtypes.DTYPES:
             for out_dtype in sorted({d, _dtypes.float32} if f32_out else {d}, key=str):
                 for v in sorted({1, _dtypes.vec_width(d)}):
-                    exprs += [GEMV.expr(*_template_args(d, out_dtype, norm, epilogue, v, m, plans.GEMV_AHEAD))
-                              for m in plans.GEMV_MAX_TOKENS]
+                    exprs += [GEMV.expr(*_template_args(d, out_dtype, norm, epilogue, v, m, ahead, rows))
+                              for m in plans.GEMV_MAX_TOKENS for ahead, rows in _warp_shapes(epilogue)]
     qkv_rope = [QKV_ROPE.expr(_dtypes.c_type(d), "float", idx, neox, v, m, plans.GEMV_AHEAD) for d in _dtypes.DTYPES
                 for idx in _dtypes.INDEX_C_TYPES.values() for neox in (False, True)
                 for v in sorted({1, _dtypes.vec_width(d)}) for m in plans.GEMV_MAX_TOKENS]
@@ -128,9 +138,10 @@ def _prepare(op: str):
         aligned = k % vw == 0 and _arrays.vector_aligned(vw, (x, rows.row_stride), (weight, w_stride),
                                                          (norm_weight, 0))
         plan = plans.plan_gemv(rows.num_rows, n_out, x.dtype, aligned=aligned, limits=a.limits,
-                               overrides=a.overrides, op=op)
+                               overrides=a.overrides, op=op, many_rows=not silu)
         return launcher.Launch(
-            GEMV, _template_args(x.dtype, out.dtype, norm, epilogue, plan.vec_width, plan.max_tokens, plans.GEMV_AHEAD),
+            GEMV, _template_args(x.dtype, out.dtype, norm, epilogue, plan.vec_width, plan.max_tokens, plan.ahead,
+                                 plan.rows_per_warp),
             plan,
             pointers=(out_name, "x", weight_name, "norm_weight" if norm else "x"),
             scalars=(np.int32(rows.num_rows), *map(np.int64, (k, n_out, rows.row_stride, w_stride,
