@@ -58,7 +58,7 @@ def random_model(dtype, seed: int):
 
 
 #: Plan constants (cupykern/plans.py) tried by --variants, each against the defaults.
-VARIANTS = ({}, {"GEMV_AHEAD": 0}, {"GEMV_AHEAD": 6}, {"GEMV_AHEAD": 8}, {"ATTENTION_WARPS": 8},
+VARIANTS = ({}, {"GEMV_AHEAD": 4}, {"GEMV_AHEAD": 8}, {"ATTENTION_WARPS": 8},
             {"ATTENTION_ONE_SPLIT_ROWS": 0, "ATTENTION_MIN_SPLIT_ROWS": 64},
             {"ATTENTION_ONE_SPLIT_ROWS": 0, "ATTENTION_MIN_SPLIT_ROWS": 32})
 

@@ -483,8 +483,11 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
 #: kGemvWarps of gemv_kernel (gemv.cu): one warp per output feature, 4 per block.
 GEMV_WARPS = 4
 #: kAhead of the GEMV kernels: 16-byte weight vectors per lane requested before the
-#: norm (bench/bench_decode_step.py --variants times 0, 4 and 8).
-GEMV_AHEAD = 4
+#: norm (and, in a dependent launch, before the wait for the kernel before): 6 hold a
+#: 1536-element row of 16-bit weights (SmolLM2's down projection). With dependent
+#: launches 6 measured 20 us a step faster than 4, 8 slower (register pressure;
+#: bench/bench_decode_step.py --variants, bench/results/NOTES.md item 12).
+GEMV_AHEAD = 6
 #: kMaxTokens choices of gemv_kernel: registers per lane grow with it, so the plan takes
 #: the smallest that holds num_tokens.
 GEMV_MAX_TOKENS = (1, 4, 16)

@@ -109,7 +109,8 @@ __device__ __forceinline__ void merge_state(SoftmaxState<kVec>& a, const Softmax
 // split s covering rows [s * split_size, (s + 1) * split_size). A lane group of
 // kHeadDim / kVec lanes holds one cache row (16-byte vectors); a warp takes 32 / (kHeadDim
 // / kVec) rows at a time, each warp strides by kAttnWarps such batches. States merge in a
-// fixed order: lane groups by a butterfly, then warps 0, 1, ... in shared memory.
+// fixed order: lane groups by a butterfly, then the warps' states, weighted and summed in
+// warp order through shared memory.
 // kSplit false (one split): out[t, h] = round(sum_p softmax_p v_p). kSplit true: the
 // split's normalised output and its log2-sum-exp go to partial_out / partial_lse for
 // attention_combine_kernel. Positions past cache_rows are clamped to the cache; a
@@ -169,24 +170,37 @@ __global__ void __launch_bounds__(kAttnWarps * 32) decode_attention_kernel(
         vv[c] = load_vec<T, kVec>(v_base + p * vc_row_stride);
       }
     }
+    // The chunk's scores first (independent of each other), then one online update for
+    // the whole chunk: a chain of one max and one rescale per chunk, not per batch.
+    float s[kAttnChunk];
+    float chunk_max = -positive_infinity();
 #pragma unroll
     for (int c = 0; c < kAttnChunk; ++c) {
       const int64_t p = chunk + c * step + slot;
-      const bool valid = p < end;
-      float s = 0.0f;
-      if (valid) {
+      s[c] = 0.0f;
+      if (p < end) {
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) s = fmaf(qv[e], to_float(kv[c].elt[e]), s);
+        for (int e = 0; e < kVec; ++e) s[c] = fmaf(qv[e], to_float(kv[c].elt[e]), s[c]);
       }
-      s = warp_reduce<SumOp, kLanesPerRow>(s);
-      if (valid) {
-        const float m = fmaxf(st.m, s);
-        const float cm = exp2f(st.m - m), w = exp2f(s - m);
-        st.l = st.l * cm + w;
+      s[c] = warp_reduce<SumOp, kLanesPerRow>(s[c]);
+      if (p < end) chunk_max = fmaxf(chunk_max, s[c]);
+    }
+    if (chunk_max != -positive_infinity()) {  // this lane group has a row in the chunk
+      const float m = fmaxf(st.m, chunk_max);
+      const float cm = exp2f(st.m - m);
+      st.l *= cm;
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) st.acc[e] = st.acc[e] * cm + w * to_float(vv[c].elt[e]);
-        st.m = m;
+      for (int e = 0; e < kVec; ++e) st.acc[e] *= cm;
+#pragma unroll
+      for (int c = 0; c < kAttnChunk; ++c) {
+        if (chunk + c * step + slot < end) {
+          const float w = exp2f(s[c] - m);
+          st.l += w;
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) st.acc[e] = fmaf(w, to_float(vv[c].elt[e]), st.acc[e]);
+        }
       }
+      st.m = m;
     }
   }
   // Lane groups of a warp: butterfly over the slot bits.
@@ -218,18 +232,24 @@ __global__ void __launch_bounds__(kAttnWarps * 32) decode_attention_kernel(
   }
   __syncthreads();
   if (warp == 0 && slot == 0) {
+    // All warps at once, not one merge after another: the common max, then each warp's
+    // weight exp2(m_w - max) (independent), then the weighted sums in warp order.
+    float m = -positive_infinity();
+#pragma unroll
+    for (int w = 0; w < kAttnWarps; ++w) m = fmaxf(m, s_m[w]);
     SoftmaxState<kVec> total;
-    total.m = s_m[0];
-    total.l = s_l[0];
+    total.m = m;
+    total.l = 0.0f;
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) total.acc[e] = s_acc[0][part * kVec + e];
-    for (int w = 1; w < kAttnWarps; ++w) {
-      SoftmaxState<kVec> other;
-      other.m = s_m[w];
-      other.l = s_l[w];
+    for (int e = 0; e < kVec; ++e) total.acc[e] = 0.0f;
+    if (m != -positive_infinity()) {
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) other.acc[e] = s_acc[w][part * kVec + e];
-      merge_state(total, other);
+      for (int w = 0; w < kAttnWarps; ++w) {
+        const float scale = exp2f(s_m[w] - m);  // 0 for an empty warp (m_w = -inf)
+        total.l = fmaf(scale, s_l[w], total.l);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) total.acc[e] = fmaf(scale, s_acc[w][part * kVec + e], total.acc[e]);
+      }
     }
     const float inv_l = total.l > 0.0f ? 1.0f / total.l : 0.0f;  // empty: output 0
     if constexpr (kSplit) {
