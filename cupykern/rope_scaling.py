@@ -113,7 +113,13 @@ def yarn_parameters(rotary_dim: int, base: float, factor: float, original_max_po
     Source: HF ``_compute_yarn_parameters``; vLLM ``YaRNScalingRotaryEmbedding`` and
     ``DeepseekScalingRotaryEmbedding``. ``factor`` is the config's ``factor`` (vLLM; HF
     releases that rederive it as ``max_position_embeddings / L0`` agree whenever the
-    config's sizes are consistent).
+    config's sizes are consistent). The mscale rule is HF's: both ``mscale`` and
+    ``mscale_all_dim`` nonzero, else the plain ``0.1 ln(factor) + 1`` (vLLM's DeepSeek
+    class instead reads a missing ``mscale_all_dim`` as 0, giving ``mscale(factor,
+    mscale)``); DeepSeek-V2/V3 also multiply the attention's softmax scale by
+    ``mscale(factor, mscale_all_dim) ** 2`` in the model, outside this table. Checked
+    against an independent float64 transcription of HF's formula in tests/test_rope.py
+    (DeepSeek-V3, DeepSeek-V2-Lite, gpt-oss ``truncate: false``).
     """
     beta_fast = 32.0 if beta_fast is None else beta_fast
     beta_slow = 1.0 if beta_slow is None else beta_slow

@@ -1360,3 +1360,65 @@ def test_apply_rope_mrope_under_cuda_graph_capture(rng, section, interleaved):
     stream.synchronize()
     assert_close(q, want_q, dtype, seed=rng.seed, what="q")
     assert_close(k, want_k, dtype, seed=rng.seed, what="k")
+
+
+# ----------------------------------------------------------------- YaRN with DeepSeek's mscale (HF semantics)
+def _yarn_hf_formula(d, base, factor, orig, *, beta_fast=32.0, beta_slow=1.0, mscale=None, mscale_all_dim=None,
+                     attention_factor=None, truncate=True):
+    """(inv_freq, attention_factor) written from HF transformers' _compute_yarn_parameters (YaRN,
+    arXiv:2309.00071) and DeepSeek-V2/V3's yarn_get_mscale(scale, mscale) / yarn_get_mscale(scale,
+    mscale_all_dim), without cupykern's code: plain floats, one index at a time."""
+    def get_mscale(scale, m=1.0):
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    if attention_factor is None:
+        attention_factor = (get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+                            if mscale and mscale_all_dim else get_mscale(factor))
+
+    def correction_dim(rotations):
+        return d * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001
+    inv = []
+    for i in range(d // 2):
+        pos_freq = base ** (2 * i / d)
+        extrapolation_factor = 1 - min(max((i - low) / (high - low), 0.0), 1.0)
+        inv.append(1 / (factor * pos_freq) * (1 - extrapolation_factor) + 1 / pos_freq * extrapolation_factor)
+    return inv, attention_factor
+
+
+#: DeepSeek-V3's rope_scaling (qk_rope_head_dim 64, rope_theta 10000); DeepSeek-V2-Lite's mscales (0.707);
+#: an mscale without mscale_all_dim (HF: the plain 0.1 ln(factor) + 1); gpt-oss's truncate false.
+YARN_CONFIGS = [
+    (64, 10000.0, {"rope_type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32,
+                   "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}),
+    (64, 10000.0, {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32,
+                   "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707}),
+    (64, 10000.0, {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "mscale": 1.0,
+                   "mscale_all_dim": 0.5}),
+    (64, 10000.0, {"type": "yarn", "factor": 16, "original_max_position_embeddings": 4096, "mscale": 0.707}),
+    (64, 150000.0, {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0,
+                    "beta_slow": 1.0, "truncate": False}),
+    (128, 1000000.0, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768,
+                      "beta_fast": 16, "beta_slow": 2, "attention_factor": 0.9}),
+]
+
+
+@pytest.mark.parametrize("d, base, scaling", YARN_CONFIGS, ids=["deepseek-v3", "deepseek-v2-lite", "mscale-ratio",
+                                                                 "mscale-alone", "gpt-oss-no-truncate", "given-af"])
+def test_yarn_tables_follow_the_hf_formula(d, base, scaling):
+    options = {key: scaling[key] for key in ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor",
+                                             "truncate") if key in scaling}
+    inv, af = _yarn_hf_formula(d, base, float(scaling["factor"]), scaling["original_max_position_embeddings"],
+                               **options)
+    got_inv, got_af = rope_scaling.rope_parameters(d, base, scaling, max_position=1)
+    np.testing.assert_allclose(got_inv, inv, rtol=1e-14, atol=0)
+    assert got_af == pytest.approx(af, rel=1e-15)
+    _check_table(scaling, inv, af, d=d, base=base, max_position=163840)
+    if scaling.get("mscale") and scaling.get("mscale") == scaling.get("mscale_all_dim"):
+        assert got_af == pytest.approx(1.0)  # DeepSeek: the mscales cancel in the table

@@ -300,8 +300,12 @@ def rope_cos_sin_cache(max_position: int, rotary_dim: int, base: float = 10000.0
             ``original_max_position_embeddings``, which Phi-3's configs keep beside
             ``rope_scaling``: put it in the dict; optional ``factor`` and
             ``attention_factor``): the long factors when ``max_position`` exceeds the
-            original length, so a model keeps a short and a long table. The formulas
-            are in cupykern/rope_scaling.py.
+            original length, so a model keeps a short and a long table; ``"mrope"``
+            (Qwen2-VL's name, as HF: ``"default"``); any type may carry M-RoPE's
+            ``mrope_section`` (3 ints summing to ``rotary_dim / 2``) and
+            ``mrope_interleaved``, which leave the table as it is and are checked
+            (pass them to :func:`apply_rope`: ``cupykern.rope_scaling.mrope_parameters``).
+            The formulas are in cupykern/rope_scaling.py.
         dtype: float32 (default), float16 or bfloat16; values are rounded once to it.
 
     Returns:
@@ -312,7 +316,8 @@ def rope_cos_sin_cache(max_position: int, rotary_dim: int, base: float = 10000.0
 
     Raises:
         ValueError: ``max_position`` < 0, odd or too small ``rotary_dim``, ``base`` <= 0
-            or 1, an unknown rope_type or missing keys (named), non-positive factors.
+            or 1, an unknown rope_type or missing keys (named), non-positive factors, a
+            bad ``mrope_section`` (named).
         TypeError: unsupported ``dtype``.
         RuntimeError: no CUDA GPU (after the argument checks).
 
