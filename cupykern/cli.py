@@ -200,7 +200,7 @@ def check(arch, seed, skip_compile, compile_all):
 
 
 def _validate_all(seed: int) -> int:
-    from cupykern import _dtypes
+    from cupykern import _dtypes, models
     from cupykern.registry import all_specs
     from cupykern.validation import check_op
 
@@ -208,12 +208,15 @@ def _validate_all(seed: int) -> int:
     for column in ("op", "dtype", "num_tokens", "size", "error / tolerance", "max ulp", "result"):
         table.add_column(column)
     failures = 0
-    for spec in all_specs().values():
+    cases = [(spec, spec.name) for spec in all_specs().values()]
+    cases += [(spec.for_model(models.get(name)), f"{spec.name} ({name})") for spec in all_specs().values()
+              for name in spec.check_models]
+    for spec, label in cases:
         for dtype, num_tokens, size in itertools.product(_dtypes.DTYPES, spec.check_token_counts,
                                                             spec.check_sizes):
             result = check_op(spec, num_tokens, size, dtype, seed)
             failures += not result.ok
-            table.add_row(spec.name, _dtypes.short_name(dtype), str(num_tokens), str(size),
+            table.add_row(label, _dtypes.short_name(dtype), str(num_tokens), str(size),
                           f"{result.worst_error_ratio:.3f}", f"{result.max_ulp_err:.1f}",
                           "[green]ok[/]" if result.ok else f"[red]{result.message}[/]")
     console.print(table)

@@ -76,6 +76,10 @@ def _calls(model: models.ModelPreset, dtype, n: int):
         for index in (_INT32, _INT64):
             positions = _c((n,), index)
             yield "apply_rope", dict(q=q, k=k, positions=positions, cos_sin_cache=table, is_neox=True, inplace=True)
+            if model.mrope_section is not None:  # M-RoPE prefill: (3, n) positions
+                yield "apply_rope", dict(q=q, k=k, positions=_c((3, n), index), cos_sin_cache=table, is_neox=True,
+                                         inplace=True, mrope_section=model.mrope_section,
+                                         mrope_interleaved=model.mrope_interleaved)
             yield "qk_rms_norm_rope", dict(q=q, k=k, q_weight=_c((d,), dtype), k_weight=_c((d,), dtype),
                                            positions=positions, cos_sin_cache=table, eps=eps, is_neox=True)
             yield "rope_kv_append", dict(q=q, k=k, v=v, positions=positions, cos_sin_cache=table, k_cache=kv_cache,

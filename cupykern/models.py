@@ -3,7 +3,8 @@
 Each preset copies the fields of a Hugging Face ``config.json`` that the kernels care
 about (the repo id is in the comment above it and in ``hf_repo``): ``hidden_size``
 (norms), ``intermediate_size`` (the gated activation's d), attention heads, key/value
-heads and ``head_dim`` (RoPE), ``rope_theta`` and ``rope_scaling`` (the cos/sin cache),
+heads and ``head_dim`` (RoPE), ``rope_theta`` and ``rope_scaling`` (the cos/sin cache;
+LongRoPE's factor lists and M-RoPE's ``mrope_section`` as tuples, so a preset hashes),
 ``rms_norm_eps``, the activation, the RMSNorm weight offset (Gemma's ``1 + w``) and
 QK-norm (Qwen3). ``cupykern sweep --model NAME`` takes its sizes and op constants from
 here; ``cupykern models`` lists them.
@@ -73,6 +74,17 @@ class ModelPreset:
         return str(scaling.get("rope_type", scaling.get("type", "default")))
 
     @property
+    def mrope_section(self) -> tuple | None:
+        """M-RoPE's (temporal, height, width) split of rotary_dim / 2 (Qwen2-VL family), or None."""
+        section = (self.rope_scaling or {}).get("mrope_section")
+        return tuple(section) if section is not None else None
+
+    @property
+    def mrope_interleaved(self) -> bool:
+        """Qwen3-VL's interleaved M-RoPE layout (``rope_scaling["mrope_interleaved"]``)."""
+        return bool((self.rope_scaling or {}).get("mrope_interleaved", False))
+
+    @property
     def rotary_dim(self) -> int:
         return self.rotary_dim_for(self.head_dim)
 
@@ -105,6 +117,64 @@ def _scaling(**items) -> tuple:
 
 _LLAMA3_SCALING = _scaling(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                            original_max_position_embeddings=8192)
+
+# LongRoPE factors of microsoft/Phi-3-mini-128k-instruct's config.json (the July 2024 update; rope_scaling
+# type "longrope"); 48 = rotary_dim / 2 each. Copied from a Microsoft evaluation script's LONGROPE_PARAMS
+# found through the search index; its first 16 and last 7 long factors and first 5 / last 3 short factors
+# agree with an excerpt of that config.json quoted in llama.cpp notes (the HF file itself was not reachable).
+_PHI3_MINI_128K_LONG = (
+    1.0700000524520874, 1.1200000047683716, 1.149999976158142, 1.4199999570846558, 1.5699999332427979,
+    1.7999999523162842, 2.129999876022339, 2.129999876022339, 3.009999990463257, 5.910000324249268,
+    6.950000286102295, 9.070000648498535, 9.930000305175781, 10.710000038146973, 11.130000114440918,
+    14.609999656677246, 15.409998893737793, 19.809999465942383, 37.279998779296875, 38.279998779296875,
+    38.599998474121094, 40.12000274658203, 46.20000457763672, 50.940006256103516, 53.66000747680664,
+    54.9373893737793, 56.89738845825195, 57.28738784790039, 59.98738479614258, 60.86738586425781,
+    60.887386322021484, 61.71739196777344, 62.91739273071289, 62.957393646240234, 63.41739273071289,
+    63.8173942565918, 63.83739471435547, 63.897396087646484, 63.93739700317383, 64.06739807128906,
+    64.11434936523438, 64.12435150146484, 64.15435028076172, 64.19435119628906, 64.24435424804688,
+    64.57435607910156, 64.69000244140625, 64.76000213623047)
+_PHI3_MINI_128K_SHORT = (
+    1.1, 1.1, 1.1, 1.3000000000000003, 1.3500000000000003, 1.3500000000000003, 1.4000000000000004,
+    1.5500000000000005, 2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001,
+    2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001,
+    2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001,
+    2.000000000000001, 2.000000000000001, 2.000000000000001, 2.0500000000000007, 2.0500000000000007,
+    2.0500000000000007, 2.0500000000000007, 2.0500000000000007, 2.0500000000000007, 2.1000000000000005,
+    2.1000000000000005, 2.1500000000000004, 2.25, 2.25, 2.25, 2.25, 2.25, 2.3999999999999995,
+    2.4499999999999993, 2.499999999999999, 2.6999999999999984, 2.6999999999999984, 2.7499999999999982,
+    2.799999999999998, 2.8999999999999977, 3.049999999999997)
+# microsoft/Phi-3.5-mini-instruct config.json (rope_scaling type "longrope"): two identical copies of that
+# config.json found through the search index (an ONNX export recipe and a thunder benchmark config).
+_PHI35_MINI_LONG = (
+    1.0800000429153442, 1.1100000143051147, 1.1399999856948853, 1.340000033378601, 1.5899999141693115,
+    1.600000023841858, 1.6200000047683716, 2.620000123977661, 3.2300000190734863, 3.2300000190734863,
+    4.789999961853027, 7.400000095367432, 7.700000286102295, 9.09000015258789, 12.199999809265137,
+    17.670000076293945, 24.46000099182129, 28.57000160217285, 30.420001983642578, 30.840002059936523,
+    32.590003967285156, 32.93000411987305, 42.320003509521484, 44.96000289916992, 50.340003967285156,
+    50.45000457763672, 57.55000305175781, 57.93000411987305, 58.21000289916992, 60.1400032043457,
+    62.61000442504883, 62.62000274658203, 62.71000289916992, 63.1400032043457, 63.1400032043457,
+    63.77000427246094, 63.93000411987305, 63.96000289916992, 63.970001220703125, 64.02999877929688,
+    64.06999969482422, 64.08000183105469, 64.12000274658203, 64.41000366210938, 64.4800033569336,
+    64.51000213623047, 64.52999877929688, 64.83999633789062)
+_PHI35_MINI_SHORT = (
+    1.0, 1.0199999809265137, 1.0299999713897705, 1.0299999713897705, 1.0499999523162842, 1.0499999523162842,
+    1.0499999523162842, 1.0499999523162842, 1.0499999523162842, 1.0699999332427979, 1.0999999046325684,
+    1.1099998950958252, 1.1599998474121094, 1.1599998474121094, 1.1699998378753662, 1.2899998426437378,
+    1.339999794960022, 1.679999828338623, 1.7899998426437378, 1.8199998140335083, 1.8499997854232788,
+    1.8799997568130493, 1.9099997282028198, 1.9399996995925903, 1.9899996519088745, 2.0199997425079346,
+    2.0199997425079346, 2.0199997425079346, 2.0199997425079346, 2.0199997425079346, 2.0199997425079346,
+    2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914,
+    2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0799996852874756,
+    2.0899996757507324, 2.189999580383301, 2.2199995517730713, 2.5899994373321533, 2.729999542236328,
+    2.749999523162842, 2.8399994373321533)
+
+#: Phi-3's configs keep original_max_position_embeddings (4096) beside rope_scaling; the preset puts it in
+#: the dict, where rope_cos_sin_cache reads it.
+_PHI_128K_NOTES = ("LongRoPE ('longrope'): the config's original_max_position_embeddings 4096 is put in the "
+                   "rope_scaling dict. A table of more than 4096 rows uses the long factors and the attention "
+                   "factor sqrt(1 + ln(32) / ln(4096)) = 1.19; serve prompts within 4096 tokens with a second "
+                   "table of 4096 rows (short factors, factor 1), as vLLM does. Same shapes as phi-3-mini; fused "
+                   "qkv_proj and gate_up_proj; sliding_window 262144 (attention only).")
 
 PRESETS: dict[str, ModelPreset] = {p.name: p for p in (
     # meta-llama/Llama-3.1-8B config.json
@@ -149,10 +219,32 @@ PRESETS: dict[str, ModelPreset] = {p.name: p for p in (
                 num_attention_heads=32, num_key_value_heads=32, head_dim=96, num_hidden_layers=32,
                 max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-5,
                 notes="The 4k model rotates the whole head (no partial_rotary_factor, rope_scaling null). "
-                      "The 128k variant (microsoft/Phi-3-mini-128k-instruct, same shapes) uses rope_scaling "
-                      "type 'longrope' (per-dimension short/long factors), which rope_cos_sin_cache takes "
-                      "(with the config's original_max_position_embeddings put in the dict); it has no "
-                      "preset here yet. Fused qkv_proj and gate_up_proj (gate first, as silu_and_mul expects)."),
+                      "The 128k variant, with LongRoPE ('longrope') scaling, is the phi-3-mini-128k preset. "
+                      "Fused qkv_proj and gate_up_proj (gate first, as silu_and_mul expects)."),
+    # microsoft/Phi-3-mini-128k-instruct config.json
+    ModelPreset("phi-3-mini-128k", "microsoft/Phi-3-mini-128k-instruct", hidden_size=3072, intermediate_size=8192,
+                num_attention_heads=32, num_key_value_heads=32, head_dim=96, num_hidden_layers=32,
+                max_position_embeddings=131072, rope_theta=10000.0, rms_norm_eps=1e-5,
+                rope_scaling_items=_scaling(type="longrope", short_factor=_PHI3_MINI_128K_SHORT,
+                                            long_factor=_PHI3_MINI_128K_LONG, original_max_position_embeddings=4096),
+                notes=_PHI_128K_NOTES),
+    # microsoft/Phi-3.5-mini-instruct config.json
+    ModelPreset("phi-3.5-mini", "microsoft/Phi-3.5-mini-instruct", hidden_size=3072, intermediate_size=8192,
+                num_attention_heads=32, num_key_value_heads=32, head_dim=96, num_hidden_layers=32,
+                max_position_embeddings=131072, rope_theta=10000.0, rms_norm_eps=1e-5,
+                rope_scaling_items=_scaling(type="longrope", short_factor=_PHI35_MINI_SHORT,
+                                            long_factor=_PHI35_MINI_LONG, original_max_position_embeddings=4096),
+                notes=_PHI_128K_NOTES),
+    # Qwen/Qwen2.5-VL-7B-Instruct config.json (the text decoder; the vision tower is not covered)
+    ModelPreset("qwen2.5-vl-7b", "Qwen/Qwen2.5-VL-7B-Instruct", hidden_size=3584, intermediate_size=18944,
+                num_attention_heads=28, num_key_value_heads=4, head_dim=128, num_hidden_layers=28,
+                max_position_embeddings=128000, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                rope_scaling_items=_scaling(type="mrope", mrope_section=(16, 24, 24)),
+                notes="M-RoPE: rope_scaling type 'mrope' (HF: 'default') with mrope_section [16, 24, 24]: "
+                      "apply_rope takes positions (3, num_tokens) (temporal, height, width) with "
+                      "mrope_section=(16, 24, 24); text tokens have three equal rows (plain RoPE). q/k/v "
+                      "projections have a bias (outside these kernels); the vision tower (2-D RoPE, window "
+                      "attention) is not covered."),
     # HuggingFaceTB/SmolLM2-135M config.json
     ModelPreset("smollm2-135m", "HuggingFaceTB/SmolLM2-135M", hidden_size=576, intermediate_size=1536,
                 num_attention_heads=9, num_key_value_heads=3, head_dim=64, num_hidden_layers=30,

@@ -28,8 +28,11 @@ REQUIRED_KEYS = {
     "yarn": ("factor", "original_max_position_embeddings"),
     "longrope": ("short_factor", "long_factor", "original_max_position_embeddings"),
 }
-#: Older configs' names of a rope_type (Phi-3's first configs said "su").
-ALIASES = {"su": "longrope"}
+#: Older configs' names of a rope_type (Phi-3's first configs said "su"; Qwen2-VL's and
+#: Qwen2.5-VL's say "mrope", which HF's Qwen2VLConfig rewrites to "default": M-RoPE's
+#: table is the default one, its ``mrope_section`` only picks rows, see
+#: :func:`mrope_parameters`).
+ALIASES = {"su": "longrope", "mrope": "default"}
 
 #: Rows of the table evaluated at once (bounds the float64 scratch to 64 MiB at rotary_dim 128).
 _CHUNK_ROWS = 1 << 16
@@ -110,7 +113,13 @@ def yarn_parameters(rotary_dim: int, base: float, factor: float, original_max_po
     Source: HF ``_compute_yarn_parameters``; vLLM ``YaRNScalingRotaryEmbedding`` and
     ``DeepseekScalingRotaryEmbedding``. ``factor`` is the config's ``factor`` (vLLM; HF
     releases that rederive it as ``max_position_embeddings / L0`` agree whenever the
-    config's sizes are consistent).
+    config's sizes are consistent). The mscale rule is HF's: both ``mscale`` and
+    ``mscale_all_dim`` nonzero, else the plain ``0.1 ln(factor) + 1`` (vLLM's DeepSeek
+    class instead reads a missing ``mscale_all_dim`` as 0, giving ``mscale(factor,
+    mscale)``); DeepSeek-V2/V3 also multiply the attention's softmax scale by
+    ``mscale(factor, mscale_all_dim) ** 2`` in the model, outside this table. Checked
+    against an independent float64 transcription of HF's formula in tests/test_rope.py
+    (DeepSeek-V3, DeepSeek-V2-Lite, gpt-oss ``truncate: false``).
     """
     beta_fast = 32.0 if beta_fast is None else beta_fast
     beta_slow = 1.0 if beta_slow is None else beta_slow
@@ -194,6 +203,43 @@ def rope_type_of(rope_scaling) -> str:
     return kind
 
 
+def mrope_parameters(rope_scaling, rotary_dim: int) -> tuple[tuple | None, bool]:
+    """``(mrope_section, mrope_interleaved)`` of a HF ``rope_scaling`` dict, for
+    :func:`cupykern.apply_rope`'s arguments of the same names: ``(None, False)`` when the
+    dict (or None) has no ``mrope_section``.
+
+    ``mrope_section`` splits the rotary half-dimension into temporal, height and width
+    sections (Qwen2-VL / Qwen2.5-VL: ``{"type": "mrope", "mrope_section": [16, 24, 24]}``,
+    which HF's ``Qwen2VLConfig`` turns into ``rope_type "default"``; Qwen3-VL:
+    ``{"rope_type": "default", "mrope_section": [24, 20, 20], "mrope_interleaved": true}``).
+    Any rope_type's table may be combined with it (vLLM's ``MRotaryEmbedding`` also
+    takes YaRN): the sections only choose which position row gives each index its row
+    of the table.
+
+    Raises:
+        ValueError: ``rope_scaling['mrope_section']`` not 3 ints >= 0 summing to
+            ``rotary_dim / 2``; ``rope_scaling['mrope_interleaved']`` not a bool, or set
+            without ``mrope_section``.
+    """
+    if rope_scaling is None or not isinstance(rope_scaling, dict):
+        return None, False
+    interleaved = rope_scaling.get("mrope_interleaved", False)
+    if not isinstance(interleaved, (bool, np.bool_)):
+        raise ValueError(f"rope_scaling['mrope_interleaved']: expected a bool, got {interleaved!r}")
+    section = rope_scaling.get("mrope_section")
+    if section is None:
+        if interleaved:
+            raise ValueError("rope_scaling['mrope_interleaved']: true needs rope_scaling['mrope_section']")
+        return None, False
+    half = rotary_dim // 2
+    ok = isinstance(section, (list, tuple)) and len(section) == 3 and all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and v >= 0 for v in section)
+    if not ok or sum(section) != half:
+        raise ValueError(f"rope_scaling['mrope_section']: expected 3 ints >= 0 (temporal, height, width) summing "
+                         f"to rotary_dim / 2 = {half}, got {section!r}")
+    return tuple(int(v) for v in section), bool(interleaved)
+
+
 def _positive(rope_scaling: dict, key: str, *, allow_zero: bool = False) -> float:
     value = rope_scaling[key]
     try:
@@ -226,12 +272,17 @@ def rope_parameters(rotary_dim: int, base: float, rope_scaling=None, *, max_posi
     used by ``"dynamic"`` and ``"longrope"`` (which factor list, and the default
     attention factor) only.
 
+    ``"mrope"`` (Qwen2-VL's name) is ``"default"``; an ``mrope_section`` key (any
+    rope_type) is checked (:func:`mrope_parameters`) and does not change the table.
+
     Raises:
         ValueError: unknown rope_type, missing keys (all named), non-positive or
             non-finite factors, llama3's ``high_freq_factor == low_freq_factor``,
-            LongRoPE factor lists not of ``rotary_dim / 2`` positive numbers.
+            LongRoPE factor lists not of ``rotary_dim / 2`` positive numbers, a bad
+            ``mrope_section`` / ``mrope_interleaved``.
     """
     kind = rope_type_of(rope_scaling)
+    mrope_parameters(rope_scaling, rotary_dim)  # a bad mrope_section is an error of the config too
     missing = [key for key in REQUIRED_KEYS[kind] if key not in rope_scaling]
     if missing:
         raise ValueError(f"rope_scaling: rope_type {kind!r} needs {', '.join(map(repr, missing))} "

@@ -25,6 +25,18 @@
 // positions_stride apart); cache [max_position, rotary_dim], cache_stride apart.
 // A token whose position is outside [0, max_position) reads no cache row and is left
 // unchanged (apply_rope out of place copies it to the output unrotated).
+//
+// M-RoPE (apply_rope, kMropeLayout != 0; Qwen2-VL / Qwen2.5-VL / Qwen3-VL): positions
+// [3, num_tokens] (temporal, height, width rows, positions_row_stride apart), and the
+// row that gives frequency index i in [0, rotary_dim/2) its cos/sin is chosen by the
+// sections (mrope_t, mrope_h, mrope_w), which sum to rotary_dim/2:
+//   kMropeLayout = 1 (sectioned, HF Qwen2-VL apply_multimodal_rotary_pos_emb, vLLM
+//     MRotaryEmbedding): row 0 for i < t, row 1 for t <= i < t + h, row 2 above;
+//   kMropeLayout = 2 (interleaved, HF Qwen3-VL apply_interleaved_mrope, vLLM
+//     apply_interleaved_rope): row 1 if i % 3 == 1 and i < 3h, row 2 if i % 3 == 2
+//     and i < 3w, else row 0.
+// c[i] = cache[positions[row(i), token], i], s[i] likewise. A token is rotated only if
+// all three of its positions are in range (else it is left as above).
 // Mutates: apply_rope writes q_out/k_out (they are q/k in place, where only dims
 // [0, rotary_dim) are written; out of place, copy_unrotated = 1 and every dim is
 // written). qk_rms_norm_rope writes every dim of q and k in place. Each element is
@@ -48,6 +60,8 @@
 //                     1 or 16 / sizeof(T) (qk_rms_norm_rope). Every pointer and stride
 //                     is aligned to it and rotary_dim/2 and head_dim are multiples of it.
 //   kThreadsPerHead   8, 16, 32 (qk_rms_norm_rope: the row group that reduces a head)
+//   kMropeLayout      0 (one position per token), 1 (M-RoPE, sectioned), 2 (M-RoPE,
+//                     interleaved) (apply_rope; 1 and 2 with kIsNeox = true only)
 // Launch contract (planned by cupykern/plans.py::plan_rope): 1-D block of at most
 // kRopeMaxBlockSize threads, tokens_per_block * threads_per_head * head_slots of them
 // active, rounded up to a multiple of 32; 1-D grid of any size; no dynamic shared
@@ -102,6 +116,37 @@ __device__ __forceinline__ void load_cos_sin(const TCache* __restrict__ row, int
   }
 }
 
+// M-RoPE: which positions row (0 temporal, 1 height, 2 width) gives frequency index i
+// its cos/sin (the rule of each layout is in the header). 32-bit: i < rotary_dim / 2.
+template <int kMropeLayout>
+__device__ __forceinline__ int mrope_row(int i, int mrope_t, int mrope_h, int mrope_w) {
+  if constexpr (kMropeLayout == 1) {
+    return i < mrope_t ? 0 : (i < mrope_t + mrope_h ? 1 : 2);
+  } else {
+    const int r = i % 3;
+    if (r == 1 && i < 3 * mrope_h) return 1;
+    if (r == 2 && i < 3 * mrope_w) return 2;
+    return 0;
+  }
+}
+
+// cos and sin of unit u's kVecWidth angles under M-RoPE: each index from its own row,
+// one element at a time (neighbouring indices may come from different rows).
+template <typename TCache, int kVecWidth, int kMropeLayout>
+__device__ __forceinline__ void load_cos_sin_mrope(const TCache* __restrict__ row0, const TCache* __restrict__ row1,
+                                                   const TCache* __restrict__ row2, int64_t half, int64_t u,
+                                                   int mrope_t, int mrope_h, int mrope_w,
+                                                   float (&c)[kVecWidth], float (&s)[kVecWidth]) {
+#pragma unroll
+  for (int e = 0; e < kVecWidth; ++e) {
+    const int64_t i = u * kVecWidth + e;
+    const int r = mrope_row<kMropeLayout>(static_cast<int>(i), mrope_t, mrope_h, mrope_w);
+    const TCache* row = r == 0 ? row0 : (r == 1 ? row1 : row2);
+    c[e] = to_float(row[i]);
+    s[e] = to_float(row[half + i]);
+  }
+}
+
 // Rotates the kVecWidth pairs held in a (first vector) and b (second vector). Pair e
 // is (a[e], b[e]) for NeoX; for GPT-J it is elements (2e, 2e + 1) of a followed by b.
 template <bool kIsNeox, int kVecWidth>
@@ -141,20 +186,21 @@ struct RopeThread {
 };
 
 // ---------------------------------------------------------------- apply_rope
-template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidth>
+template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidth, int kMropeLayout>
 __global__ void __launch_bounds__(kRopeMaxBlockSize, kRopeMinBlocksPerSm) apply_rope_kernel(
     T* q_out,                               // [num_tokens, num_q_heads, head_dim] (q itself in place)
     T* k_out,                               // [num_tokens, num_kv_heads, head_dim] or null
     const T* q,                             // [num_tokens, num_q_heads, head_dim]
     const T* k,                             // [num_tokens, num_kv_heads, head_dim] or null
-    const TPos* __restrict__ positions,     // [num_tokens]
+    const TPos* __restrict__ positions,     // [num_tokens] ([3, num_tokens] for M-RoPE)
     const TCache* __restrict__ cos_sin_cache,  // [max_position, rotary_dim]
     int64_t num_tokens, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim,
     int64_t rotary_dim, int64_t max_position, int64_t positions_stride,
     int64_t q_token_stride, int64_t q_head_stride, int64_t k_token_stride, int64_t k_head_stride,
     int64_t q_out_token_stride, int64_t q_out_head_stride, int64_t k_out_token_stride,
     int64_t k_out_head_stride, int64_t cache_stride,
-    int threads_per_head, int head_slots, int tokens_per_block, int copy_unrotated) {
+    int threads_per_head, int head_slots, int tokens_per_block, int copy_unrotated,
+    int64_t positions_row_stride, int mrope_t, int mrope_h, int mrope_w) {  // M-RoPE only
   using V = Vec<T, kVecWidth>;
   constexpr int kHeadsPerStep = heads_per_step<T, kVecWidth>();
   const RopeThread th(threads_per_head, head_slots);
@@ -167,9 +213,18 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, kRopeMinBlocksPerSm) apply_
   for (int64_t token = static_cast<int64_t>(blockIdx.x) * tokens_per_block + th.tok_sub; token < num_tokens;
        token += static_cast<int64_t>(gridDim.x) * tokens_per_block) {
     const int64_t pos = static_cast<int64_t>(positions[token * positions_stride]);
-    const bool valid = pos >= 0 && pos < max_position;
+    bool valid = pos >= 0 && pos < max_position;
+    // M-RoPE: the height and width rows' positions (pos is the temporal row's).
+    int64_t pos_h = 0, pos_w = 0;
+    if constexpr (kMropeLayout != 0) {
+      pos_h = static_cast<int64_t>(positions[token * positions_stride + positions_row_stride]);
+      pos_w = static_cast<int64_t>(positions[token * positions_stride + 2 * positions_row_stride]);
+      valid = valid && pos_h >= 0 && pos_h < max_position && pos_w >= 0 && pos_w < max_position;
+    }
     if (!valid && !copy_unrotated) continue;  // in place: leave the token as it is
     const TCache* cs_row = cos_sin_cache + (valid ? pos : 0) * cache_stride;
+    const TCache* cs_row_h = cos_sin_cache + (valid ? pos_h : 0) * cache_stride;
+    const TCache* cs_row_w = cos_sin_cache + (valid ? pos_w : 0) * cache_stride;
     const T* q_tok = q + token * q_token_stride;
     const T* k_tok = k + token * k_token_stride;
     T* q_out_tok = q_out + token * q_out_token_stride;
@@ -190,7 +245,14 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, kRopeMinBlocksPerSm) apply_
     // in flight (the compiler cannot hoist a load above a store that may alias it).
     for (int64_t u = th.lane; u < units; u += threads_per_head) {
       float c[kVecWidth], s[kVecWidth];
-      if (valid) load_cos_sin<TCache, kVecWidth>(cs_row, half, u, c, s);
+      if (valid) {
+        if constexpr (kMropeLayout == 0) {
+          load_cos_sin<TCache, kVecWidth>(cs_row, half, u, c, s);
+        } else {
+          load_cos_sin_mrope<TCache, kVecWidth, kMropeLayout>(cs_row, cs_row_h, cs_row_w, half, u, mrope_t, mrope_h,
+                                                              mrope_w, c, s);
+        }
+      }
       int64_t lo, hi;
       unit_offsets<kIsNeox, kVecWidth>(u, half, lo, hi);
       for (int64_t h0 = th.slot; h0 < num_heads; h0 += kHeadsPerStep * head_slots) {

@@ -128,3 +128,42 @@ def test_rope_inputs_take_heads_and_scaling(host_arrays, rng, name):
     assert i["cos_sin_cache"].shape == (rows, p.rotary_dim) and int(i["positions"].max()) < rows
     expected = rope_scaling.cos_sin_table(rows, p.rotary_dim, p.rope_theta, p.rope_scaling, dtype=np.float32)
     np.testing.assert_array_equal(i["cos_sin_cache"][:64], expected[:64])
+
+
+def test_long_context_and_vl_presets():
+    """phi-3-mini-128k / phi-3.5-mini (LongRoPE) and qwen2.5-vl-7b (M-RoPE), from their config.json."""
+    for name, repo in (("phi-3-mini-128k", "microsoft/Phi-3-mini-128k-instruct"),
+                       ("phi-3.5-mini", "microsoft/Phi-3.5-mini-instruct")):
+        p = models.get(name)
+        assert p.hf_repo == repo and p.rope_type == "longrope" and p.rotary_dim == 96
+        assert (p.hidden_size, p.intermediate_size, p.num_attention_heads, p.num_key_value_heads) == \
+            (3072, 8192, 32, 32)
+        assert (p.max_position_embeddings, p.rope_scaling["original_max_position_embeddings"]) == (131072, 4096)
+        short, long = p.rope_scaling["short_factor"], p.rope_scaling["long_factor"]
+        assert len(short) == len(long) == 48 and all(f > 0 for f in (*short, *long))
+        # The attention factor llama.cpp's GGUF of the 128k model records: sqrt(1 + ln(32) / ln(4096)).
+        _, attention = rope_scaling.rope_parameters(96, p.rope_theta, p.rope_scaling, max_position=131072)
+        assert attention == pytest.approx(1.190238118171692, rel=1e-7)
+    assert models.get("phi-3-mini-128k").rope_scaling["long_factor"][:2] == (1.0700000524520874, 1.1200000047683716)
+    assert models.get("phi-3.5-mini").rope_scaling["short_factor"][-1] == 2.8399994373321533
+    vl = models.get("qwen2.5-vl-7b")
+    assert vl.hf_repo == "Qwen/Qwen2.5-VL-7B-Instruct"
+    assert (vl.hidden_size, vl.intermediate_size, vl.num_attention_heads, vl.num_key_value_heads, vl.head_dim) == \
+        (3584, 18944, 28, 4, 128)
+    assert vl.rope_theta == 1e6 and vl.mrope_section == (16, 24, 24) and not vl.mrope_interleaved
+    assert rope_scaling.mrope_parameters(vl.rope_scaling, vl.rotary_dim) == ((16, 24, 24), False)
+    assert models.get("llama-3.1-8b").mrope_section is None
+
+
+def test_mrope_preset_inputs_give_three_position_rows(host_arrays, rng):
+    p = models.get("qwen2.5-vl-7b")
+    spec = all_specs()["apply_rope"]
+    assert "qwen2.5-vl-7b" in spec.check_models
+    i = spec.for_model(p).make_inputs(rng, 5, 128, _dtypes.bfloat16)
+    assert i["positions"].shape == (5, 3) and i["mrope_section"] == (16, 24, 24)
+    assert int(i["positions"].max()) < 128000
+    q_ref, _ = spec.reference(i)
+    want, _ = reference.apply_rope(i["q"], i["k"], i["positions"].T, i["cos_sin_cache"], mrope_section=(16, 24, 24))
+    np.testing.assert_array_equal(q_ref, want)
+    plain = spec.for_model(models.get("qwen2.5-7b")).make_inputs(rng, 5, 128, _dtypes.bfloat16)
+    assert plain["positions"].shape == (5,) and "mrope_section" not in plain

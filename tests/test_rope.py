@@ -38,7 +38,8 @@ BASE = 500000.0
 # ----------------------------------------------------------------- CPU: instantiations
 def test_rope_instantiation_count_is_bounded():
     exprs = families.instantiations()["rope.cu"]
-    assert len(exprs) == len(set(exprs)) and len(exprs) <= 150
+    # 60 apply_rope x 3 M-RoPE layouts (NeoX only for M-RoPE: 60 + 2 x 30) + 80 qk_rms_norm_rope
+    assert len(exprs) == len(set(exprs)) and len(exprs) <= 200
     spaces = rope_ops.instantiations()
     assert sorted(exprs) == sorted(spaces[rope_ops.APPLY_ROPE] + spaces[rope_ops.QK_RMS_NORM_ROPE])
 
@@ -48,8 +49,8 @@ def test_apply_rope_planned_kernel_does_not_spill(dtype):
     """The Llama-3 shape's instantiations (both pairings) fit the 64-register budget."""
     plan = plans.plan_rope(16384, 40, 128, 128, dtype, max_vec_width=_dtypes.vec_width(dtype), fused_norm=False,
                            limits=plans.H200_LIMITS)
-    exprs = [rope_ops.APPLY_ROPE.expr(_dtypes.c_type(dtype), "float", "long long", neox, plan.vec_width)
-             for neox in (True, False)]
+    exprs = [rope_ops.APPLY_ROPE.expr(_dtypes.c_type(dtype), "float", "long long", neox, plan.vec_width, layout)
+             for neox, layout in ((True, 0), (False, 0), (True, 1), (True, 2))]  # M-RoPE: NeoX only
     _, log = jit.nvrtc_compile("rope.cu", exprs, "90", ["--ptxas-options=-v"])
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
     assert len(spills) == len(exprs) and not any(spills), log
@@ -273,16 +274,20 @@ F16, F32, BF16 = _dtypes.float16, _dtypes.float32, _dtypes.bfloat16
 DEFAULT = object()
 
 
-def _apply(*, q=DEFAULT, k=DEFAULT, positions=DEFAULT, cache=DEFAULT, is_neox=True, inplace=True, **kw):
-    """apply_rope's prepare: (4, 8, 128) bf16 q, 2 kv heads, int64 positions, a float32 cache, unless given."""
+def _apply(*, q=DEFAULT, k=DEFAULT, positions=DEFAULT, cache=DEFAULT, is_neox=True, inplace=True,
+           mrope_section=None, mrope_interleaved=False, **kw):
+    """apply_rope's prepare: (4, 8, 128) bf16 q, 2 kv heads, int64 positions, a float32 cache, unless given
+    (with mrope_section, default positions (3, num_tokens))."""
     q = contiguous((4, 8, 128), BF16) if q is DEFAULT else q
     shape = (4, 8, 128) if q is None else q.shape
     k = contiguous((*shape[:-2], 2, shape[-1]), BF16 if q is None else q.dtype) if k is DEFAULT else k
-    positions = contiguous(shape[:-2], np.int64) if positions is DEFAULT else positions
+    if positions is DEFAULT:
+        positions = contiguous(((3,) if mrope_section is not None else ()) + tuple(shape[:-2]), np.int64)
     cache = contiguous((64, shape[-1]), F32) if cache is DEFAULT else cache
     return rope_ops._prepare_apply_rope(prepare_args("apply_rope", q=q, k=k, positions=positions,
                                                      cos_sin_cache=cache, q_out=None, k_out=None, is_neox=is_neox,
-                                                     inplace=inplace, **kw))
+                                                     inplace=inplace, mrope_section=mrope_section,
+                                                     mrope_interleaved=mrope_interleaved, **kw))
 
 
 def _qk_norm(*, q=DEFAULT, k=DEFAULT, q_weight=DEFAULT, k_weight=DEFAULT, positions=DEFAULT, cache=DEFAULT,
@@ -304,12 +309,12 @@ def test_apply_rope_launch_in_place(is_neox):
     launch = _apply(is_neox=is_neox)
     plan = plans.plan_rope(4, 10, 128, 128, BF16, max_vec_width=8, fused_norm=False, limits=plans.H200_LIMITS)
     assert launch.template is rope_ops.APPLY_ROPE and launch.plan == plan and plan.vec_width == 8
-    assert launch.template_args == ("__nv_bfloat16", "float", "long long", is_neox, 8)
+    assert launch.template_args == ("__nv_bfloat16", "float", "long long", is_neox, 8, 0)
     assert launch.pointers == ("q", "k", "q", "k", "positions", "cos_sin_cache")
     assert launch.allocate == () and launch.returns == ("q", "k")
     assert launch.scalars == (4, 8, 2, 128, 128, 64, 1, 8 * 128, 128, 2 * 128, 128, 8 * 128, 128, 2 * 128, 128, 128,
-                              plan.threads_per_head, plan.head_slots, plan.tokens_per_block, 0)
-    assert [type(v) for v in launch.scalars] == [np.int64] * 16 + [np.int32] * 4
+                              plan.threads_per_head, plan.head_slots, plan.tokens_per_block, 0, 0, 0, 0, 0)
+    assert [type(v) for v in launch.scalars] == [np.int64] * 16 + [np.int32] * 4 + [np.int64] + [np.int32] * 3
     (rule,) = launch.disjoint
     assert (rule.a, rule.b, rule.allow_same) == ("q", "k", False)
 
@@ -323,7 +328,7 @@ def test_apply_rope_out_of_place_allocates_q_out_and_k_out():
     assert launch.returns == ("q_out", "k_out")
     # The inputs keep their strides; the new outputs are C-contiguous; the last flag says "copy the tail".
     assert launch.scalars[7:15] == (1536, 128, 1536, 128, 8 * 128, 128, 2 * 128, 128)
-    assert launch.scalars[-1] == 1
+    assert launch.scalars[19] == 1
     # k None: only q_out is allocated, k_out is returned as None.
     alone = _apply(k=None, inplace=False)
     assert alone.allocate == (("q_out", (4, 8, 128), BF16),) and alone.returns == ("q_out", "k_out")
@@ -488,7 +493,7 @@ def test_qk_rms_norm_rope_zero_tokens_launch_nothing_cpu():
 def _apply_rope_overlap(monkeypatch, q: Sig, k: Sig, q_ptr: int, k_ptr: int):
     values = {"q": q, "k": k, "positions": contiguous((q.shape[0],), np.int64),
               "cos_sin_cache": contiguous((32, q.shape[-1]), F32), "q_out": None, "k_out": None,
-              "is_neox": True, "inplace": True}
+              "is_neox": True, "inplace": True, "mrope_section": None, "mrope_interleaved": False}
     launch = rope_ops._prepare_apply_rope(prepare_args("apply_rope", **values))
     return overlap_check(monkeypatch, rope_ops._APPLY_ROPE, launch, values,
                          {"q": q_ptr, "k": k_ptr, "positions": 1 << 30, "cos_sin_cache": 1 << 31})
@@ -1083,3 +1088,337 @@ def test_longrope_short_table_uses_the_short_factors_and_no_attention_factor():
 def test_longrope_bad_configs_name_the_key(scaling, match):
     with pytest.raises(ValueError, match=match):
         reference.rope_cos_sin_cache(16, 8, rope_scaling=scaling)
+
+
+# ----------------------------------------------------------------- M-RoPE (Qwen2-VL / Qwen2.5-VL / Qwen3-VL)
+#: (mrope_section, mrope_interleaved) at rotary_dim 128: Qwen2.5-VL-7B's sections; Qwen3-VL's interleaved ones.
+MROPE_CASES = [((16, 24, 24), False), ((24, 20, 20), True)]
+MROPE_IDS = ["sectioned", "interleaved"]
+
+
+def _mrope_row_rule(i, section, interleaved):
+    """The row (0 temporal, 1 height, 2 width) of frequency index i, written from the published rules:
+    HF Qwen2-VL apply_multimodal_rotary_pos_emb (consecutive sections) and HF Qwen3-VL
+    apply_interleaved_mrope / vLLM apply_interleaved_rope (slices 1:3h:3 and 2:3w:3)."""
+    t, h, w = section
+    if interleaved:
+        return 1 if (i % 3 == 1 and i < 3 * h) else 2 if (i % 3 == 2 and i < 3 * w) else 0
+    return 0 if i < t else 1 if i < t + h else 2
+
+
+@pytest.mark.parametrize("section, interleaved", MROPE_CASES, ids=MROPE_IDS)
+def test_mrope_reference_with_equal_rows_is_plain_rope(rng, section, interleaved):
+    cache = reference.rope_cos_sin_cache(4096, 128, 1e6)
+    q, k = _ref_inputs(rng, 6, 4, 160), _ref_inputs(rng, 6, 2, 160)
+    pos = rng.integers(0, 4096, 6)
+    plain = reference.apply_rope(q, k, pos, cache)
+    mrope = reference.apply_rope(q, k, np.stack([pos, pos, pos]), cache, mrope_section=section,
+                                 mrope_interleaved=interleaved)
+    np.testing.assert_array_equal(mrope[0], plain[0])
+    np.testing.assert_array_equal(mrope[1], plain[1])
+    # 4-D tokens: positions (3, batch, seq_len)
+    q4, pos4 = q.reshape(2, 3, 4, 160), pos.reshape(2, 3)
+    got, _ = reference.apply_rope(q4, None, np.stack([pos4] * 3), cache, mrope_section=list(section),
+                                  mrope_interleaved=interleaved)
+    np.testing.assert_array_equal(got.reshape(q.shape), plain[0])
+
+
+@pytest.mark.parametrize("section, interleaved", MROPE_CASES, ids=MROPE_IDS)
+def test_mrope_reference_takes_each_index_from_its_own_row(rng, section, interleaved):
+    """x1 = 1, x2 = 0 rotates to (cos, sin) of the index's angle: each index must show the
+    cache row of the position its section names."""
+    rotary_dim, half, tokens = 128, 64, 5
+    cache = reference.rope_cos_sin_cache(1000, rotary_dim, 1e6)
+    x = np.zeros((tokens, 1, 136))
+    x[..., :half] = 1.0
+    pos = np.stack([rng.integers(0, 1000, tokens) for _ in range(3)])
+    out, _ = reference.apply_rope(x, None, pos, cache, mrope_section=section, mrope_interleaved=interleaved)
+    rows_used = [_mrope_row_rule(i, section, interleaved) for i in range(half)]
+    assert sorted(set(rows_used)) == [0, 1, 2] and [rows_used.count(r) for r in range(3)] == list(section)
+    for t in range(tokens):
+        for i in range(half):
+            p = pos[rows_used[i], t]
+            assert out[t, 0, i] == cache[p, i] and out[t, 0, half + i] == cache[p, half + i], (t, i)
+    np.testing.assert_array_equal(out[..., rotary_dim:], 0.0)
+
+
+def test_mrope_reference_leaves_tokens_with_any_bad_row_unchanged(rng):
+    cache = reference.rope_cos_sin_cache(64, 32, 10000.0)
+    x = _ref_inputs(rng, 4, 2, 32)
+    pos = np.array([[1, 2, 3, 4], [1, -1, 3, 4], [1, 2, 64, 4]])
+    with pytest.raises(ValueError, match="positions"):
+        reference.apply_rope(x, None, pos, cache, mrope_section=(4, 6, 6))
+    out, _ = reference.apply_rope(x, None, pos, cache, mrope_section=(4, 6, 6), check_positions=False)
+    np.testing.assert_array_equal(out[[1, 2]], x[[1, 2]])
+    assert not np.allclose(out[[0, 3]], x[[0, 3]])
+
+
+@pytest.mark.parametrize("interleaved, layout", [(False, 1), (True, 2)])
+def test_apply_rope_mrope_launch(interleaved, layout):
+    section = (16, 24, 24)
+    launch = _apply(mrope_section=section, mrope_interleaved=interleaved)
+    assert launch.template_args == ("__nv_bfloat16", "float", "long long", True, 8, layout)
+    # positions (3, 4) C-contiguous: token stride 1, row stride 4; the sections last.
+    assert launch.scalars[6] == 1 and launch.scalars[20:] == (4, 16, 24, 24)
+    assert [type(v) for v in launch.scalars[20:]] == [np.int64] + [np.int32] * 3
+    # (num_tokens, 3) storage seen transposed: token stride 3, row stride 1.
+    strided = Sig((3, 4), (8, 24), np.dtype(np.int64), 0)
+    launch = _apply(positions=strided, mrope_section=list(section), mrope_interleaved=interleaved)
+    assert launch.scalars[6] == 3 and launch.scalars[20] == 1
+    # 4-D tokens: positions (3, batch, seq_len).
+    q4 = contiguous((2, 3, 8, 128), BF16)
+    launch = _apply(q=q4, k=None, mrope_section=section)
+    assert launch.scalars[0] == 6 and launch.scalars[6] == 1 and launch.scalars[20] == 6
+    assert _apply(mrope_section=section, inplace=False).template_args[-1] == 1
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(mrope_section=(16, 24, 23)), r"mrope_section: the sections must sum to rotary_dim / 2 = 64 .* \(sum 63\)"),
+    (dict(mrope_section=(16, 48)), r"mrope_section: expected 3 ints >= 0"),
+    (dict(mrope_section=(16.0, 24, 24)), r"mrope_section: expected 3 ints >= 0"),
+    (dict(mrope_section=(-8, 36, 36)), r"mrope_section: expected 3 ints >= 0"),
+    (dict(mrope_section=(True, 31, 32)), r"mrope_section: expected 3 ints >= 0"),
+    (dict(mrope_section="16,24,24"), r"mrope_section: expected 3 ints >= 0"),
+    (dict(mrope_section=(16, 24, 24), mrope_interleaved="yes"), "mrope_interleaved: expected a bool"),
+    (dict(mrope_interleaved=True), "mrope_interleaved: True needs mrope_section"),
+    (dict(mrope_section=(16, 24, 24), is_neox=False), "is_neox: M-RoPE .* NeoX pairing only"),
+    (dict(mrope_section=(16, 24, 24), positions=contiguous((4,), np.int64)),
+     r"positions: with mrope_section, expected shape \(3, 4\)"),
+    (dict(mrope_section=(16, 24, 24), positions=contiguous((4, 3), np.int64)), r"expected shape \(3, 4\)"),
+    (dict(positions=contiguous((3, 4), np.int64)),
+     r"positions: shape \(3, 4\) holds M-RoPE .* pass mrope_section"),
+])
+def test_apply_rope_mrope_intake_errors_name_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        _apply(limits=None, **kwargs)
+    with pytest.raises(TypeError, match="positions: expected dtype int32 or int64"):
+        _apply(limits=None, mrope_section=(16, 24, 24), positions=contiguous((3, 4), F32))
+
+
+def test_reference_refuses_what_the_kernel_refuses_for_mrope(fake_launcher):
+    pos3 = np.stack([_POS] * 3)
+    for kwargs in (dict(), dict(mrope_section=(8, 8, 8)), dict(mrope_section=(8, 12, 12), is_neox=False),
+                   dict(mrope_section=[8, 12, 12], mrope_interleaved=1.5)):
+        assert_same_error(cupykern.apply_rope, reference.apply_rope, _Q, _K, pos3, _CACHE, check_positions=False,
+                          **kwargs)
+    assert kernel_and_reference_errors(cupykern.apply_rope, reference.apply_rope, _Q, _K, pos3, _CACHE,
+                                       check_positions=False, mrope_section=[8, 12, 12]) == (None, None)
+
+
+def test_mrope_rope_scaling_is_the_default_table():
+    """HF Qwen2VLConfig rewrites rope_scaling type 'mrope' to 'default' and keeps mrope_section."""
+    qwen25 = {"type": "mrope", "mrope_section": [16, 24, 24]}
+    qwen3 = {"rope_type": "default", "mrope_section": [24, 20, 20], "mrope_interleaved": True}
+    plain = reference.rope_cos_sin_cache(256, 128, 1e6)
+    for scaling in (qwen25, qwen3):
+        np.testing.assert_array_equal(reference.rope_cos_sin_cache(256, 128, 1e6, rope_scaling=scaling), plain)
+    assert rope_scaling.mrope_parameters(qwen25, 128) == ((16, 24, 24), False)
+    assert rope_scaling.mrope_parameters(qwen3, 128) == ((24, 20, 20), True)
+    assert rope_scaling.mrope_parameters(None, 128) == (None, False)
+    assert rope_scaling.mrope_parameters({"rope_type": "yarn"}, 128) == (None, False)
+
+
+@pytest.mark.parametrize("scaling, match", [
+    ({"type": "mrope", "mrope_section": [16, 24, 20]}, r"rope_scaling\['mrope_section'\]: .* rotary_dim / 2 = 64"),
+    ({"type": "mrope", "mrope_section": "16 24 24"}, r"rope_scaling\['mrope_section'\]"),
+    ({"type": "mrope", "mrope_section": [16, 24, 24], "mrope_interleaved": "true"},
+     r"rope_scaling\['mrope_interleaved'\]: expected a bool"),
+    ({"rope_type": "default", "mrope_interleaved": True}, r"rope_scaling\['mrope_interleaved'\]: true needs"),
+])
+def test_mrope_bad_rope_scaling_names_the_key(scaling, match):
+    with pytest.raises(ValueError, match=match):
+        reference.rope_cos_sin_cache(16, 128, rope_scaling=scaling)
+    with pytest.raises(ValueError, match=match):
+        rope_scaling.mrope_parameters(scaling, 128)
+
+
+# ----------------------------------------------------------------- GPU: M-RoPE
+def _mrope_positions(rng, num_tokens, pos_dtype, *, transposed=False):
+    """(3, num_tokens) device positions, rows drawn independently; the last token at the table's end.
+    ``transposed``: a (3, num_tokens) view of (num_tokens, 3) storage (token stride 3, row stride 1)."""
+    pos = rng.integers(0, MAX_POSITION, (num_tokens, 3)).astype(pos_dtype)
+    if num_tokens:
+        pos[-1] = MAX_POSITION - 1
+    if transposed:
+        return cupy.asarray(pos).T
+    return cupy.asarray(np.ascontiguousarray(pos.T))
+
+
+def _mrope_cases():
+    for num_tokens in (0, 1, 7, 300):
+        for dtype in DTYPES:
+            for rotary_dim, head_dim in ((128, 128), (128, 160)):
+                yield num_tokens, dtype, rotary_dim, head_dim
+    yield 4096, _dtypes.bfloat16, 128, 128
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", list(_mrope_cases()),
+                         ids=lambda c: f"t{c[0]}-{_dtypes.short_name(c[1])}-rot{c[2]}-hd{c[3]}")
+@pytest.mark.parametrize("section, interleaved", MROPE_CASES, ids=MROPE_IDS)
+@pytest.mark.parametrize("inplace", [True, False], ids=["inplace", "out_of_place"])
+def test_apply_rope_mrope_matches_reference(rng, case, section, interleaved, inplace):
+    num_tokens, dtype, rotary_dim, head_dim = case
+    cache, host_cache = _tables(rotary_dim)
+    q = random_device(rng, (num_tokens, 28, head_dim), dtype)
+    k = random_device(rng, (num_tokens, 4, head_dim), dtype)
+    pos = _mrope_positions(rng, num_tokens, POSITION_DTYPES[num_tokens % 2], transposed=bool(num_tokens % 2))
+    before = cupy.asnumpy(q), cupy.asnumpy(k)
+    want_q, want_k = reference.apply_rope(q, k, pos, host_cache, mrope_section=section, mrope_interleaved=interleaved)
+    q_out, k_out = cupykern.apply_rope(q, k, pos, cache, mrope_section=list(section), mrope_interleaved=interleaved,
+                                       inplace=inplace)
+    if inplace:
+        assert q_out is q and k_out is k
+    else:
+        assert (_bytes(q), _bytes(k)) == (before[0].tobytes(), before[1].tobytes()), "out of place wrote its inputs"
+        assert q_out.flags.c_contiguous and k_out.flags.c_contiguous
+    assert q_out.shape == q.shape and k_out.shape == k.shape
+    assert_close(q_out, want_q, dtype, seed=rng.seed, what="q")
+    assert_close(k_out, want_k, dtype, seed=rng.seed, what="k")
+    # dims past rotary_dim: exactly the input's
+    assert cupy.asnumpy(q_out)[..., rotary_dim:].tobytes() == before[0][..., rotary_dim:].tobytes()
+    assert cupy.asnumpy(k_out)[..., rotary_dim:].tobytes() == before[1][..., rotary_dim:].tobytes()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("section, interleaved", MROPE_CASES, ids=MROPE_IDS)
+def test_apply_rope_mrope_with_equal_rows_is_bitwise_plain_rope(rng, dtype, section, interleaved):
+    """The same cos/sin values in the same fp32 math: the M-RoPE kernels give the plain kernel's bits."""
+    cache, _ = _tables(128)
+    q = random_device(rng, (65, 8, 128), dtype)
+    k = random_device(rng, (65, 2, 128), dtype)
+    pos = _positions(rng, 65, np.int64)
+    plain = cupykern.apply_rope(q, k, pos, cache, inplace=False)
+    mrope = cupykern.apply_rope(q, k, cupy.stack([pos] * 3), cache, mrope_section=section,
+                                mrope_interleaved=interleaved, inplace=False)
+    assert _bytes(mrope[0]) == _bytes(plain[0]) and _bytes(mrope[1]) == _bytes(plain[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("misalign", [0, 1], ids=["aligned", "misaligned_by_one"])
+@pytest.mark.parametrize("section, interleaved", MROPE_CASES, ids=MROPE_IDS)
+def test_apply_rope_mrope_on_fused_qkv_views(rng, dtype, misalign, section, interleaved):
+    num_tokens, hq, hkv, head_dim = 129, 28, 4, 128
+    buf, q, k, v = _fused_qkv(rng, num_tokens, hq, hkv, head_dim, dtype, misalign)
+    cache, host_cache = _tables(head_dim, dtype)  # the cache in q's dtype (float32 for float32)
+    pos = _mrope_positions(rng, num_tokens, np.int32, transposed=True)
+    want_q, want_k = reference.apply_rope(q, k, pos, host_cache, mrope_section=section, mrope_interleaved=interleaved)
+    v_before = _bytes(v)
+    cupykern.apply_rope(q, k, pos, cache, mrope_section=section, mrope_interleaved=interleaved)
+    assert_close(q, want_q, dtype, seed=rng.seed, what="q")
+    assert_close(k, want_k, dtype, seed=rng.seed, what="k")
+    assert _bytes(v) == v_before, "v was written"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("inplace", [True, False], ids=["inplace", "out_of_place"])
+def test_apply_rope_mrope_out_of_range_positions(rng, inplace):
+    dtype = _dtypes.bfloat16
+    cache, host_cache = _tables(128)
+    q = random_device(rng, (30, 8, 128), dtype)
+    k = random_device(rng, (30, 2, 128), dtype)
+    host_pos = rng.integers(0, MAX_POSITION, (3, 30))
+    bad = np.array([0, 7, 14, 29])
+    host_pos[[0, 1, 2, 1], bad] = [-1, MAX_POSITION, -(1 << 31), 1 << 40]  # one bad row per bad token
+    pos = cupy.asarray(host_pos)
+    q_before, k_before = cupy.asnumpy(q), cupy.asnumpy(k)
+    with pytest.raises(ValueError, match="positions"):
+        cupykern.apply_rope(q, k, pos, cache, mrope_section=(16, 24, 24), inplace=inplace)
+    assert _bytes(q) == q_before.tobytes(), "a rejected call wrote q"
+    want_q, want_k = reference.apply_rope(q, k, pos, host_cache, mrope_section=(16, 24, 24), check_positions=False)
+    q_out, k_out = cupykern.apply_rope(q, k, pos, cache, mrope_section=(16, 24, 24), inplace=inplace,
+                                       check_positions=False)
+    got_q, got_k = cupy.asnumpy(q_out), cupy.asnumpy(k_out)
+    assert got_q[bad].tobytes() == q_before[bad].tobytes() and got_k[bad].tobytes() == k_before[bad].tobytes()
+    assert_close(got_q, want_q, dtype, seed=rng.seed, what="q")
+    assert_close(got_k, want_k, dtype, seed=rng.seed, what="k")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("section, interleaved", MROPE_CASES, ids=MROPE_IDS)
+def test_apply_rope_mrope_under_cuda_graph_capture(rng, section, interleaved):
+    dtype = _dtypes.bfloat16
+    cache, host_cache = _tables(128)
+    q = random_device(rng, (64, 28, 128), dtype)
+    k = random_device(rng, (64, 4, 128), dtype)
+    pos = _mrope_positions(rng, 64, np.int64)
+
+    def call(a, b):
+        return cupykern.apply_rope(a, b, pos, cache, mrope_section=section, mrope_interleaved=interleaved,
+                                   check_positions=False)
+
+    call(q.copy(), k.copy())  # compile and plan outside the capture
+    want_q, want_k = reference.apply_rope(q, k, pos, host_cache, mrope_section=section, mrope_interleaved=interleaved)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        call(q, k)
+        graph = stream.end_capture()
+    graph.launch(stream=stream)
+    stream.synchronize()
+    assert_close(q, want_q, dtype, seed=rng.seed, what="q")
+    assert_close(k, want_k, dtype, seed=rng.seed, what="k")
+
+
+# ----------------------------------------------------------------- YaRN with DeepSeek's mscale (HF semantics)
+def _yarn_hf_formula(d, base, factor, orig, *, beta_fast=32.0, beta_slow=1.0, mscale=None, mscale_all_dim=None,
+                     attention_factor=None, truncate=True):
+    """(inv_freq, attention_factor) written from HF transformers' _compute_yarn_parameters (YaRN,
+    arXiv:2309.00071) and DeepSeek-V2/V3's yarn_get_mscale(scale, mscale) / yarn_get_mscale(scale,
+    mscale_all_dim), without cupykern's code: plain floats, one index at a time."""
+    def get_mscale(scale, m=1.0):
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    if attention_factor is None:
+        attention_factor = (get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+                            if mscale and mscale_all_dim else get_mscale(factor))
+
+    def correction_dim(rotations):
+        return d * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001
+    inv = []
+    for i in range(d // 2):
+        pos_freq = base ** (2 * i / d)
+        extrapolation_factor = 1 - min(max((i - low) / (high - low), 0.0), 1.0)
+        inv.append(1 / (factor * pos_freq) * (1 - extrapolation_factor) + 1 / pos_freq * extrapolation_factor)
+    return inv, attention_factor
+
+
+#: DeepSeek-V3's rope_scaling (qk_rope_head_dim 64, rope_theta 10000); DeepSeek-V2-Lite's mscales (0.707);
+#: an mscale without mscale_all_dim (HF: the plain 0.1 ln(factor) + 1); gpt-oss's truncate false.
+YARN_CONFIGS = [
+    (64, 10000.0, {"rope_type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32,
+                   "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}),
+    (64, 10000.0, {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32,
+                   "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707}),
+    (64, 10000.0, {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "mscale": 1.0,
+                   "mscale_all_dim": 0.5}),
+    (64, 10000.0, {"type": "yarn", "factor": 16, "original_max_position_embeddings": 4096, "mscale": 0.707}),
+    (64, 150000.0, {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0,
+                    "beta_slow": 1.0, "truncate": False}),
+    (128, 1000000.0, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768,
+                      "beta_fast": 16, "beta_slow": 2, "attention_factor": 0.9}),
+]
+
+
+@pytest.mark.parametrize("d, base, scaling", YARN_CONFIGS, ids=["deepseek-v3", "deepseek-v2-lite", "mscale-ratio",
+                                                                 "mscale-alone", "gpt-oss-no-truncate", "given-af"])
+def test_yarn_tables_follow_the_hf_formula(d, base, scaling):
+    options = {key: scaling[key] for key in ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor",
+                                             "truncate") if key in scaling}
+    inv, af = _yarn_hf_formula(d, base, float(scaling["factor"]), scaling["original_max_position_embeddings"],
+                               **options)
+    got_inv, got_af = rope_scaling.rope_parameters(d, base, scaling, max_position=1)
+    np.testing.assert_allclose(got_inv, inv, rtol=1e-14, atol=0)
+    assert got_af == pytest.approx(af, rel=1e-15)
+    _check_table(scaling, inv, af, d=d, base=base, max_position=163840)
+    if scaling.get("mscale") and scaling.get("mscale") == scaling.get("mscale_all_dim"):
+        assert got_af == pytest.approx(1.0)  # DeepSeek: the mscales cancel in the table

@@ -16,6 +16,11 @@ QK_RMS_NORM_ROPE = KernelTemplate("rope.cu", "qk_rms_norm_rope_kernel")
 #: Position dtypes -> TPos (never reinterpreted: each has its own instantiation).
 POSITION_TYPES = _dtypes.INDEX_C_TYPES
 
+#: apply_rope's kMropeLayout: one position per token; M-RoPE sectioned (Qwen2-VL,
+#: Qwen2.5-VL); M-RoPE interleaved (Qwen3-VL's ``mrope_interleaved``).
+MROPE_NONE, MROPE_SECTIONED, MROPE_INTERLEAVED = 0, 1, 2
+MROPE_LAYOUTS = (MROPE_NONE, MROPE_SECTIONED, MROPE_INTERLEAVED)
+
 
 def _cache_dtypes(dtype) -> list:
     """Cache dtypes accepted with q of ``dtype``: float32, or q's own dtype."""
@@ -24,7 +29,8 @@ def _cache_dtypes(dtype) -> list:
 
 def instantiations() -> dict[KernelTemplate, list[str]]:
     """Every instantiation: dtype x cache dtype x position type x is_neox x vector width
-    (x threads per head for qk_rms_norm_rope)."""
+    (x threads per head for qk_rms_norm_rope; x M-RoPE layout for apply_rope, the M-RoPE
+    layouts with the NeoX pairing only)."""
     spaces: dict[KernelTemplate, list[str]] = {APPLY_ROPE: [], QK_RMS_NORM_ROPE: []}
     for d in _dtypes.DTYPES:
         for c in _cache_dtypes(d):
@@ -32,7 +38,8 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
                 for neox in (True, False):
                     lead = (_dtypes.c_type(d), _dtypes.c_type(c), p, neox)
                     for w in plans.rope_vec_widths(d, fused_norm=False):
-                        spaces[APPLY_ROPE].append(APPLY_ROPE.expr(*lead, w))
+                        for layout in (MROPE_LAYOUTS if neox else (MROPE_NONE,)):
+                            spaces[APPLY_ROPE].append(APPLY_ROPE.expr(*lead, w, layout))
                     for w in plans.rope_vec_widths(d, fused_norm=True):
                         for g in (plans.ROPE_NORM_THREADS_PER_HEAD if w > 1 else (32,)):
                             spaces[QK_RMS_NORM_ROPE].append(QK_RMS_NORM_ROPE.expr(*lead, w, g))
@@ -78,6 +85,58 @@ def _positions(sig, token_shape) -> tuple[_arrays.Sig, int]:
     return sig, stride
 
 
+def _mrope_positions(sig, token_shape) -> tuple[_arrays.Sig, int, int]:
+    """M-RoPE positions ``(3, *token_shape)``: (signature, token stride, row stride), in elements."""
+    sig = _arrays.required(sig, "positions", "a device array of int32 or int64 positions")
+    if sig.dtype not in POSITION_TYPES:
+        raise TypeError(f"positions: expected dtype int32 or int64, got {sig.dtype}")
+    expected = (3, *token_shape)
+    if tuple(sig.shape) != expected:
+        raise ValueError(f"positions: with mrope_section, expected shape {expected} (temporal, height and width "
+                         f"rows of one position per token), got {tuple(sig.shape)}")
+    _arrays.element_aligned(sig, "positions")
+    if any(s % sig.itemsize for s in sig.strides):
+        raise ValueError(f"positions: strides {sig.strides} are not multiples of the item size {sig.itemsize}")
+    strides = [s // sig.itemsize for s in sig.strides]
+    stride = _arrays.collapse(sig.shape[1:], strides[1:], "positions", "token")
+    return sig, stride, strides[0]
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def mrope_layout(mrope_section, mrope_interleaved, rotary_dim: int, is_neox: bool) -> tuple[int, tuple]:
+    """``(kMropeLayout, (t, h, w))`` of apply_rope's M-RoPE arguments; ``(0, (0, 0, 0))``
+    without ``mrope_section``.
+
+    Raises:
+        ValueError: ``mrope_section`` not 3 ints >= 0 summing to ``rotary_dim / 2``;
+            ``mrope_interleaved`` not a bool, or True without ``mrope_section``;
+            M-RoPE with ``is_neox=False`` (compiled for the NeoX pairing of HF/vLLM only).
+    """
+    interleaved = False if mrope_interleaved is None else mrope_interleaved
+    if np.ndim(interleaved) != 0 or isinstance(interleaved, (str, bytes)) or interleaved not in (True, False):
+        raise ValueError(f"mrope_interleaved: expected a bool, got {mrope_interleaved!r}")
+    if mrope_section is None:
+        if interleaved:
+            raise ValueError("mrope_interleaved: True needs mrope_section (the (t, h, w) split of rotary_dim / 2)")
+        return MROPE_NONE, (0, 0, 0)
+    half = rotary_dim // 2
+    if not isinstance(mrope_section, (tuple, list)) or len(mrope_section) != 3 or \
+            not all(_is_int(v) and v >= 0 for v in mrope_section):
+        raise ValueError(f"mrope_section: expected 3 ints >= 0 (temporal, height, width sections of rotary_dim / 2 "
+                         f"= {half}), got {mrope_section!r}")
+    sections = tuple(int(v) for v in mrope_section)
+    if sum(sections) != half:
+        raise ValueError(f"mrope_section: the sections must sum to rotary_dim / 2 = {half} (cos_sin_cache.shape[1] "
+                         f"/ 2), got {sections} (sum {sum(sections)})")
+    if not is_neox:
+        raise ValueError("is_neox: M-RoPE (mrope_section) is compiled for the NeoX pairing only (HF Qwen2-VL, "
+                         "Qwen2.5-VL, Qwen3-VL and vLLM's MRotaryEmbedding rotate halves); pass is_neox=True")
+    return (MROPE_INTERLEAVED if interleaved else MROPE_SECTIONED), sections
+
+
 def _cache(sig, dtype, head_dim: int) -> tuple[_arrays.Sig, int, int]:
     """The cos/sin table with its rotary_dim and row stride (elements)."""
     cache = _arrays.required(sig, "cos_sin_cache", "a device array (max_position, rotary_dim)")
@@ -111,9 +170,18 @@ def _max_vec_width(dtype, fused_norm: bool, cache: _arrays.Sig, cache_stride: in
 
 def _prepare_apply_rope(a: launcher.Args) -> launcher.Launch:
     q, qh, k, kh = _qk(a)
-    positions, pos_stride = _positions(a.positions, q.shape[:-2])
+    if a.mrope_section is None:
+        if a.positions is not None and tuple(a.positions.shape) == (3, *q.shape[:-2]):
+            raise ValueError(f"positions: shape {tuple(a.positions.shape)} holds M-RoPE (temporal, height, width) "
+                             f"rows; pass mrope_section (a rope_scaling's 'mrope_section'), or positions of shape "
+                             f"{tuple(q.shape[:-2])}")
+        positions, pos_stride = _positions(a.positions, q.shape[:-2])
+        row_stride = 0
+    else:
+        positions, pos_stride, row_stride = _mrope_positions(a.positions, q.shape[:-2])
     cache, rotary_dim, cache_stride = _cache(a.cos_sin_cache, q.dtype, qh.head_dim)
     is_neox, inplace = _arrays.flag(a.is_neox, "is_neox"), _arrays.flag(a.inplace, "inplace")
+    layout, sections = mrope_layout(a.mrope_section, a.mrope_interleaved, rotary_dim, is_neox)
     if inplace:  # q and k are written
         _arrays.distinct_heads(qh, "q")
         if k is not None:
@@ -139,12 +207,13 @@ def _prepare_apply_rope(a: launcher.Args) -> launcher.Launch:
                            op="apply_rope")
     return launcher.Launch(
         APPLY_ROPE, (_dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype), POSITION_TYPES[positions.dtype],
-                     is_neox, plan.vec_width), plan,
+                     is_neox, plan.vec_width, layout), plan,
         pointers=(*names, "q", "k", "positions", "cos_sin_cache"),
         scalars=(*map(np.int64, (qh.num_tokens, qh.num_heads, num_kv_heads, qh.head_dim, rotary_dim, cache.shape[0],
                                  pos_stride, qh.token_stride, qh.head_stride, k_ts, k_hs, qo_ts, qo_hs, ko_ts, ko_hs,
                                  cache_stride)),
-                 *map(np.int32, (plan.threads_per_head, plan.head_slots, plan.tokens_per_block, 0 if inplace else 1))),
+                 *map(np.int32, (plan.threads_per_head, plan.head_slots, plan.tokens_per_block, 0 if inplace else 1)),
+                 np.int64(row_stride), *map(np.int32, sections)),
         allocate=allocate, returns=names, disjoint=_qk_disjoint(qh, kh))
 
 
@@ -179,7 +248,8 @@ def _prepare_qk_rms_norm_rope(a: launcher.Args) -> launcher.Launch:
 
 
 _APPLY_ROPE = launcher.Op("apply_rope", arrays=("q", "k", "positions", "cos_sin_cache", "q_out", "k_out"),
-                          scalars=("is_neox", "inplace"), prepare=_prepare_apply_rope, plan_kind="rope")
+                          scalars=("is_neox", "inplace", "mrope_section", "mrope_interleaved"),
+                          prepare=_prepare_apply_rope, plan_kind="rope")
 _QK_RMS_NORM_ROPE = launcher.Op("qk_rms_norm_rope",
                                 arrays=("q", "k", "q_weight", "k_weight", "positions", "cos_sin_cache"),
                                 scalars=("eps", "is_neox"), prepare=_prepare_qk_rms_norm_rope, plan_kind="rope")
@@ -230,8 +300,12 @@ def rope_cos_sin_cache(max_position: int, rotary_dim: int, base: float = 10000.0
             ``original_max_position_embeddings``, which Phi-3's configs keep beside
             ``rope_scaling``: put it in the dict; optional ``factor`` and
             ``attention_factor``): the long factors when ``max_position`` exceeds the
-            original length, so a model keeps a short and a long table. The formulas
-            are in cupykern/rope_scaling.py.
+            original length, so a model keeps a short and a long table; ``"mrope"``
+            (Qwen2-VL's name, as HF: ``"default"``); any type may carry M-RoPE's
+            ``mrope_section`` (3 ints summing to ``rotary_dim / 2``) and
+            ``mrope_interleaved``, which leave the table as it is and are checked
+            (pass them to :func:`apply_rope`: ``cupykern.rope_scaling.mrope_parameters``).
+            The formulas are in cupykern/rope_scaling.py.
         dtype: float32 (default), float16 or bfloat16; values are rounded once to it.
 
     Returns:
@@ -242,7 +316,8 @@ def rope_cos_sin_cache(max_position: int, rotary_dim: int, base: float = 10000.0
 
     Raises:
         ValueError: ``max_position`` < 0, odd or too small ``rotary_dim``, ``base`` <= 0
-            or 1, an unknown rope_type or missing keys (named), non-positive factors.
+            or 1, an unknown rope_type or missing keys (named), non-positive factors, a
+            bad ``mrope_section`` (named).
         TypeError: unsupported ``dtype``.
         RuntimeError: no CUDA GPU (after the argument checks).
 
@@ -270,14 +345,21 @@ def rope_cos_sin_cache(max_position: int, rotary_dim: int, base: float = 10000.0
 
 
 def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, inplace: bool = True,
-               check_positions: bool = True):
-    """Rotary position embedding of q and k, one launch for both.
+               check_positions: bool = True, mrope_section=None, mrope_interleaved: bool = False):
+    """Rotary position embedding of q and k, one launch for both (M-RoPE included).
 
     For each token at position p and each pair (x1, x2) of a head, with
     ``c = cos_sin_cache[p, i]`` and ``s = cos_sin_cache[p, rotary_dim/2 + i]``:
     ``x1' = x1 * c - x2 * s``, ``x2' = x2 * c + x1 * s``. ``is_neox=True`` pairs dims
     ``(i, i + rotary_dim/2)``; ``False`` pairs ``(2i, 2i + 1)``. Dims past rotary_dim
     pass through unchanged.
+
+    M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): with ``mrope_section = (t, h, w)``,
+    ``positions`` holds three rows (temporal, height, width) and frequency index i in
+    ``[0, rotary_dim/2)`` takes its cos/sin from ``cos_sin_cache[positions[r(i), token]]``:
+    sectioned (default), ``r(i) = 0`` for ``i < t``, 1 for ``t <= i < t + h``, 2 above;
+    interleaved (``mrope_interleaved=True``), ``r(i) = 1`` if ``i % 3 == 1 and i < 3h``,
+    2 if ``i % 3 == 2 and i < 3w``, else 0. With the three rows equal this is plain RoPE.
 
     Parameters:
         q: device array ``(num_tokens, num_q_heads, head_dim)`` or
@@ -288,7 +370,10 @@ def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, inplace:
             (num_kv_heads may differ: GQA/MQA), its own strides; or None. q and k must
             not share memory.
         positions: ``(num_tokens,)`` or ``(batch, seq_len)``, int32 or int64: each token's
-            position (a row of the cache); any order, repeats allowed.
+            position (a row of the cache); any order, repeats allowed. With
+            ``mrope_section``: ``(3, num_tokens)`` or ``(3, batch, seq_len)``, the
+            temporal, height and width positions (any strides in whole elements; the
+            token axes must flatten to one stride).
         cos_sin_cache: ``(max_position, rotary_dim)``, float32 or q's dtype, from
             :func:`rope_cos_sin_cache`: cos in columns ``[0, rotary_dim/2)``, sin in
             ``[rotary_dim/2, rotary_dim)``. rotary_dim is even and <= head_dim; unit
@@ -297,7 +382,14 @@ def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, inplace:
         inplace: rotate q and k in place (default), or return new contiguous arrays.
         check_positions: raise if a position is outside ``[0, max_position)``. Costs one
             small min/max reduction and a device-to-host sync; pass False in hot loops
-            and under CUDA-graph capture, where such tokens are left unchanged.
+            and under CUDA-graph capture, where such tokens are left unchanged (with
+            M-RoPE, a token any of whose three positions is out of range).
+        mrope_section: None (one position per token), or 3 ints ``(t, h, w)`` >= 0
+            summing to ``rotary_dim / 2``: a HF config's ``rope_scaling["mrope_section"]``
+            (Qwen2.5-VL-7B: ``(16, 24, 24)``; :func:`cupykern.rope_scaling.mrope_parameters`
+            reads it). Needs ``is_neox=True``.
+        mrope_interleaved: the interleaved layout (Qwen3-VL's
+            ``rope_scaling["mrope_interleaved"]``) instead of consecutive sections.
 
     Returns:
         ``(q_out, k_out)``: q and k themselves when ``inplace``, else new C-contiguous
@@ -313,23 +405,38 @@ def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, inplace:
             than allowed, positions not int32/int64.
         ValueError: wrong number of axes, non-unit head_dim stride, token axes that do
             not flatten, q/k with different token axes or head_dim, positions of the
-            wrong shape, odd rotary_dim or rotary_dim > head_dim, a position out of
-            range (with ``check_positions``), an array on another GPU.
+            wrong shape (``(3, num_tokens)`` positions without ``mrope_section`` say
+            so), odd rotary_dim or rotary_dim > head_dim, a position out of range (with
+            ``check_positions``), an array on another GPU; ``mrope_section`` not 3 ints
+            >= 0 summing to rotary_dim / 2, ``mrope_interleaved`` not a bool or set
+            without ``mrope_section``, M-RoPE with ``is_neox=False``.
 
     Notes:
         fp32 math from the cache's values, one rounding to the dtype per output
-        element. Each token is independent of the batch it comes in.
+        element. Each token is independent of the batch it comes in. M-RoPE reads
+        cos/sin one element at a time (an index's row depends on the index).
 
     References:
         RoFormer, Su et al. 2021 (arXiv:2104.09864); cos_sin_cache layout and pairings
         of vLLM's ``rotary_embedding`` and FlashInfer's
         ``apply_rope_with_cos_sin_cache``; GPT-J pairing as llama.cpp's ``rope``.
+        M-RoPE: Qwen2-VL (Wang et al. 2024, arXiv:2409.12191); sectioned rule of HF
+        transformers ``models/qwen2_vl/modeling_qwen2_vl.py``
+        ``apply_multimodal_rotary_pos_emb`` and vLLM
+        ``model_executor/layers/rotary_embedding/mrope.py`` ``MRotaryEmbedding``;
+        interleaved rule of HF ``models/qwen3_vl/modeling_qwen3_vl.py``
+        ``Qwen3VLTextRotaryEmbedding.apply_interleaved_mrope`` and vLLM's
+        ``apply_interleaved_rope`` (same file as MRotaryEmbedding).
     """
-    arrays, scalars = (q, k, positions, cos_sin_cache, None, None), (is_neox, inplace)
+    if isinstance(mrope_section, list):  # a config's list: hashable for the launcher's cache
+        mrope_section = tuple(mrope_section)
+    arrays, scalars = (q, k, positions, cos_sin_cache, None, None), (is_neox, inplace, mrope_section,
+                                                                     mrope_interleaved)
     if check_positions:
         arrays = _APPLY_ROPE.intake(arrays, scalars)
         _check_positions_in_range(arrays[2], arrays[3].shape[0])
     return _APPLY_ROPE(arrays, scalars)
+
 
 def qk_rms_norm_rope(q, k, q_weight, k_weight, positions, cos_sin_cache, eps: float = 1e-6, *,
                      is_neox: bool = True, check_positions: bool = True):

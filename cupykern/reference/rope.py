@@ -47,7 +47,8 @@ def _check_positions(positions, cos_sin_cache) -> None:
         _kernels.check_position_range(int(pos.min()), int(pos.max()), host(cos_sin_cache).shape[0])
 
 
-def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, check_positions: bool = True):
+def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, check_positions: bool = True,
+               mrope_section=None, mrope_interleaved: bool = False):
     """Rotary embedding in float64: ``(q_out, k_out)`` (``k_out`` None when ``k`` is None).
 
     q ``(num_tokens, num_q_heads, head_dim)`` or ``(batch, seq_len, heads, head_dim)``
@@ -57,23 +58,54 @@ def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, check_po
     returned unchanged, and so are tokens whose position is outside
     ``[0, max_position)`` with ``check_positions=False`` (else a ValueError, as the kernel).
 
+    M-RoPE (``mrope_section = (t, h, w)``, positions ``(3, *token_shape)``): the three
+    rows' cache rows are gathered and spliced as Hugging Face does it: sectioned,
+    ``cat([cos_r[..., sec_r] for r in 0, 1, 2])`` over consecutive sections
+    (``apply_multimodal_rotary_pos_emb`` of HF Qwen2-VL); interleaved, the temporal row
+    with indices ``1:3h:3`` from the height row and ``2:3w:3`` from the width row
+    (``apply_interleaved_mrope`` of HF Qwen3-VL). A token any of whose positions is
+    out of range is unchanged.
+
     Raises: what :func:`cupykern.apply_rope` with ``inplace=False`` raises for such
     arguments (the reference writes nothing).
     """
-    check("apply_rope", q=q, k=k, positions=positions, cos_sin_cache=cos_sin_cache, is_neox=is_neox, inplace=False)
+    if isinstance(mrope_section, list):
+        mrope_section = tuple(mrope_section)
+    check("apply_rope", q=q, k=k, positions=positions, cos_sin_cache=cos_sin_cache, is_neox=is_neox, inplace=False,
+          mrope_section=mrope_section, mrope_interleaved=mrope_interleaved)
     if check_positions:
         _check_positions(positions, cos_sin_cache)
-    return _apply_rope(q, k, positions, cos_sin_cache, is_neox)
+    return _apply_rope(q, k, positions, cos_sin_cache, is_neox, mrope_section, bool(mrope_interleaved))
 
 
-def _apply_rope(q, k, positions, cos_sin_cache, is_neox: bool):
+def _cos_sin(positions, cos_sin_cache, mrope_section=None, mrope_interleaved: bool = False):
+    """(cos, sin, valid): ``(tokens, rotary_dim / 2)`` float64 angles' cos/sin of each
+    token (1 and 0 where invalid) and whether the token is rotated."""
     cache = f64(cos_sin_cache)
     half = cache.shape[1] // 2
-    pos = host(positions).astype(np.int64).reshape(-1)
-    valid = (pos >= 0) & (pos < cache.shape[0])
-    rows = cache[np.where(valid, pos, 0)]
-    cos = np.where(valid[:, None], rows[:, :half], 1.0)
-    sin = np.where(valid[:, None], rows[:, half:], 0.0)
+    pos = host(positions).astype(np.int64)
+    pos = pos.reshape(3, -1) if mrope_section is not None else pos.reshape(1, -1)
+    valid = ((pos >= 0) & (pos < cache.shape[0])).all(axis=0)
+    rows = cache[np.where(valid[None, :], pos, 0)]  # (1 or 3, tokens, rotary_dim)
+    cos_r, sin_r = rows[..., :half], rows[..., half:]
+    if mrope_section is None:
+        cos, sin = cos_r[0], sin_r[0]
+    elif not mrope_interleaved:
+        bounds = np.cumsum((0, *mrope_section))
+        cos = np.concatenate([cos_r[r][:, bounds[r]:bounds[r + 1]] for r in range(3)], axis=-1)
+        sin = np.concatenate([sin_r[r][:, bounds[r]:bounds[r + 1]] for r in range(3)], axis=-1)
+    else:
+        cos, sin = cos_r[0].copy(), sin_r[0].copy()
+        for r, offset in ((1, 1), (2, 2)):
+            cut = slice(offset, 3 * mrope_section[r], 3)
+            cos[:, cut], sin[:, cut] = cos_r[r][:, cut], sin_r[r][:, cut]
+    cos = np.where(valid[:, None], cos, 1.0)
+    sin = np.where(valid[:, None], sin, 0.0)
+    return cos, sin, valid
+
+
+def _apply_rope(q, k, positions, cos_sin_cache, is_neox: bool, mrope_section=None, mrope_interleaved: bool = False):
+    cos, sin, valid = _cos_sin(positions, cos_sin_cache, mrope_section, mrope_interleaved)
 
     def one(x):
         if x is None:

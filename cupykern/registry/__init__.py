@@ -48,6 +48,8 @@ class OpSpec:
         min_size, size_multiple: the row sizes the op accepts (RoPE: even head_dim).
         max_tokens: the most tokens the op takes (decode-size kernels), None for any.
         sizes: the only row sizes the op takes (decode_attention: head_dim 64, 128), or None.
+        check_models: presets (cupykern.models names) whose inputs ``cupykern check`` also
+            validates with, for a variant only a model's inputs reach (apply_rope's M-RoPE).
     """
 
     name: str
@@ -65,6 +67,7 @@ class OpSpec:
     size_multiple: int = 1
     max_tokens: int | None = None
     sizes: tuple | None = None
+    check_models: tuple = ()
 
     def takes_tokens(self, num_tokens: int) -> bool:
         """Whether the op accepts ``num_tokens`` tokens (decode-size ops take at most ``max_tokens``)."""

@@ -3,7 +3,11 @@
 Without a model: Llama-3 8B's heads and rope_theta with plain (unscaled) RoPE. With a
 model preset: its query and key/value head counts, rope_theta, rope_scaling, partial
 rotary dims, max_position_embeddings (cache rows, capped at MAX_POSITION) and
-rms_norm_eps (the QK-norm eps).
+rms_norm_eps (the QK-norm eps). A preset with M-RoPE (qwen2.5-vl-7b) gives apply_rope
+three independent position rows per token, stored ``(num_tokens, 3)`` (token-indexed,
+so validation can sample tokens) and passed transposed, ``(3, num_tokens)`` with row
+stride 1, with the preset's ``mrope_section``; ``cupykern check`` validates it too
+(``check_models``).
 """
 
 from __future__ import annotations
@@ -46,6 +50,10 @@ def _rope_inputs(rng, num_tokens, head_dim, dtype, *, with_weights=False, model=
         "positions": cupy.asarray(rng.integers(0, rows, num_tokens, dtype=np.int64)),
         "cos_sin_cache": cupy.asarray(_host_cache(rotary_dim, rows, base, scaling)),
     }
+    if model is not None and model.mrope_section is not None and not with_weights:
+        inputs["positions"] = cupy.asarray(rng.integers(0, rows, (num_tokens, 3), dtype=np.int64))
+        inputs["mrope_section"] = model.mrope_section
+        inputs["mrope_interleaved"] = model.mrope_interleaved
     if with_weights:
         inputs["q_weight"] = random_device(rng, (head_dim,), dtype, scale=0.1, loc=1.0)
         inputs["k_weight"] = random_device(rng, (head_dim,), dtype, scale=0.1, loc=1.0)
@@ -54,21 +62,31 @@ def _rope_inputs(rng, num_tokens, head_dim, dtype, *, with_weights=False, model=
 
 
 def _min_bytes(i) -> int:
-    """q and k read and written once, one cache row and one position per token."""
+    """q and k read and written once, rotary_dim cache values and the positions (one, or
+    three with M-RoPE) per token."""
     cache = i["cos_sin_cache"]
-    num_tokens = i["positions"].size
-    return 2 * nbytes(i["q"], i["k"]) + num_tokens * (cache.shape[1] * cache.itemsize + i["positions"].itemsize)
+    num_tokens = i["q"].shape[0]
+    return 2 * nbytes(i["q"], i["k"]) + num_tokens * cache.shape[1] * cache.itemsize + nbytes(i["positions"])
+
+
+def _mrope(i) -> dict:
+    """apply_rope's M-RoPE arguments of the inputs: positions (3, num_tokens), the section (none without)."""
+    if "mrope_section" not in i:
+        return {"positions": i["positions"]}
+    return {"positions": i["positions"].T, "mrope_section": i["mrope_section"],
+            "mrope_interleaved": i["mrope_interleaved"]}
 
 
 APPLY_ROPE = OpSpec(
     name="apply_rope", family="rope", size_name="head_dim",
     make_inputs=lambda rng, n, h, dtype, model=None: _rope_inputs(rng, n, h, dtype, model=model),
-    run=lambda i: rope.apply_rope(i["q"], i["k"], i["positions"], i["cos_sin_cache"], check_positions=False),
-    reference=lambda i: reference.apply_rope(i["q"], i["k"], i["positions"], i["cos_sin_cache"]),
+    run=lambda i: rope.apply_rope(i["q"], i["k"], cos_sin_cache=i["cos_sin_cache"], check_positions=False, **_mrope(i)),
+    reference=lambda i: reference.apply_rope(i["q"], i["k"], cos_sin_cache=i["cos_sin_cache"], **_mrope(i)),
     min_bytes=_min_bytes,
     output_dtypes=lambda i: (i["q"].dtype, i["k"].dtype),
     check_sizes=(128,),
     model_aware=True, min_size=2, size_multiple=2,
+    check_models=("qwen2.5-vl-7b",),  # M-RoPE
 )
 
 QK_RMS_NORM_ROPE = OpSpec(
