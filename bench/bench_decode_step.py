@@ -132,25 +132,8 @@ def time_prefill(model, num_tokens: int, seed: int, repeat: int = 7) -> dict:
     model.forward(ids, cache, timer=host)
     cupy.cuda.Device().synchronize()
 
-    def wall_ms() -> float:
-        samples = []
-        for _ in range(repeat):
-            cache.length = 0
-            cupy.cuda.Device().synchronize()
-            t0 = time.perf_counter()
-            model.forward(ids, cache)
-            cupy.cuda.Device().synchronize()
-            samples.append((time.perf_counter() - t0) * 1e3)
-        return float(np.median(samples))
-
-    direct = model.matmul_nt
-    model.matmul_nt = lambda x, w: x @ w.T  # cupy.matmul, for comparison
-    try:
-        with_cupy_matmul = wall_ms()
-    finally:
-        model.matmul_nt = direct
     return {"wall_ms": float(np.median(wall)), "gpu_ms": float(np.median(gpu)), "profile": text.getvalue(),
-            "stages_ms": timer.totals_ms(), "host_stages_ms": host.totals_ms(), "wall_ms_cupy_matmul": with_cupy_matmul}
+            "stages_ms": timer.totals_ms(), "host_stages_ms": host.totals_ms()}
 
 
 @click.command(help=__doc__.splitlines()[0])
@@ -213,8 +196,6 @@ def main(dtype, position, max_tokens, prefill, variants, seed, out_dir):
                   ", ".join(f"{k} {v:.2f}" for k, v in prefill_timing["stages_ms"].items()))
     console.print("prefill host ms by stage (no sync): " +
                   ", ".join(f"{k} {v:.2f}" for k, v in prefill_timing["host_stages_ms"].items()))
-    console.print(f"prefill with cupy.matmul instead of cuBLAS called directly: "
-                  f"{prefill_timing['wall_ms_cupy_matmul']:.2f} ms wall")
     console.print(prefill_timing["profile"], markup=False, highlight=False)
     for v in variant_rows:
         console.print(f"variant {v['constants']}: whole step {v['step_us']:.1f} us, batched {v['batched_step_us']:.1f} "
@@ -226,8 +207,7 @@ def main(dtype, position, max_tokens, prefill, variants, seed, out_dir):
               "launches": rows, "prefill_tokens": prefill, "prefill_ms": prefill_ms,
               "prefill_gpu_ms": prefill_timing["gpu_ms"], "prefill_profile": prefill_timing["profile"],
               "prefill_stages_ms": prefill_timing["stages_ms"],
-              "prefill_host_stages_ms": prefill_timing["host_stages_ms"],
-              "prefill_ms_cupy_matmul": prefill_timing["wall_ms_cupy_matmul"], "variants": variant_rows,
+              "prefill_host_stages_ms": prefill_timing["host_stages_ms"], "variants": variant_rows,
               "environment": environment.describe()}
     console.print(f"wrote {save(result, Path(out_dir) if out_dir else None)}")
 

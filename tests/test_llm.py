@@ -638,31 +638,6 @@ def test_graph_replay_refuses_bad_steps_and_an_unstarted_decoder():
     assert decoder.position is None
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype_name", DTYPE_NAMES)
-@pytest.mark.parametrize("rows, k, n_out", [(512, 576, 960), (1, 1536, 576), (7, 64, 3)])
-def test_gpu_direct_gemm_is_cupy_matmul(dtype_name, rows, k, n_out):
-    """The forward's x @ W.T through cuBLAS directly: cupy.matmul's result (same library,
-    same fp32 accumulation), and cupy.matmul itself for layouts it does not take."""
-    import cupy
-
-    from cupykern import _dtypes
-    from cupykern.llm import blas
-
-    dtype = _dtypes.parse(dtype_name)
-    rng = cupy.random.default_rng(rows + k)
-    x = rng.standard_normal((rows, k), dtype=np.float32).astype(dtype)
-    w = (rng.standard_normal((n_out, k), dtype=np.float32) / np.sqrt(k)).astype(dtype)
-    got = blas.matmul_nt(x, w)
-    assert got.shape == (rows, n_out) and got.dtype == dtype
-    want = (x.astype(np.float64) @ w.astype(np.float64).T).get()
-    np.testing.assert_allclose(got.get().astype(np.float64), want, rtol=2.0**-7, atol=2.0**-7)
-    np.testing.assert_allclose(got.get().astype(np.float64), (x @ w.T).get().astype(np.float64), rtol=2.0**-8,
-                               atol=2.0**-9)
-    strided = blas.matmul_nt(x[:, ::2], w[:, ::2])  # not C-contiguous: cupy.matmul
-    np.testing.assert_array_equal(strided.get().view(np.uint16), (x[:, ::2] @ w[:, ::2].T).get().view(np.uint16))
-
-
 # ----------------------------------------------------------------- GPU: the captured decode graph
 def _graph_decoder(device_weights, dtype_name, max_tokens, **kwargs):
     from cupykern.llm.decode_graph import GraphDecoder

@@ -42,7 +42,6 @@ import math
 import numpy as np
 
 from cupykern import _dtypes
-from cupykern.llm import blas
 from cupykern.llm.gguf_weights import LayerWeights, LlamaConfig, LlamaWeights, load_weights
 from cupykern.llm.kv_cache import KVCache
 from cupykern.llm.ops import KERNELS
@@ -104,7 +103,6 @@ class LlamaModel:
         cfg = self.config
         self.cos_sin_cache = cupykern.rope_cos_sin_cache(cfg.context_length, cfg.rotary_dim, base=cfg.rope_base)
         self.lm_head_f32 = weights.lm_head.astype(np.float32)  # exact: every fp16/bf16 value is a float32
-        self.matmul_nt = blas.matmul_nt  # x @ W.T of the layers (cupy.matmul's math, less host time)
 
     @classmethod
     def from_gguf(cls, path, dtype=_dtypes.float16, *, ops=KERNELS) -> LlamaModel:
@@ -191,7 +189,7 @@ class LlamaModel:
                 else:
                     x, residual = ops.fused_add_rms_norm(mlp_out, residual, layer.attn_norm, eps)
             with timer("matmul"):
-                qkv = self.matmul_nt(x, layer.qkv).reshape(num_tokens, nq + 2 * nkv, cfg.head_dim)
+                qkv = (x @ layer.qkv.T).reshape(num_tokens, nq + 2 * nkv, cfg.head_dim)
             q, k, v = qkv[:, :nq], qkv[:, nq:nq + nkv], qkv[:, nq + nkv:]  # views of qkv
             if ops.fused_attention:
                 with timer("attention"):
@@ -203,15 +201,15 @@ class LlamaModel:
                 with timer("attention"):
                     attn = self._attention(q, k, v, cache, n, start)
             with timer("matmul"):
-                attn_out = self.matmul_nt(attn, layer.o)
+                attn_out = attn @ layer.o.T
             with timer("norm"):
                 x, residual = ops.fused_add_rms_norm(attn_out, residual, layer.ffn_norm, eps)
             with timer("matmul"):
-                gate_up = self.matmul_nt(x, layer.gate_up)
+                gate_up = x @ layer.gate_up.T
             with timer("activation"):
                 act = ops.silu_and_mul(gate_up)
             with timer("matmul"):
-                mlp_out = self.matmul_nt(act, layer.down)
+                mlp_out = act @ layer.down.T
         with timer("norm"):
             x, residual = ops.fused_add_rms_norm(mlp_out, residual, w.final_norm, eps)
         with timer("matmul"):
