@@ -95,7 +95,7 @@ def _prepare_norm(fused: bool, dynamic: bool):
         if dynamic:
             scale_ub = scale_upper_bound(a.scale_ub)
         else:
-            scale = scale_tensor(a.scale)
+            scale_tensor(a.scale)
         out, allocate = launcher.output(a.out, "out", x.shape, STORAGE)
         out_rows = _arrays.written_rows(out, "out")
         scales = scales_rows = None
