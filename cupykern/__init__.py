@@ -11,6 +11,7 @@ norm                    norm.cu                ops/norm.py                 refer
 softmax                 softmax.cu             ops/softmax.py              reference/softmax.py
 row_reduce              row_reduce.cu          ops/row_reduce.py           reference/row_reduce.py
 activation              activation.cu          ops/activation.py           reference/activation.py
+quant (FP8 outputs)     quant.cu               ops/quant.py                reference/quant.py
 rope                    rope.cu                ops/rope.py                 reference/rope.py
 ======================  =====================  ==========================  ==================
 

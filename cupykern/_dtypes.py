@@ -13,6 +13,13 @@ bfloat16 = np.dtype(ml_dtypes.bfloat16)
 float16 = np.dtype(np.float16)
 float32 = np.dtype(np.float32)
 
+#: FP8 E4M3FN: an output format only (the quant family), never an input dtype. CuPy 14
+#: has no float8 device dtype, so the kernels write its bit patterns into uint8 arrays;
+#: this is the host view of them (``cupy.asnumpy(out).view(float8_e4m3fn)``).
+float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
+#: The device storage of E4M3FN outputs.
+FP8_STORAGE = np.dtype(np.uint8)
+
 #: Supported storage dtypes, in the order tests and sweeps list them.
 DTYPES = (float32, float16, bfloat16)
 

@@ -69,6 +69,13 @@ def _calls(model: models.ModelPreset, dtype, n: int):
     yield "silu_and_mul", dict(x=_c((n, 2 * inter), dtype))
     yield "gelu_and_mul", dict(x=_c((n, 2 * inter), dtype), approximate=model.gelu_approximate)
     yield "swiglu", dict(gate=_c((n, inter), dtype), up=_c((n, inter), dtype))
+    scale = _c((1,), _FLOAT32)
+    yield "rms_norm_quant", dict(x=x, weight=row, scale=scale, eps=eps, weight_offset=offset)
+    yield "fused_add_rms_norm_quant", dict(x=x, residual=x, weight=row, scale=scale, eps=eps, weight_offset=offset)
+    yield "rms_norm_dynamic_per_token_quant", dict(x=x, weight=row, eps=eps, weight_offset=offset)
+    yield "fused_add_rms_norm_dynamic_per_token_quant", dict(x=x, residual=x, weight=row, eps=eps,
+                                                            weight_offset=offset)
+    yield "silu_and_mul_quant", dict(x=_c((n, 2 * inter), dtype), scale=scale)
     q, k, v = _c((n, hq, d), dtype), _c((n, hkv, d), dtype), _c((n, hkv, d), dtype)
     for rows in (SHORT_CACHE_ROWS, model.max_position_embeddings):
         table = _c((rows, model.rotary_dim), _FLOAT32)

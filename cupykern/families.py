@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 
 #: The kernel families, in the order tables list them.
-FAMILIES = ("norm", "softmax", "row_reduce", "activation", "rope", "gemv", "attention", "tokens")
+FAMILIES = ("norm", "softmax", "row_reduce", "activation", "quant", "rope", "gemv", "attention", "tokens")
 
 
 def modules(kind: str) -> list:

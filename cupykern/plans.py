@@ -287,7 +287,7 @@ def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: 
 # protect, so its plan is just a block size, a vector width and a grid over (row,
 # chunk) work items, a chunk being block_size consecutive vectors of one row.
 
-#: act_and_mul_kernel's __launch_bounds__ (activation.cu::kActMaxBlockSize).
+#: The gated kernels' __launch_bounds__ (cupykern/gated_rows.cuh::kActMaxBlockSize).
 ACTIVATION_MAX_BLOCK_SIZE = 1024
 #: Default block: 256 threads, one 16-byte vector of gate and of up each. Eight such
 #: blocks fill an SM's 2048 threads with 64 KiB of loads in flight, above the ~25 KiB

@@ -204,7 +204,10 @@ def measure(spec: OpSpec, num_tokens: int, size: int, dtype, *, seed: int, copy_
     bound = spec.for_model(model)
     inputs = bound.make_inputs(np.random.default_rng(seed), num_tokens, size, dtype)
     if "out" in inputs and inputs["out"] is None:
-        inputs["out"] = bound.run(inputs)[0]  # allocated once, outside the timed region and alloc_bytes
+        first = bound.run(inputs)
+        inputs["out"] = first[0]  # allocated once, outside the timed region and alloc_bytes
+        if "scales" in inputs and inputs["scales"] is None:  # the per-token scales of the quant family
+            inputs["scales"] = first[1]
     with launcher.recording() as launched:
         checked = check_op(bound.with_run(run), num_tokens, size, dtype, seed, inputs=inputs)
     allocated = alloc_bytes(lambda: run(inputs))

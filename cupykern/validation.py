@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from cupykern import _dtypes
 from cupykern.reference._common import host
 from cupykern.tolerances import tolerance
 
@@ -66,7 +67,10 @@ def compare_array(actual, expected, dtype, *, rtol: float | None = None, atol: f
     tol = tolerance(dtype)
     rtol = tol["rtol"] if rtol is None else rtol
     atol = tol["atol"] if atol is None else atol
-    got = host(actual).astype(np.float64)
+    got = host(actual)
+    if np.dtype(dtype) == _dtypes.float8_e4m3fn and got.dtype == _dtypes.FP8_STORAGE:
+        got = got.view(_dtypes.float8_e4m3fn)  # the quant family's uint8 bit patterns
+    got = got.astype(np.float64)
     want = np.asarray(expected, dtype=np.float64)
     if got.shape != want.shape:
         return CheckResult.failed(f"{what}: shape {got.shape} != {want.shape} (the reference's)")
@@ -117,10 +121,16 @@ def _rows_of(inputs: dict, rows: np.ndarray, token_inputs) -> dict:
 
 
 def poison(inputs: dict) -> None:
-    """Fills a preallocated ``out`` with NaN."""
-    out = inputs.get("out")
-    if out is not None:
-        out[...] = np.nan
+    """Fills a preallocated ``out`` (and ``scales``) with NaN: E4M3FN's NaN (0x7f) in a
+    uint8 output of the quant family."""
+    for name in ("out", "scales"):
+        out = inputs.get(name)
+        if out is None:
+            continue
+        if out.dtype == _dtypes.FP8_STORAGE:
+            out.fill(0x7F)
+        else:
+            out[...] = np.nan
 
 
 def compare(outputs, expected, dtypes, rows: np.ndarray) -> CheckResult:

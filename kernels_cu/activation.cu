@@ -29,13 +29,13 @@
 // block_size consecutive slots, one per thread. No shared memory.
 #include <cupykern/vec.cuh>
 #include <cupykern/activations.cuh>
+#include <cupykern/gated_rows.cuh>
 
 using namespace cupykern;
 
-// __launch_bounds__ of the kernel; cupykern/plans.py::ACTIVATION_MAX_BLOCK_SIZE mirrors it.
-constexpr int kActMaxBlockSize = 1024;
-
 // ---------------------------------------------------------------- act_and_mul
+// The walk is cupykern/gated_rows.cuh's (shared with quant.cu); here y is rounded
+// once to T.
 template <typename T, int kAct, int kVecWidth>
 __global__ void __launch_bounds__(kActMaxBlockSize) act_and_mul_kernel(
     T* out,                          // [num_rows, d], out_row_stride apart
@@ -43,49 +43,6 @@ __global__ void __launch_bounds__(kActMaxBlockSize) act_and_mul_kernel(
     const T* up,                     // [num_rows, d], up_row_stride apart
     int64_t num_rows, int64_t d, int64_t gate_row_stride, int64_t up_row_stride,
     int64_t out_row_stride) {
-  using V = Vec<T, kVecWidth>;
-  // 16-bit outputs use the fast intrinsics (cupykern/activations.cuh says why and how
-  // accurate); fp32 outputs the accurate libdevice functions.
-  constexpr bool kFastMath = sizeof(T) == 2;
-  const int64_t slots_per_row = (d + kVecWidth - 1) / kVecWidth;
-  const int64_t chunks_per_row = (slots_per_row + blockDim.x - 1) / blockDim.x;
-  const int64_t num_chunks = num_rows * chunks_per_row;
-
-  // Position of this block's first work item, then a division-free grid-stride walk:
-  // the step of gridDim.x chunks is step_rows rows plus step_chunks chunks.
-  int64_t row = blockIdx.x / chunks_per_row;
-  int64_t chunk = blockIdx.x - row * chunks_per_row;
-  const int64_t step_rows = gridDim.x / chunks_per_row;
-  const int64_t step_chunks = gridDim.x - step_rows * chunks_per_row;
-
-  for (int64_t work = blockIdx.x; work < num_chunks; work += gridDim.x) {
-    const int64_t slot = chunk * blockDim.x + threadIdx.x;
-    if (slot < slots_per_row) {
-      const int64_t i = slot * kVecWidth;
-      const T* gate_row = gate + row * gate_row_stride;
-      const T* up_row = up + row * up_row_stride;
-      T* out_row = out + row * out_row_stride;
-      if (i + kVecWidth <= d) {
-        // Full vector: one 16-byte load of each input, one store.
-        const V g = load_vec<T, kVecWidth>(gate_row + i);
-        const V u = load_vec<T, kVecWidth>(up_row + i);
-        float y[kVecWidth];
-#pragma unroll
-        for (int e = 0; e < kVecWidth; ++e) y[e] = activate<kAct, kFastMath>(to_float(g.elt[e])) * to_float(u.elt[e]);
-        store_rounded<T, kVecWidth>(out_row + i, y);
-      } else {
-        // Scalar tail: the last d % kVecWidth elements (kVecWidth > 1 only), so a
-        // vector never reaches into the next row or past the buffer.
-        for (int64_t j = i; j < d; ++j) {
-          out_row[j] = from_float<T>(activate<kAct, kFastMath>(to_float(gate_row[j])) * to_float(up_row[j]));
-        }
-      }
-    }
-    row += step_rows;
-    chunk += step_chunks;
-    if (chunk >= chunks_per_row) {
-      chunk -= chunks_per_row;
-      ++row;
-    }
-  }
+  act_and_mul_rows<T, kAct, kVecWidth>(StoreRoundedRows<T>{out, out_row_stride}, gate, up, num_rows, d,
+                                       gate_row_stride, up_row_stride);
 }

@@ -29,87 +29,14 @@
 #include <cupykern/vec.cuh>
 #include <cupykern/reduce.cuh>
 #include <cupykern/rows.cuh>
+#include <cupykern/rms_norm_rows.cuh>
 
 using namespace cupykern;
 
 // ---------------------------------------------------------------- rms_norm family
-// One body for both ops: kFusedAdd adds `residual` first and writes the rounded sum
-// back to it; the normalised value goes to `out` (which is x for the fused op).
-template <typename T, bool kFusedAdd, int kThreadsPerRow, int kVecWidth, int kVecsPerThread,
-          int kWarpSize>
-__device__ __forceinline__ void rms_norm_rows(
-    T* out,                          // [num_rows, hidden_size], out_row_stride apart
-    const T* x,                      // [num_rows, hidden_size], x_row_stride apart
-    T* residual,                     // [num_rows, hidden_size] or null (kFusedAdd only)
-    const T* __restrict__ weight,    // [hidden_size]
-    int64_t num_rows, int64_t hidden_size, int64_t x_row_stride, int64_t out_row_stride,
-    int64_t residual_row_stride, float eps, float weight_offset) {
-  using V = Vec<T, kVecWidth>;
-  __shared__ float scratch[max_warps_per_block<kWarpSize>()];
-  const RowGroup<kThreadsPerRow> g;
-  const int64_t num_vecs = hidden_size / kVecWidth;
-  const int64_t tail_start = num_vecs * kVecWidth;
-  V cache[kVecsPerThread];
-
-  for (int64_t base = g.first_base(); base < num_rows; base += g.base_step()) {
-    const int64_t row = base + g.group;
-    const bool active = row < num_rows;
-    const T* x_row = x + row * x_row_stride;
-    T* out_row = out + row * out_row_stride;
-    T* res_row = kFusedAdd ? residual + row * residual_row_stride : nullptr;
-    // The value that gets normalised: x, or the rounded sum x + residual.
-    auto input_vec = [&](int64_t v) -> V {
-      V a = load_vec<T, kVecWidth>(x_row + v * kVecWidth);
-      if constexpr (kFusedAdd) {
-        const V r = load_vec<T, kVecWidth>(res_row + v * kVecWidth);
-#pragma unroll
-        for (int e = 0; e < kVecWidth; ++e) a.elt[e] = from_float<T>(to_float(a.elt[e]) + to_float(r.elt[e]));
-        store_vec<T, kVecWidth>(res_row + v * kVecWidth, a);
-      }
-      return a;
-    };
-    auto input_scalar = [&](int64_t i) -> float {
-      if constexpr (kFusedAdd) {
-        const T s = from_float<T>(to_float(x_row[i]) + to_float(res_row[i]));
-        res_row[i] = s;
-        return to_float(s);
-      }
-      return to_float(x_row[i]);
-    };
-
-    // Pass 1: load (and add), keep in registers, accumulate the sum of squares.
-    float sumsq = 0.0f;
-    for_each_vec<kThreadsPerRow, kVecsPerThread>(active ? num_vecs : 0, g.lane, [&](int slot, int64_t v) {
-      const V a = input_vec(v);
-      if (slot >= 0) cache[slot] = a;
-#pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) sumsq += to_float(a.elt[e]) * to_float(a.elt[e]);
-    });
-    for_each_tail<kThreadsPerRow>(tail_start, active ? hidden_size : 0, g.lane, [&](int64_t i) {
-      const float a = input_scalar(i);
-      sumsq += a * a;
-    });
-    sumsq = row_group_reduce<SumOp, kThreadsPerRow, kWarpSize>(sumsq, scratch);
-    const float inv_rms = rsqrtf(sumsq / static_cast<float>(hidden_size) + eps);
-
-    // Pass 2: scale by inv_rms and the (offset) weight, round once, store. Values
-    // past the register cache are read again (from `residual` for the fused op,
-    // which now holds the rounded sum this thread wrote).
-    const T* again_row = kFusedAdd ? res_row : x_row;
-    for_each_vec<kThreadsPerRow, kVecsPerThread>(active ? num_vecs : 0, g.lane, [&](int slot, int64_t v) {
-      const V a = slot >= 0 ? cache[slot] : load_vec<T, kVecWidth>(again_row + v * kVecWidth);
-      const V w = load_vec<T, kVecWidth>(weight + v * kVecWidth);
-      float y[kVecWidth];
-#pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) y[e] = to_float(a.elt[e]) * inv_rms * (to_float(w.elt[e]) + weight_offset);
-      store_rounded<T, kVecWidth>(out_row + v * kVecWidth, y);
-    });
-    for_each_tail<kThreadsPerRow>(tail_start, active ? hidden_size : 0, g.lane, [&](int64_t i) {
-      out_row[i] = from_float<T>(to_float(again_row[i]) * inv_rms * (to_float(weight[i]) + weight_offset));
-    });
-  }
-}
-
+// One body for both ops (cupykern/rms_norm_rows.cuh): kFusedAdd adds `residual` first
+// and writes the rounded sum back to it; the normalised value, rounded once to T, goes
+// to `out` (which is x for the fused op).
 template <typename T, int kThreadsPerRow, int kVecWidth, int kVecsPerThread, int kWarpSize>
 __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) rms_norm_kernel(
     T* out,                          // [num_rows, hidden_size]
@@ -118,8 +45,8 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) rms_norm_ker
     int64_t num_rows, int64_t hidden_size, int64_t x_row_stride, int64_t out_row_stride,
     float eps, float weight_offset) {
   rms_norm_rows<T, false, kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize>(
-      out, x, nullptr, weight, num_rows, hidden_size, x_row_stride, out_row_stride, 0, eps,
-      weight_offset);
+      StoreRounded<T>{out, out_row_stride}, x, nullptr, weight, num_rows, hidden_size, x_row_stride, 0,
+      eps, weight_offset);
 }
 
 template <typename T, int kThreadsPerRow, int kVecWidth, int kVecsPerThread, int kWarpSize>
@@ -130,7 +57,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) fused_add_rm
     int64_t num_rows, int64_t hidden_size, int64_t x_row_stride, int64_t residual_row_stride,
     float eps, float weight_offset) {
   rms_norm_rows<T, true, kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize>(
-      x, x, residual, weight, num_rows, hidden_size, x_row_stride, x_row_stride,
+      StoreRounded<T>{x, x_row_stride}, x, residual, weight, num_rows, hidden_size, x_row_stride,
       residual_row_stride, eps, weight_offset);
 }
 

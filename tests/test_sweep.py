@@ -59,7 +59,8 @@ def test_launch_options_come_from_the_op_declarations():
     assert set(sweep.launch_options("silu_and_mul")) == set(plans.ACTIVATION_OVERRIDE_KEYS)
     assert sweep.launch_options("apply_rope") == ()
     assert [op for op in registry.all_specs() if sweep.tunable(op)] == \
-        ["rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "row_reduce"]
+        ["rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "row_reduce", "rms_norm_quant",
+         "fused_add_rms_norm_quant", "rms_norm_dynamic_per_token_quant", "fused_add_rms_norm_dynamic_per_token_quant"]
     options = dict(threads_per_row=[64], vec_width=None, vecs_per_thread=None, rows_per_block=None,
                    block_size=[128, 256])
     assert sweep.ignored_options("silu_and_mul", options) == ["threads_per_row"]
