@@ -5,12 +5,14 @@
 #   bash bench/gpu_session.sh                 # all GPU tests + every bench
 #   TESTS="tests/test_norm.py" BENCHES="bench/bench_norm.py --quick" PYTEST_ARGS="-n 8" bash bench/gpu_session.sh
 #   TESTS= BENCHES= SWEEPS="--json sweep.json;silu_and_mul --vecs-per-thread 1,2,4" bash bench/gpu_session.sh
-#   TESTS= BENCHES= PEERS="--num-tokens 1,64,4096,16384" bash bench/gpu_session.sh   # carry .whl for Liger
+#   TESTS= BENCHES= PEERS="" bash bench/gpu_session.sh   # the README's peers table (carry .whl for Liger)
+#   TESTS= BENCHES= PEERS="--models llama-3.1-8b --num-tokens 1,64,4096,16384" bash bench/gpu_session.sh
 #
 # TESTS: pytest arguments (empty: no tests). BENCHES: ';'-separated bench scripts with
 # their arguments. SWEEPS: ';'-separated argument lists of `cupykern sweep`; a relative
 # --json/--csv path lands in the results folder. PEERS: arguments of bench/peers.py
-# (unset: not run). SANITIZE=1 runs bench/sanitize.py under compute-sanitizer memcheck and
+# (unset: not run; empty: its defaults, llama-3.1-8b and -70b x 8 ops x 1 to 16384 tokens,
+# every formulation, static torch.compile compiled ahead in parallel: about 6 minutes). SANITIZE=1 runs bench/sanitize.py under compute-sanitizer memcheck and
 # racecheck (SANITIZE_FAMILIES: a comma-separated subset). Each step gets what is left of DEADLINE_S seconds (default 570,
 # inside the device tool's 600 s), so a slow step cannot cost the others' results.
 #

@@ -1,32 +1,56 @@
 """Peers: the sweep's ops and shapes through every other implementation importable here.
 
-For each op of the registry, at the sweep's num_tokens ladder (1 to 16384) with the
-row sizes and constants of a model preset (default llama-3.1-8b), bf16:
+For each model preset (default llama-3.1-8b and llama-3.1-70b), each op (default the
+eight of the README's table) at each num_tokens (default 1, 16, 64, 256, 1024, 4096,
+16384), bf16, on the same seeded registry inputs:
 
 * cupykern itself and the plain-CuPy composition (bench/common.py's COMPOSITIONS over
   cupykern/compositions.py; always);
-* PyTorch eager (fp32 math, one rounding, as the references), torch.compile of the
-  same functions, torch.nn.functional.rms_norm, Liger-Kernel and FlashInfer, each only
-  if importable (none is a dependency; torch is imported here only, guarded).
+* PyTorch eager and torch.compile, each in every formulation a PyTorch user could write
+  (:func:`_torch_formulations`): ops that update their inputs (fused_add_rms_norm,
+  apply_rope, qk_rms_norm_rope) "in place" (slice assignments and ``copy_``) and "out of
+  place" (new tensors returned: ``r = x + r; y = rms_norm(r)``; RoPE as Hugging Face's
+  ``apply_rotary_pos_emb``, ``q * cos + rotate_half(q) * sin``, with cos and sin
+  gathered by ``positions`` from ``cos_sin_cache`` inside the timed function, as the
+  cupykern kernel gathers them inside the kernel); ops with an ``out`` argument
+  "into out" (written into a preallocated tensor with ``copy_``) and "out of place"
+  (returned new). Every formulation keeps the references' contract: fp32 math, one
+  rounding to the storage dtype (a bf16 formulation rounds several times and fails the
+  check);
+* torch.nn.functional.rms_norm, Liger-Kernel (its RoPE with cos/sin in bf16, as its API
+  is usually fed, and in fp32; both gathered before the timed calls) and FlashInfer,
+  each only if importable (none is a dependency; torch is imported here only, guarded).
 
-Every implementation's output is checked against the same float64 reference
+Every implementation and formulation is checked against the same float64 reference
 (cupykern.validation on the registry's inputs, shared through DLPack without copies)
-before it is timed the same way: CUDA-graph replay for decode sizes (torch peers
-through torch.cuda.graph), cold-L2 CUDA events otherwise, on one stream. Every point
-has the sweep engine's schema (cupykern/sweep.py): errors against the reference,
-device memory one call allocates (torch peers: torch's allocator), and for cupykern
-the plan it launched (None for peers). The table gives peer time / cupykern time
-(> 1: cupykern is faster); the JSON goes to bench/results/ (and --out).
+before it is timed the same way: CUDA-graph replay for decode sizes (torch peers through
+torch.cuda.graph), cold-L2 CUDA events otherwise, on one stream. A point's ``impl``
+names the peer and its formulation (``"torch.compile (out of place)"``); points keep the
+sweep engine's schema (cupykern/sweep.py). The ratio is the fastest correct formulation
+of a peer over cupykern (> 1: cupykern is faster); the markdown table printed at the end
+(also written beside the JSON as .md) gives, per op and size, the fastest correct peer
+of all and cupykern's % of the device-to-device copy measured at the start of the run.
 
-    python bench/peers.py [--model NAME] [--num-tokens 1,16,64,...] [--ops OP,...]
-                          [--peers NAME,...] [--dtype bf16] [--repeat N] [--seed S] [--out DIR]
+torch.compile is static (``dynamic=False``, default mode: the CUDA graph is ours): one
+compile per (op, formulation, model, num_tokens). To keep that inside one device call,
+``--compile-workers`` processes compile every shape of the run first, in parallel, into
+Inductor's on-disk caches (their autotuning is not kept: the measuring process
+autotunes on a quiet GPU); the measuring process then traces and loads from the cache.
+The compile time spent (the workers' wall time and each first call) is printed and kept
+in the JSON (``torch_compile``).
+
+    python bench/peers.py [--models A,B] [--model NAME ...] [--num-tokens 1,16,64,...]
+                          [--ops OP,...] [--peers NAME,...] [--compile-dynamic false|true|none]
+                          [--compile-workers N] [--dtype bf16] [--repeat N] [--seed S] [--out DIR]
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -37,21 +61,45 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (COMPOSITIONS, DEFAULT_SEED, dtype_option, positive_int, positive_int_list,  # noqa: E402
-                          require_gpu, save)
+from bench.common import (COMPOSITIONS, DEFAULT_SEED, RESULTS_DIR, dtype_option, positive_int,  # noqa: E402
+                          positive_int_list, require_gpu, save)
 from cupykern import _dtypes, environment, models, sweep, timing  # noqa: E402
 from cupykern.registry import all_specs  # noqa: E402
 from cupykern.validation import check_op  # noqa: E402
 
 NUM_TOKENS = models.NUM_TOKENS_LADDER  # the default sweep's shapes
+#: The models of the README's table.
+DEFAULT_MODELS = ("llama-3.1-8b", "llama-3.1-70b")
+#: The ops of the README's table (``--ops`` takes any op of the registry).
+DEFAULT_OPS = ("rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "silu_and_mul", "gelu_and_mul",
+               "apply_rope", "qk_rms_norm_rope")
 #: Calls per captured graph for torch peers (as cupykern.timing.time_graph).
 OPS_PER_GRAPH = 100
 #: Peer names in table order; "cupy composition" always runs.
 PEER_NAMES = ("cupy composition", "torch eager", "torch.compile", "F.rms_norm", "liger", "flashinfer")
+#: --compile-dynamic -> torch.compile's ``dynamic``.
+COMPILE_DYNAMIC = {"false": False, "true": True, "none": None}
+#: Ops whose registry inputs are updated in place by cupykern (the others write ``out``).
+IN_PLACE_OPS = ("fused_add_rms_norm", "apply_rope", "qk_rms_norm_rope")
 
 
 class Skip(Exception):
     """This peer has no implementation of this op (or not of this variant)."""
+
+
+def impl_name(peer: str, formulation: str) -> str:
+    """A point's ``impl``: ``"torch.compile (out of place)"``, or the peer alone."""
+    return f"{peer} ({formulation})" if formulation else peer
+
+
+def split_impl(impl: str) -> tuple[str, str]:
+    """``impl_name`` undone: (peer, formulation or "")."""
+    for peer in PEER_NAMES:
+        if impl == peer:
+            return peer, ""
+        if impl.startswith(peer + " (") and impl.endswith(")"):
+            return peer, impl[len(peer) + 2:-1]
+    return impl, ""
 
 
 # ----------------------------------------------------------------- availability
@@ -84,44 +132,78 @@ def availability() -> dict[str, str | None]:
     return status
 
 
+def peer_versions() -> dict[str, str]:
+    """Installed versions of the peers' packages (for the result file)."""
+    from importlib import metadata
+
+    versions = {}
+    for package in ("torch", "triton", "liger-kernel", "flashinfer-python", "flashinfer"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
 # ----------------------------------------------------------------- torch implementations
-def _torch_ops(torch):
-    """op -> f(t) on a dict of torch tensors (and the registry's scalars), returning the
-    op's outputs; fp32 math and one rounding to the storage dtype, like the references."""
+def _torch_formulations(torch) -> dict[str, dict]:
+    """op -> {formulation: f(t)}, f on a dict of torch tensors (and the registry's scalars)
+    returning the op's outputs; fp32 math and one rounding to the storage dtype, like the
+    references. A formulation with ``wants_out`` writes into ``t["out"]`` (allocated
+    before the timed calls, as the sweep allocates cupykern's)."""
     F = torch.nn.functional
 
     def rms(xf, w, eps, offset):
         return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * (w.float() + offset)
 
-    def rms_norm(t):
-        return (rms(t["x"].float(), t["weight"], t["eps"], t.get("weight_offset", 0.0)).to(t["x"].dtype),)
+    def with_out(math):
+        """{"out of place": returns math(t) rounded to its dtype, "into out": copies it into t["out"]}."""
+        def returned(t):
+            value, dtype = math(t)
+            return (value.to(dtype),)
 
-    def fused_add_rms_norm(t):
+        def into_out(t):
+            value, _ = math(t)
+            return (t["out"].copy_(value),)
+
+        into_out.wants_out = True
+        return {"into out": into_out, "out of place": returned}
+
+    def rms_norm(t):
+        x = t["x"]
+        return rms(x.float(), t["weight"], t["eps"], t.get("weight_offset", 0.0)), x.dtype
+
+    def layer_norm(t):
+        x = t["x"]
+        return F.layer_norm(x.float(), (x.shape[-1],), t["weight"].float(), t["bias"].float(), t["eps"]), x.dtype
+
+    def softmax(t):
+        return torch.softmax(t["x"].float(), dim=-1), torch.float32
+
+    def row_reduce(t):
+        if t["op"] != "sum":
+            raise Skip(f"row_reduce {t['op']}")
+        return t["x"].float().sum(-1), torch.float32
+
+    def gated(act):
+        def math(t):
+            x = t["x"]
+            d = x.shape[-1] // 2
+            return act(t, x[..., :d].float()) * x[..., d:].float(), x.dtype
+        return math
+
+    def fused_add_in_place(t):
         x, r = t["x"], t["residual"]
         r.copy_(x.float() + r.float())
         x.copy_(rms(r.float(), t["weight"], t["eps"], t.get("weight_offset", 0.0)))
         return x, r
 
-    def layer_norm(t):
+    def fused_add_out_of_place(t):  # r = x + r; y = rms_norm(r): both new
         x = t["x"]
-        return (F.layer_norm(x.float(), (x.shape[-1],), t["weight"].float(), t["bias"].float(), t["eps"]).to(x.dtype),)
+        r = (x.float() + t["residual"].float()).to(x.dtype)
+        return rms(r.float(), t["weight"], t["eps"], t.get("weight_offset", 0.0)).to(x.dtype), r
 
-    def softmax(t):
-        return (torch.softmax(t["x"].float(), dim=-1),)
-
-    def row_reduce(t):
-        if t["op"] != "sum":
-            raise Skip(f"row_reduce {t['op']}")
-        return (t["x"].float().sum(-1),)
-
-    def gated(act):
-        def f(t):
-            x = t["x"]
-            d = x.shape[-1] // 2
-            return ((act(t, x[..., :d].float()) * x[..., d:].float()).to(x.dtype),)
-        return f
-
-    def rotate(t, heads):
+    def rotate_in_place(t, heads):
         cache = t["cos_sin_cache"]
         half = cache.shape[1] // 2
         rows = cache[t["positions"]]
@@ -135,20 +217,56 @@ def _torch_ops(torch):
                 x[..., 2 * half:] = xf[..., 2 * half:].to(x.dtype)
         return t["q"], t["k"]
 
-    def apply_rope(t):
-        return rotate(t, [(t["q"], t["q"].float(), False), (t["k"], t["k"].float(), False)])
+    def rotate_half(x):  # Hugging Face's
+        x1, x2 = x[..., :x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+        return torch.cat((-x2, x1), dim=-1)
 
-    def qk_rms_norm_rope(t):
+    def rotate_out_of_place(t, heads):
+        """Hugging Face's apply_rotary_pos_emb (partial rotary as its Phi/NeoX models:
+        rotate the first rotary_dim dims, concatenate the rest), in fp32; cos and sin
+        (each halves' angles twice, as HF's ``cat((freqs, freqs))``) gathered here."""
+        cache = t["cos_sin_cache"]
+        half = cache.shape[1] // 2
+        rows = cache[t["positions"]]
+        cos = torch.cat((rows[:, :half], rows[:, :half]), dim=-1)[:, None, :]
+        sin = torch.cat((rows[:, half:], rows[:, half:]), dim=-1)[:, None, :]
+        outputs = []
+        for xf, dtype in heads:
+            rot = xf[..., :2 * half]
+            y = rot * cos + rotate_half(rot) * sin
+            if xf.shape[-1] > 2 * half:
+                y = torch.cat((y, xf[..., 2 * half:]), dim=-1)
+            outputs.append(y.to(dtype))
+        return tuple(outputs)
+
+    def apply_rope_in_place(t):
+        return rotate_in_place(t, [(t["q"], t["q"].float(), False), (t["k"], t["k"].float(), False)])
+
+    def apply_rope_out_of_place(t):
         q, k = t["q"], t["k"]
-        return rotate(t, [(q, rms(q.float(), t["q_weight"], t["eps"], 0.0), True),
-                          (k, rms(k.float(), t["k_weight"], t["eps"], 0.0), True)])
+        return rotate_out_of_place(t, [(q.float(), q.dtype), (k.float(), k.dtype)])
+
+    def qk_norm(t):
+        return (rms(t["q"].float(), t["q_weight"], t["eps"], 0.0), rms(t["k"].float(), t["k_weight"], t["eps"], 0.0))
+
+    def qk_rms_norm_rope_in_place(t):
+        qn, kn = qk_norm(t)
+        return rotate_in_place(t, [(t["q"], qn, True), (t["k"], kn, True)])
+
+    def qk_rms_norm_rope_out_of_place(t):
+        qn, kn = qk_norm(t)
+        return rotate_out_of_place(t, [(qn, t["q"].dtype), (kn, t["k"].dtype)])
 
     return {
-        "rms_norm": rms_norm, "fused_add_rms_norm": fused_add_rms_norm, "layer_norm": layer_norm,
-        "softmax": softmax, "row_reduce": row_reduce,
-        "silu_and_mul": gated(lambda t, g: F.silu(g)),
-        "gelu_and_mul": gated(lambda t, g: F.gelu(g, approximate=t.get("approximate", "none"))),
-        "apply_rope": apply_rope, "qk_rms_norm_rope": qk_rms_norm_rope,
+        "rms_norm": with_out(rms_norm),
+        "fused_add_rms_norm": {"in place": fused_add_in_place, "out of place": fused_add_out_of_place},
+        "layer_norm": with_out(layer_norm),
+        "softmax": with_out(softmax),
+        "row_reduce": with_out(row_reduce),
+        "silu_and_mul": with_out(gated(lambda t, g: F.silu(g))),
+        "gelu_and_mul": with_out(gated(lambda t, g: F.gelu(g, approximate=t.get("approximate", "none")))),
+        "apply_rope": {"in place": apply_rope_in_place, "out of place": apply_rope_out_of_place},
+        "qk_rms_norm_rope": {"in place": qk_rms_norm_rope_in_place, "out of place": qk_rms_norm_rope_out_of_place},
     }
 
 
@@ -157,7 +275,7 @@ def _f_rms_norm(torch):
         x = t["x"]
         w = t["weight"] if not t.get("weight_offset") else (t["weight"].float() + t["weight_offset"]).to(x.dtype)
         return (torch.nn.functional.rms_norm(x, (x.shape[-1],), weight=w, eps=t["eps"]),)
-    return {"rms_norm": rms_norm}
+    return {"rms_norm": {"": rms_norm}}
 
 
 def _liger(torch):
@@ -181,26 +299,32 @@ def _liger(torch):
             raise Skip("Liger's GEGLU is the tanh approximation only")
         return (LigerGELUMulFunction.apply(*halves(t["x"])),)
 
-    def gather_cos_sin(t):  # per-token cos/sin at full head width, before (outside) the timed calls
-        q, cache = t["q"], t["cos_sin_cache"]
-        half = cache.shape[1] // 2
-        if 2 * half != q.shape[-1]:
-            raise Skip("Liger rope rotates whole heads only")
-        rows = cache[t["positions"]]
-        t["_cos"] = torch.cat([rows[:, :half]] * 2, -1).to(q.dtype)[None]
-        t["_sin"] = torch.cat([rows[:, half:]] * 2, -1).to(q.dtype)[None]
+    def gather_cos_sin(dtype):
+        """Per-token cos/sin at full head width (HF's layout, which Liger takes), gathered
+        before (outside) the timed calls: ``dtype`` None keeps the cache's fp32, else q's."""
+        def setup(t):
+            q, cache = t["q"], t["cos_sin_cache"]
+            half = cache.shape[1] // 2
+            if 2 * half != q.shape[-1]:
+                raise Skip("Liger rope rotates whole heads only")
+            rows = cache[t["positions"]]
+            to = q.dtype if dtype == "q" else torch.float32
+            t["_cos"] = torch.cat([rows[:, :half]] * 2, -1).to(to)[None]
+            t["_sin"] = torch.cat([rows[:, half:]] * 2, -1).to(to)[None]
+        return setup
 
-    def apply_rope(t):
-        q, k = t["q"], t["k"]
-        tokens, head_dim = q.shape[0], q.shape[-1]
-        q_out, k_out = LigerRopeFunction.apply(q.view(1, tokens, -1, head_dim).transpose(1, 2),
-                                               k.view(1, tokens, -1, head_dim).transpose(1, 2), t["_cos"], t["_sin"])
-        return q_out.transpose(1, 2).reshape(q.shape), k_out.transpose(1, 2).reshape(k.shape)
+    def rope(dtype):
+        def apply_rope(t):  # in place on q and k (Liger's kernel writes its contiguous inputs)
+            q, k = t["q"], t["k"]
+            tokens, head_dim = q.shape[0], q.shape[-1]
+            q_out, k_out = LigerRopeFunction.apply(q.view(1, tokens, -1, head_dim).transpose(1, 2),
+                                                   k.view(1, tokens, -1, head_dim).transpose(1, 2), t["_cos"], t["_sin"])
+            return q_out.transpose(1, 2).reshape(q.shape), k_out.transpose(1, 2).reshape(k.shape)
+        apply_rope.setup = gather_cos_sin(dtype)
+        return apply_rope
 
-    apply_rope.setup = gather_cos_sin
-
-    return {"rms_norm": rms_norm, "silu_and_mul": silu_and_mul, "gelu_and_mul": gelu_and_mul,
-            "apply_rope": apply_rope}
+    return {"rms_norm": {"": rms_norm}, "silu_and_mul": {"": silu_and_mul}, "gelu_and_mul": {"": gelu_and_mul},
+            "apply_rope": {"cos/sin bf16": rope("q"), "cos/sin fp32": rope("fp32")}}
 
 
 def _flashinfer(torch):
@@ -234,32 +358,74 @@ def _flashinfer(torch):
             t["positions"], q.view(q.shape[0], -1), k.view(k.shape[0], -1), head_dim, t["cos_sin_cache"], is_neox=True)
         return q, k
 
-    return {"rms_norm": rms_norm, "fused_add_rms_norm": fused_add_rms_norm,
-            "silu_and_mul": lambda t: (flashinfer.activation.silu_and_mul(t["x"]),),
-            "gelu_and_mul": gelu_and_mul, "apply_rope": apply_rope}
+    return {"rms_norm": {"": rms_norm}, "fused_add_rms_norm": {"": fused_add_rms_norm},
+            "silu_and_mul": {"": lambda t: (flashinfer.activation.silu_and_mul(t["x"]),)},
+            "gelu_and_mul": {"": gelu_and_mul}, "apply_rope": {"": apply_rope}}
 
 
-def _torch_compile(torch):
-    # dynamic=None (the default): the first shape compiles static, a second one
-    # recompiles with a dynamic num_tokens, so each op compiles about twice rather than
-    # once per shape (dynamic=False took minutes per op over the token ladder).
-    ops = _torch_ops(torch)
-    return {op: torch.compile(f) for op, f in ops.items()}
+def _raise_recompile_limits(torch) -> None:
+    """Static compiles of one function at every shape of the run (models x num_tokens)
+    exceed Dynamo's default of 8 entries per function, past which it would silently run
+    eager: raise the limits, and fail rather than fall back where the version can."""
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    for name, value in (("recompile_limit", 256), ("cache_size_limit", 256), ("accumulated_recompile_limit", 65536),
+                        ("accumulated_cache_size_limit", 65536), ("fail_on_recompile_limit_hit", True),
+                        ("fail_on_cache_limit_hit", True)):
+        if hasattr(config, name):
+            setattr(config, name, value)
 
 
-BUILDERS = {"torch eager": _torch_ops, "torch.compile": _torch_compile, "F.rms_norm": _f_rms_norm,
+def _torch_compile(torch, dynamic=False):
+    """The torch formulations through ``torch.compile(dynamic=dynamic)`` (default mode)."""
+    _raise_recompile_limits(torch)
+    compiled = {}
+    for op, forms in _torch_formulations(torch).items():
+        compiled[op] = {}
+        for name, f in forms.items():
+            c = torch.compile(f, dynamic=dynamic)
+            if getattr(f, "wants_out", False):
+                c.wants_out = True
+            compiled[op][name] = c
+    return compiled
+
+
+BUILDERS = {"torch eager": _torch_formulations, "torch.compile": _torch_compile, "F.rms_norm": _f_rms_norm,
             "liger": _liger, "flashinfer": _flashinfer}
+
+
+def _torch_views(torch, inputs: dict) -> dict:
+    """Torch views (DLPack, no copies) of the device arrays of ``inputs``; None values dropped."""
+    import cupy
+
+    return {k: torch.from_dlpack(v) if isinstance(v, cupy.ndarray) else v for k, v in inputs.items() if v is not None}
 
 
 def _prepare(torch, impl, inputs: dict):
     """A zero-argument callable running ``impl`` on torch views of ``inputs`` (no copies)."""
-    import cupy
-
-    t = {k: torch.from_dlpack(v) if isinstance(v, cupy.ndarray) else v for k, v in inputs.items() if k != "out"}
+    t = _torch_views(torch, inputs)
     setup = getattr(impl, "setup", None)
     if setup is not None:  # untimed preparation (Liger's rope: gather cos/sin)
         setup(t)
     return lambda: impl(t)
+
+
+# ----------------------------------------------------------------- inputs, drawn once per point
+def _copy_inputs(inputs: dict) -> dict:
+    """Fresh device copies of ``inputs``' arrays (scalars and None as they are)."""
+    import cupy
+
+    return {k: v.copy() if isinstance(v, cupy.ndarray) else v for k, v in inputs.items()}
+
+
+def _cached_spec(spec, pristine: dict):
+    """``spec`` drawing copies of ``pristine`` (the registry's seeded inputs, drawn once per
+    point) instead of drawing again: every implementation gets the same values, and the
+    host draws 1.9 GB of gate_up once rather than once per implementation."""
+    import dataclasses
+
+    return dataclasses.replace(spec, make_inputs=lambda rng, n, size, dtype, model=None: _copy_inputs(pristine))
 
 
 # ----------------------------------------------------------------- timing torch peers
@@ -288,16 +454,26 @@ def _torch_graph_time(torch, fn, replays: int) -> timing.Timing:
 
 
 def measure_torch(torch, name: str, impl, spec, num_tokens: int, size: int, dtype, *, seed: int,
-                  copy_gbps: float, repeat: int | None, model=None) -> sweep.Point:
+                  copy_gbps: float, repeat: int | None, model=None) -> tuple[sweep.Point, float]:
     """Checks ``impl`` against the float64 reference on the registry's inputs, then times it
-    (on CuPy's current stream, which must also be torch's). The point has no plan fields;
-    its alloc_bytes count torch's allocator."""
+    (on CuPy's current stream, which must also be torch's). Returns the point (no plan
+    fields; its alloc_bytes count torch's allocator) and the seconds of the first call,
+    made on copies of the inputs before the check (torch.compile's compile time)."""
     import cupy
 
     bound = spec.for_model(model)
     inputs = bound.make_inputs(np.random.default_rng(seed), num_tokens, size, dtype)
-    if "out" in inputs:
-        inputs["out"] = None
+    if "out" in inputs:  # allocated once by the op itself, as the sweep does for cupykern
+        inputs["out"] = bound.run(inputs)[0] if getattr(impl, "wants_out", False) else None
+    elif getattr(impl, "wants_out", False):
+        raise Skip("the op takes no out")
+    scratch = _prepare(torch, impl, _copy_inputs(inputs))
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    scratch()
+    torch.cuda.synchronize()
+    first_call_s = time.perf_counter() - t0
+    del scratch
     fn = _prepare(torch, impl, inputs)
     checked = check_op(bound.with_run(lambda i: tuple(cupy.from_dlpack(o.detach()) for o in fn())),
                        num_tokens, size, dtype, seed, inputs=inputs)
@@ -306,60 +482,247 @@ def measure_torch(torch, name: str, impl, spec, num_tokens: int, size: int, dtyp
         t = _torch_graph_time(torch, fn, repeat or 20)
     else:
         t = timing.time_cold(fn) if repeat is None else timing.time_cold(fn, repeat=repeat)
-    return sweep.make_point(bound, impl=name, model=getattr(model, "name", None), num_tokens=num_tokens, size=size,
-                            dtype=dtype, timed=t, checked=checked, min_bytes=bound.min_bytes(inputs),
-                            copy_gbps=copy_gbps, alloc_bytes=allocated)
+    point = sweep.make_point(bound, impl=name, model=getattr(model, "name", None), num_tokens=num_tokens, size=size,
+                             dtype=dtype, timed=t, checked=checked, min_bytes=bound.min_bytes(inputs),
+                             copy_gbps=copy_gbps, alloc_bytes=allocated)
+    return point, first_call_s
 
 
-# ----------------------------------------------------------------- the run
+# ----------------------------------------------------------------- torch.compile ahead of the run
+def input_signature(spec, model, size: int, dtype, formulation) -> list:
+    """What torch.compile specialises on in one (op, model, formulation), for any
+    num_tokens: ``[(key, ("tensor", shape after the token axis, dtype name, token-indexed,
+    index bound) or ("scalar", value))]`` in the inputs' order, from the registry's
+    inputs at one token (cheap). The ``out`` of a formulation that ``wants_out`` is shaped
+    as its out-of-place twin's output."""
+    import cupy
+
+    bound = spec.for_model(model)
+    inputs = bound.make_inputs(np.random.default_rng(0), 1, size, dtype)
+    if "out" in inputs:
+        inputs["out"] = bound.run(inputs)[0] if getattr(formulation, "wants_out", False) else None
+    token_inputs = set(spec.token_inputs) | {"out"}
+    rows = inputs["cos_sin_cache"].shape[0] if "cos_sin_cache" in inputs else None
+    signature = []
+    for key, value in inputs.items():
+        if value is None:
+            continue
+        if isinstance(value, cupy.ndarray):
+            token = key in token_inputs
+            signature.append((key, ("tensor", tuple(value.shape[1:] if token else value.shape), str(value.dtype),
+                                    token, rows if key == "positions" else None)))
+        else:
+            signature.append((key, ("scalar", value)))
+    return signature
+
+
+def tensors_of(torch, signature: list, num_tokens: int, device: str = "cuda") -> dict:
+    """Device tensors matching ``signature`` at ``num_tokens`` (random values; indices below their bound)."""
+    t = {}
+    for key, (kind, *rest) in signature:
+        if kind == "scalar":
+            t[key] = rest[0]
+            continue
+        shape, dtype_name, token, bound = rest
+        shape = (num_tokens, *shape) if token else shape
+        dtype = getattr(torch, {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32",
+                                "int64": "int64", "int32": "int32"}[dtype_name])
+        if bound is not None:
+            t[key] = torch.randint(0, bound, shape, dtype=dtype, device=device)
+        else:
+            t[key] = torch.randn(shape, dtype=torch.float32, device=device).to(dtype)
+    return t
+
+
+def _prewarm_worker(tasks: list, dynamic) -> list:
+    """In a child process: compiles and runs once each task (op, formulation, signature,
+    num_tokens) so that Inductor's on-disk caches hold the compiled graphs; its autotuning
+    (many workers share the GPU) is not written to the cache. Returns (task index,
+    seconds, error or None) per task."""
+    import torch
+    import torch._inductor.config as inductor_config
+
+    inductor_config.compile_threads = 1  # the workers are the parallelism
+    inductor_config.autotune_local_cache = False  # not part of the cache key
+    compiled = _torch_compile(torch, dynamic)
+    done = []
+    for index, op, formulation, signature, num_tokens in tasks:
+        t0 = time.perf_counter()
+        try:
+            compiled[op][formulation](tensors_of(torch, signature, num_tokens))
+            torch.cuda.synchronize()
+            done.append((index, time.perf_counter() - t0, None))
+        except Exception as exc:  # noqa: BLE001 - the measuring process compiles it itself
+            done.append((index, time.perf_counter() - t0, f"{exc.__class__.__name__}: {exc}"))
+    return done
+
+
+def prewarm_compile(torch, tasks: list, workers: int, dynamic, console: Console) -> dict:
+    """Runs ``tasks`` (op, formulation, signature, num_tokens) through ``workers`` spawned
+    processes (:func:`_prewarm_worker`), the costliest first; returns a summary for the
+    result file."""
+    import concurrent.futures
+    import multiprocessing
+
+    if not tasks or workers < 1:
+        return {"workers": 0, "tasks": len(tasks), "wall_s": 0.0}
+    module = importlib.import_module("bench.peers")
+    indexed = [(i, *task) for i, task in enumerate(tasks)]
+    indexed.sort(key=lambda task: -task[4])  # larger shapes compile longer (autotuning)
+    shares = [indexed[w::workers] for w in range(workers)]
+    t0 = time.perf_counter()
+    results, failed = [], []
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = [pool.submit(module._prewarm_worker, share, dynamic) for share in shares if share]
+        for future in concurrent.futures.as_completed(futures):
+            try:
+                results += future.result()
+            except Exception as exc:  # noqa: BLE001 - a dead worker costs cache hits, not the run
+                failed.append(f"{exc.__class__.__name__}: {exc}")
+    wall = time.perf_counter() - t0
+    errors = [f"{tasks[i][0]} {tasks[i][1]} x{tasks[i][3]}: {e}" for i, _, e in results if e]
+    summary = {"workers": workers, "tasks": len(tasks), "wall_s": round(wall, 1),
+               "worker_s": round(sum(s for _, s, _ in results), 1), "errors": errors + failed}
+    failures = f", {len(summary['errors'])} failed" if summary["errors"] else ""
+    console.print(f"torch.compile ahead of the run: {len(tasks)} compiles in {workers} processes, {wall:.0f} s wall "
+                  f"({summary['worker_s']:.0f} s summed){failures}")
+    return summary
+
+
+def _cache_counters(torch) -> dict:
+    try:
+        from torch._dynamo.utils import counters
+
+        return {k: int(v) for k, v in counters["inductor"].items() if k.startswith(("fxgraph_cache", "autograd_cache"))}
+    except Exception:  # noqa: BLE001 - informative only
+        return {}
+
+
+# ----------------------------------------------------------------- the ratio table
 def ratio_rows(points: list[dict], peers) -> list[dict]:
-    """One row per (op, num_tokens): cupykern's time and, per peer, peer time / cupykern
-    time (None where the peer did not run; the check status alongside)."""
+    """One row per (model, op, num_tokens): cupykern's time and % of copy and, per peer,
+    ``(fastest correct formulation's time / cupykern time, ok, formulation)`` (the fastest
+    failing one with ok False where none passed; None where the peer did not run), and
+    ``fastest``: the same for the fastest correct peer of all, with its name."""
     by_key: dict = {}
     for p in points:
-        by_key.setdefault((p["op"], p["num_tokens"], p["size"]), {})[p["impl"]] = p
+        by_key.setdefault((p.get("model"), p["op"], p["num_tokens"], p["size"]), {}).setdefault(
+            split_impl(p["impl"])[0], []).append(p)
     rows = []
-    for (op, n, size), impls in by_key.items():
-        own = impls.get("cupykern")
-        row = {"op": op, "num_tokens": n, "size": size,
-               "cupykern_us": own["median_us"] if own else None, "cupykern_ok": bool(own and own["check_ok"])}
+    for (model, op, n, size), impls in by_key.items():
+        own = (impls.get("cupykern") or [None])[0]
+        row = {"model": model, "op": op, "num_tokens": n, "size": size,
+               "cupykern_us": own["median_us"] if own else None, "cupykern_ok": bool(own and own["check_ok"]),
+               "cupykern_pct_of_copy": own.get("pct_of_copy") if own else None, "fastest": None}
         for peer in peers:
-            p = impls.get(peer)
-            row[peer] = None if p is None or not own else (p["median_us"] / own["median_us"], p["check_ok"])
+            candidates = impls.get(peer)
+            if not candidates or not own:
+                row[peer] = None
+                continue
+            ok = [p for p in candidates if p["check_ok"]]
+            best = min(ok or candidates, key=lambda p: p["median_us"])
+            row[peer] = (best["median_us"] / own["median_us"], bool(ok), split_impl(best["impl"])[1])
+            if ok and (row["fastest"] is None or row[peer][0] < row["fastest"][0]):
+                row["fastest"] = (row[peer][0], best["impl"])
         rows.append(row)
     return rows
 
 
 def print_ratios(console: Console, rows: list[dict], peers, title: str) -> None:
-    """:func:`ratio_rows` as a rich table: green where cupykern is faster, red where not."""
+    """:func:`ratio_rows` as a rich table: green where cupykern is faster, red where not;
+    each peer's cell names its fastest correct formulation."""
     table = Table(title=title)
-    for column in ("op", "tokens", "size", "cupykern us", *peers):
-        table.add_column(column, justify="left" if column == "op" else "right")
+    for column in ("model", "op", "tokens", "size", "cupykern us", "% copy", *peers, "fastest peer"):
+        table.add_column(column, justify="left" if column in ("model", "op", "fastest peer") else "right")
     for row in rows:
-        cells = [row["op"], str(row["num_tokens"]), str(row["size"]),
+        pct = row["cupykern_pct_of_copy"]
+        cells = [str(row["model"]), row["op"], str(row["num_tokens"]), str(row["size"]),
                  "-" if row["cupykern_us"] is None else f"{row['cupykern_us']:.2f}" + ("" if row["cupykern_ok"]
-                                                                                       else " [red]x[/]")]
+                                                                                       else " [red]x[/]"),
+                 "-" if pct is None or row["num_tokens"] <= sweep.DECODE_MAX_TOKENS else f"{pct:.1f}"]
         for peer in peers:
             value = row[peer]
             if value is None:
                 cells.append("-")
             else:
-                ratio, ok = value
+                ratio, ok, formulation = value
                 color = "green" if ratio >= 1 else "red"
-                cells.append(f"[{color}]{ratio:.2f}[/]" + ("" if ok else " [red](wrong)[/]"))
+                cells.append(f"[{color}]{ratio:.2f}[/]" + (f" {_short(formulation)}" if formulation else "")
+                             + ("" if ok else " [red](wrong)[/]"))
+        cells.append("-" if row["fastest"] is None else f"{row['fastest'][0]:.2f} {row['fastest'][1]}")
         table.add_row(*cells)
     console.print(table)
 
 
-def run(model_name: str, num_tokens, ops, peers, *, seed: int, repeat: int | None, dtype="bf16",
-        out_dir: Path | None = None) -> dict:
-    """Measures ``ops`` at each of ``num_tokens`` through cupykern and each of ``peers``
-    that can run here (the others are listed as skipped); prints the ratio table, saves
-    the result file after every op and returns its content."""
+_SHORT = {"out of place": "oop", "in place": "ip", "into out": "out=", "cos/sin bf16": "bf16 cs",
+          "cos/sin fp32": "fp32 cs"}
+
+
+def _short(formulation: str) -> str:
+    return _SHORT.get(formulation, formulation)
+
+
+def markdown_table(rows: list[dict], num_tokens, *, header: str) -> str:
+    """The README's table: per (model, op), the fastest correct peer's time over
+    cupykern's at each num_tokens (a letter names the peer and formulation, listed below
+    the table), and cupykern's % of the same run's copy at the two largest sizes above
+    the decode range."""
+    letters: dict = {}
+    throughput = [n for n in num_tokens if n > sweep.DECODE_MAX_TOKENS][-2:]
+    lines = [header, "",
+             "| model | op | size | " + " | ".join(map(str, num_tokens)) + " | cupykern % copy"
+             + (f" at {' / '.join(map(str, throughput))}" if throughput else "") + " |",
+             "|---|---|---|" + "---|" * len(num_tokens) + "---|"]
+    grouped: dict = {}
+    for row in rows:
+        grouped.setdefault((row["model"], row["op"], row["size"]), {})[row["num_tokens"]] = row
+    for (model, op, size), by_n in grouped.items():
+        cells = []
+        for n in num_tokens:
+            row = by_n.get(n)
+            if row is None or row["fastest"] is None:
+                cells.append("-" if row is None else "no correct peer")
+                continue
+            ratio, impl = row["fastest"]
+            letter = letters.setdefault(impl, "abcdefghijklmnopqrstuvwxyz"[len(letters) % 26])
+            cells.append(f"{ratio:.2f} {letter}" + ("" if row["cupykern_ok"] else " (cupykern wrong)"))
+        pcts = [by_n[n]["cupykern_pct_of_copy"] for n in throughput if n in by_n
+                and by_n[n]["cupykern_pct_of_copy"] is not None]
+        lines.append(f"| {model} | {op} | {size} | " + " | ".join(cells) + " | "
+                     + (" / ".join(f"{p:.1f}" for p in pcts) or "-") + " |")
+    lines += ["", "Fastest correct peer time / cupykern time (> 1: cupykern faster); "
+                  + "; ".join(f"{letter}: {impl}" for impl, letter in letters.items()) + "."]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------- the run
+def plan_compiles(specs, model_list, ops, num_tokens, dtype, formulations) -> list:
+    """torch.compile's static compiles of the run: (op, formulation, signature, num_tokens)."""
+    tasks = []
+    for model in model_list:
+        for op in ops:
+            if op not in formulations:
+                continue
+            spec = specs[op]
+            size = spec.size_for_model(model)
+            for name, f in formulations[op].items():
+                signature = input_signature(spec, model, size, dtype, f)
+                tasks += [(op, name, signature, n) for n in num_tokens if spec.takes_tokens(n)]
+    return tasks
+
+
+def run(model_names, num_tokens, ops, peers, *, seed: int, repeat: int | None, dtype="bf16",
+        out_dir: Path | None = None, compile_dynamic: str = "false", compile_workers: int = 8) -> dict:
+    """Measures ``ops`` of each model at each of ``num_tokens`` through cupykern and each
+    of ``peers`` that can run here (the others are listed as skipped) in each of their
+    formulations; prints the ratio tables, saves the result file after every op and
+    returns its content."""
     import cupy
 
-    console = Console(width=160)
-    model = models.get(model_name)
+    started = time.perf_counter()
+    console = Console(width=200)
+    model_list = [models.get(m) for m in ([model_names] if isinstance(model_names, str) else model_names)]
     specs = all_specs()
     dtype = _dtypes.parse(dtype)
     status = availability()
@@ -368,77 +731,129 @@ def run(model_name: str, num_tokens, ops, peers, *, seed: int, repeat: int | Non
     running = [p for p in chosen_peers if not status[p]]
     torch = None
     impls: dict = {}
+    dynamic = COMPILE_DYNAMIC[compile_dynamic]
     if any(p in BUILDERS for p in running):
         import torch as torch_module
 
         torch = torch_module
         for p in [p for p in running if p in BUILDERS]:
             try:
-                impls[p] = BUILDERS[p](torch)
+                impls[p] = BUILDERS[p](torch, dynamic) if p == "torch.compile" else BUILDERS[p](torch)
             except Exception as exc:  # noqa: BLE001 - e.g. an API this version lacks
                 skipped[p] = f"setup failed: {exc.__class__.__name__}: {exc}"
                 running.remove(p)
     env = environment.describe()
+    versions = peer_versions()
     copy_gbps = timing.copy_bandwidth()
-    console.print(f"[bold]peers[/] on {env.get('gpu')}, model {model.name}, {_dtypes.short_name(dtype)}: "
-                  f"copy {copy_gbps:.0f} GB/s (same run)")
+    console.print(f"[bold]peers[/] on {env.get('gpu')}, models {', '.join(m.name for m in model_list)}, "
+                  f"{_dtypes.short_name(dtype)}: copy {copy_gbps:.0f} GB/s (same run); "
+                  + ", ".join(f"{k} {v}" for k, v in versions.items()))
     for p, why in skipped.items():
         console.print(f"[yellow]skipped {p}: {why}[/]")
+    compile_info = {"dynamic": compile_dynamic, "mode": "default", "first_calls": []}
+    if "torch.compile" in running:
+        tasks = plan_compiles(specs, model_list, ops, num_tokens, dtype, impls["torch.compile"])
+        console.print(f"torch.compile (dynamic={dynamic}): {len(tasks)} compiles in this run")
+        if dynamic is False:
+            compile_info["prewarm"] = prewarm_compile(torch, tasks, compile_workers, dynamic, console)
     points, errors = [], []
 
     def document():
-        return sweep.result_document("peers", environment=env, seed=seed, copy_gbps=copy_gbps, model=model.name,
-                                     points=points, peers_run=running, skipped=skipped, errors=errors)
+        return sweep.result_document("peers", environment=env, seed=seed, copy_gbps=copy_gbps,
+                                     model=",".join(m.name for m in model_list), points=points,
+                                     models=[m.name for m in model_list], peers_run=running, skipped=skipped,
+                                     peer_versions=versions, torch_compile=compile_info, errors=errors)
 
     stream = cupy.cuda.Stream(non_blocking=True)
-    for op in ops:
-        spec = specs[op]
-        size = spec.size_for_model(model)
-        for n in num_tokens:
-            for name in ["cupykern", *running]:
-                try:
-                    with stream:
-                        if name == "cupykern":
-                            point = sweep.measure(spec, n, size, dtype, seed=seed, copy_gbps=copy_gbps, model=model,
-                                                  repeat=repeat)
-                        elif name == "cupy composition":
-                            if op not in COMPOSITIONS:
-                                continue
-                            point = sweep.measure(spec, n, size, dtype, seed=seed, copy_gbps=copy_gbps, model=model,
-                                                  impl=name, run=COMPOSITIONS[op], repeat=repeat)
-                        else:
-                            if op not in impls[name]:
-                                continue
-                            with torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
-                                point = measure_torch(torch, name, impls[name][op], spec, n, size, dtype, seed=seed,
-                                                      copy_gbps=copy_gbps, repeat=repeat, model=model)
-                    stream.synchronize()
-                except Skip as why:
-                    errors.append({"op": op, "num_tokens": n, "impl": name, "skipped": str(why)})
+    for model in model_list:
+        for op in ops:
+            spec = specs[op]
+            size = spec.size_for_model(model)
+            op_started = time.perf_counter()
+            for n in num_tokens:
+                if not spec.takes_tokens(n):
                     continue
-                except Exception as exc:  # noqa: BLE001 - one failing peer must not end the run
-                    stream.synchronize()
-                    errors.append({"op": op, "num_tokens": n, "impl": name,
-                                   "error": f"{exc.__class__.__name__}: {exc}",
-                                   "traceback": traceback.format_exc(limit=3)})
-                    console.print(f"[red]{name} {op} {n}: {exc.__class__.__name__}: {exc}[/]")
-                    continue
-                points.append(point.as_dict())
-                if not point.check_ok:
-                    console.print(f"[red]CHECK FAILED[/] {op} {name} {n}x{size}: {point.check}")
-        save(document(), out_dir)  # after every op, so a run cut short keeps what it measured
-    print_ratios(console, ratio_rows(points, running), running,
-                 f"peer time / cupykern time (> 1: cupykern faster), {model.name}, {_dtypes.short_name(dtype)}")
+                pristine = spec.for_model(model).make_inputs(np.random.default_rng(seed), n, size, dtype)
+                cached = _cached_spec(spec, pristine)
+                measured = [("cupykern", "", None)]
+                if op in COMPOSITIONS and "cupy composition" in running:
+                    measured.append(("cupy composition", "", COMPOSITIONS[op]))
+                measured += [(p, f, impls[p][op][f]) for p in running if p in impls and op in impls[p]
+                             for f in impls[p][op]]
+                for peer, formulation, impl in measured:
+                    name = impl_name(peer, formulation)
+                    try:
+                        with stream:
+                            if peer == "cupykern":
+                                point = sweep.measure(cached, n, size, dtype, seed=seed, copy_gbps=copy_gbps,
+                                                      model=model, repeat=repeat)
+                            elif peer == "cupy composition":
+                                point = sweep.measure(cached, n, size, dtype, seed=seed, copy_gbps=copy_gbps,
+                                                      model=model, impl=name, run=impl, repeat=repeat)
+                            else:
+                                with torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
+                                    point, first_s = measure_torch(torch, name, impl, cached, n, size, dtype,
+                                                                   seed=seed, copy_gbps=copy_gbps, repeat=repeat,
+                                                                   model=model)
+                                if peer == "torch.compile":
+                                    compile_info["first_calls"].append({"model": model.name, "op": op, "num_tokens": n,
+                                                                        "formulation": formulation,
+                                                                        "seconds": round(first_s, 3)})
+                        stream.synchronize()
+                    except Skip as why:
+                        errors.append({"model": model.name, "op": op, "num_tokens": n, "impl": name,
+                                       "skipped": str(why)})
+                        continue
+                    except Exception as exc:  # noqa: BLE001 - one failing peer must not end the run
+                        stream.synchronize()
+                        errors.append({"model": model.name, "op": op, "num_tokens": n, "impl": name,
+                                       "error": f"{exc.__class__.__name__}: {exc}",
+                                       "traceback": traceback.format_exc(limit=3)})
+                        console.print(f"[red]{name} {op} {n}: {exc.__class__.__name__}: {exc}[/]")
+                        continue
+                    points.append(point.as_dict())
+                    if not point.check_ok:
+                        console.print(f"[red]CHECK FAILED[/] {model.name} {op} {name} {n}x{size}: {point.check}")
+                del pristine, cached
+            cupy.get_default_memory_pool().free_all_blocks()
+            if torch is not None:
+                torch.cuda.empty_cache()
+            console.print(f"{model.name} {op}: {time.perf_counter() - op_started:.0f} s "
+                          f"({time.perf_counter() - started:.0f} s so far)")
+            save(document(), out_dir)  # after every op, so a run cut short keeps what it measured
+    first = compile_info["first_calls"]
+    compile_info["first_call_s_total"] = round(sum(c["seconds"] for c in first), 1)
+    if torch is not None:
+        compile_info["cache_counters"] = _cache_counters(torch)
+    if first:
+        console.print(f"torch.compile first calls (trace, compile or cache load, autotune): "
+                      f"{compile_info['first_call_s_total']:.0f} s over {len(first)} shapes; "
+                      f"caches {compile_info.get('cache_counters')}")
+    rows = ratio_rows(points, running)
+    print_ratios(console, rows, running,
+                 f"fastest correct formulation's time / cupykern time (> 1: cupykern faster), "
+                 f"{_dtypes.short_name(dtype)}; oop: out of place, ip: in place, out=: into a given out")
     result = document()
-    console.print(f"saved {save(result, out_dir)}")
+    result["ratios"] = [{**r, **{p: list(r[p]) if r[p] else None for p in running},
+                         "fastest": list(r["fastest"]) if r["fastest"] else None} for r in rows]
+    result["wall_s"] = round(time.perf_counter() - started, 1)
+    header = (f"peers at {env.get('commit')} on {env.get('gpu')}, {_dtypes.short_name(dtype)}, seed {seed}, "
+              f"copy {copy_gbps:.0f} GB/s in the same run; " + ", ".join(f"{k} {v}" for k, v in versions.items())
+              + f"; torch.compile dynamic={dynamic}")
+    table = markdown_table(rows, list(num_tokens), header=header)
+    console.print(table, markup=False, highlight=False, soft_wrap=True)
+    path = save(result, out_dir)
+    for folder in {RESULTS_DIR, *([out_dir] if out_dir else [])}:
+        (Path(folder) / path.with_suffix(".md").name).write_text(table + "\n")
+    console.print(f"saved {path} and .md beside it; {result['wall_s']:.0f} s in all")
     return result
 
 
-def _name_list(known, what: str):
-    """click callback: comma-separated names, each one of ``known`` (None: all of them)."""
+def _name_list(known, what: str, default=None):
+    """click callback: comma-separated names, each one of ``known`` (None: ``default``, or all of them)."""
     def callback(ctx, param, value):
         if value is None:
-            return list(known)
+            return list(default or known)
         names = [v.strip() for v in value.split(",") if v.strip()]
         bad = [v for v in names if v not in known]
         if bad or not names:
@@ -447,30 +862,51 @@ def _name_list(known, what: str):
     return callback
 
 
-def _model_name(ctx, param, value):
-    if value not in models.names():
-        raise click.BadParameter(f"unknown model {value!r}; known: {', '.join(models.names())}")
-    return value
+def _model_names(ctx, param, value):
+    """click callback: model names (``--model`` repeated, or ``--models`` comma-separated)."""
+    if value is None:
+        return None
+    names = [v.strip().lower() for item in ([value] if isinstance(value, str) else value) for v in item.split(",")
+             if v.strip()]
+    for name in names:
+        if name not in models.names():
+            raise click.BadParameter(f"unknown model {name!r}; known: {', '.join(models.names())}")
+    return names or None
+
+
+def _default_workers() -> int:
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
 @click.command(help=__doc__.splitlines()[0], context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--model", default=models.DEFAULT_MODEL, show_default=True, callback=_model_name,
-              help=f"model preset giving the row sizes and constants ({', '.join(models.names())})")
+@click.option("--models", "models_csv", default=",".join(DEFAULT_MODELS), show_default=True, callback=_model_names,
+              help=f"comma-separated model presets giving the row sizes and constants ({', '.join(models.names())})")
+@click.option("--model", "model_list", multiple=True, callback=_model_names,
+              help="one model preset (repeatable); replaces --models")
 @click.option("--num-tokens", callback=positive_int_list, default=",".join(map(str, NUM_TOKENS)), show_default=True,
               help="comma-separated integers >= 1")
-@click.option("--ops", callback=_name_list(tuple(all_specs()), "op"), default=None,
-              help="comma-separated ops [default: every op]")
+@click.option("--ops", callback=_name_list(tuple(all_specs()), "op", DEFAULT_OPS), default=None,
+              help=f"comma-separated ops [default: {','.join(DEFAULT_OPS)}]")
 @click.option("--peers", callback=_name_list(PEER_NAMES, "peer"), default=None,
               help=f"comma-separated of: {', '.join(PEER_NAMES)} [default: all]")
+@click.option("--compile-dynamic", type=click.Choice(tuple(COMPILE_DYNAMIC)), default="false", show_default=True,
+              help="torch.compile's dynamic: false compiles each shape (static, as the issue measured); "
+                   "none: torch's default (a second shape recompiles dynamic)")
+@click.option("--compile-workers", type=click.IntRange(min=0), default=_default_workers(),
+              show_default="half the CPUs, at most 8",
+              help="processes compiling the static torch.compile shapes ahead of the run (0: none, each "
+                   "shape compiles when first measured)")
 @click.option("--dtype", callback=dtype_option, default="bf16", show_default=True)
 @click.option("--repeat", type=int, callback=positive_int, default=None, help="timed samples per point (>= 1)")
 @click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="also write the JSON here")
-def main(model, num_tokens, ops, peers, dtype, repeat, seed, out) -> None:
+def main(models_csv, model_list, num_tokens, ops, peers, compile_dynamic, compile_workers, dtype, repeat, seed,
+         out) -> None:
     """Runs the comparison; exits 0 if every cupykern point validated, 1 if not, 2
     without a GPU or on bad arguments."""
     require_gpu("peers.py")
-    result = run(model, num_tokens, ops, peers, seed=seed, repeat=repeat, dtype=dtype, out_dir=out)
+    result = run(model_list or models_csv, num_tokens, ops, peers, seed=seed, repeat=repeat, dtype=dtype, out_dir=out,
+                 compile_dynamic=compile_dynamic, compile_workers=compile_workers)
     own = [p for p in result["points"] if p["impl"] == "cupykern"]
     sys.exit(0 if own and all(p["check_ok"] for p in own) else 1)
 

@@ -323,7 +323,30 @@ def test_peers_lists_missing_peers_as_skipped(monkeypatch):
         {"op": "rms_norm", "num_tokens": 1, "size": 4096, "impl": "cupykern", "median_us": 2.0, "check_ok": True},
         {"op": "rms_norm", "num_tokens": 1, "size": 4096, "impl": "cupy composition", "median_us": 10.0,
          "check_ok": True}], ["cupy composition", "torch eager"])
-    assert rows[0]["cupy composition"] == (5.0, True) and rows[0]["torch eager"] is None
+    assert rows[0]["cupy composition"] == (5.0, True, "") and rows[0]["torch eager"] is None
+
+
+def test_peers_ratio_is_the_fastest_correct_formulation():
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench import peers
+
+    def point(impl, us, ok=True):
+        return {"model": "llama-3.1-8b", "op": "apply_rope", "num_tokens": 4096, "size": 128, "impl": impl,
+                "median_us": us, "check_ok": ok, "pct_of_copy": 80.0}
+
+    points = [point("cupykern", 10.0), point("torch.compile (in place)", 30.0),
+              point("torch.compile (out of place)", 9.0), point("liger (cos/sin bf16)", 5.0, ok=False),
+              point("liger (cos/sin fp32)", 12.0), point("flashinfer", 4.0, ok=False)]
+    row = peers.ratio_rows(points, ["torch.compile", "liger", "flashinfer"])[0]
+    assert row["torch.compile"] == (0.9, True, "out of place")
+    assert row["liger"] == (1.2, True, "cos/sin fp32")
+    assert row["flashinfer"] == (0.4, False, "")  # no correct formulation: shown, never the fastest
+    assert row["fastest"] == (0.9, "torch.compile (out of place)")
+    table = peers.markdown_table([row], [4096], header="h")
+    assert "| llama-3.1-8b | apply_rope | 128 | 0.90 a | 80.0 |" in table
+    assert "a: torch.compile (out of place)" in table
+    assert peers.split_impl("torch.compile (out of place)") == ("torch.compile", "out of place")
+    assert peers.split_impl("F.rms_norm") == ("F.rms_norm", "")
 
 
 REPO = Path(__file__).resolve().parent.parent
