@@ -4,7 +4,8 @@
     compute-sanitizer --tool racecheck python bench/sanitize.py
 
 Each op runs at 3 tokens (and 1 token) in bf16 and fp32 with its registry inputs
-(rows, heads and cos/sin tables of the default sizes), plus misaligned and strided views
+(rows, heads and cos/sin tables of the default sizes, and of the presets its registry
+entry names for `cupykern check`: M-RoPE), plus misaligned and strided views
 of the row ops, so the scalar tail and vector paths both run under the checker. Exits 1
 if an output disagrees with the float64 reference.
 """
@@ -21,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cupykern  # noqa: E402
 from bench.common import require_gpu  # noqa: E402
-from cupykern import _dtypes, reference, validation  # noqa: E402
+from cupykern import _dtypes, models, reference, validation  # noqa: E402
 from cupykern.registry import all_specs  # noqa: E402
 
 
@@ -33,14 +34,18 @@ def main(families) -> None:
 
     chosen = set(families.split(",")) if families else None
     failures = 0
-    for spec in all_specs().values():
+    # Each op with its default inputs, and with those of the presets `cupykern check` adds (M-RoPE).
+    cases = [(spec, spec.name) for spec in all_specs().values()]
+    cases += [(spec.for_model(models.get(name)), f"{spec.name} ({name})") for spec in all_specs().values()
+              for name in spec.check_models]
+    for spec, label in cases:
         if chosen is not None and spec.family not in chosen:
             continue
         for dtype in (_dtypes.bfloat16, _dtypes.float32):
             for num_tokens in (1, 3):
                 result = validation.check_op(spec, num_tokens, spec.check_sizes[0], dtype, seed=num_tokens)
                 failures += not result.ok
-                print(f"{spec.name:20s} {_dtypes.short_name(dtype)} {num_tokens} tokens: {result.message}")
+                print(f"{label:20s} {_dtypes.short_name(dtype)} {num_tokens} tokens: {result.message}")
     rng = np.random.default_rng(0)
     for hidden in (5, 127, 1000) if chosen is None or "norm" in chosen else ():  # scalar tails, misaligned starts, strided rows
         wide = cupy.asarray(rng.standard_normal((3, hidden + 9)).astype(np.float32)).astype(_dtypes.bfloat16)
