@@ -187,38 +187,29 @@ class GraphDecoder:
         """Median GPU microseconds of one replay of the graph at cache position
         ``position`` (set before each replay, so the state does not move on). Needs
         :meth:`capture`; call :meth:`start` before generating again."""
-        import cupy
-
-        samples = []
-        with self.stream:
-            for _ in range(replays):
-                self.positions.fill(position)
-                start, end = cupy.cuda.Event(), cupy.cuda.Event()
-                start.record(self.stream)
-                self.graph.launch(self.stream)
-                end.record(self.stream)
-                end.synchronize()
-                samples.append(cupy.cuda.get_elapsed_time(start, end) * 1e3)
-        return float(np.median(samples))
+        return self._replay_time_us(self.graph, 1, position, replays)
 
     def steps_time_us(self, position: int, replays: int = 30) -> float:
         """Median GPU microseconds per step of one replay of the ``steps_per_graph``-step
         graph from cache position ``position`` (as :meth:`step_time_us`; the step's
         time when replays run back to back in a batch)."""
-        import cupy
-
         if self.graph_many is None:
             return self.step_time_us(position, replays)
+        return self._replay_time_us(self.graph_many, self.steps_per_graph, position, replays)
+
+    def _replay_time_us(self, graph, steps: int, position: int, replays: int) -> float:
+        import cupy
+
         samples = []
         with self.stream:
             for _ in range(replays):
                 self.positions.fill(position)
                 start, end = cupy.cuda.Event(), cupy.cuda.Event()
                 start.record(self.stream)
-                self.graph_many.launch(self.stream)
+                graph.launch(self.stream)
                 end.record(self.stream)
                 end.synchronize()
-                samples.append(cupy.cuda.get_elapsed_time(start, end) * 1e3 / self.steps_per_graph)
+                samples.append(cupy.cuda.get_elapsed_time(start, end) * 1e3 / steps)
         return float(np.median(samples))
 
     def capture(self) -> float:
