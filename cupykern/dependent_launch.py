@@ -70,11 +70,16 @@ def _driver():
 
 def unavailable_reason(device: int | None = None) -> str | None:
     """None if dependent launches work on ``device`` (default: the current one), else why
-    not: a GPU before sm_90, or no ``cuLaunchKernelEx`` in the driver library."""
+    not: no usable CUDA device (no driver or GPU, or no such device), a GPU before sm_90,
+    or no ``cuLaunchKernelEx`` in the driver library."""
     import cupy
 
-    dev = cupy.cuda.Device(device)
-    capability = int(dev.compute_capability)
+    try:
+        dev = cupy.cuda.Device(device)
+        capability = int(dev.compute_capability)
+    except (cupy.cuda.runtime.CUDARuntimeError, cupy.cuda.driver.CUDADriverError) as e:
+        which = "the current device" if device is None else f"device {device!r}"
+        return f"CUDA cannot be used on {which} ({e})"
     if capability < MIN_COMPUTE_CAPABILITY:
         return f"GPU {dev.id} is sm_{capability}: programmatic dependent launch needs sm_90 or newer"
     try:

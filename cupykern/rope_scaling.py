@@ -278,7 +278,8 @@ def rope_parameters(rotary_dim: int, base: float, rope_scaling=None, *, max_posi
     Raises:
         ValueError: unknown rope_type, missing keys (all named), non-positive or
             non-finite factors, llama3's ``high_freq_factor == low_freq_factor``,
-            LongRoPE factor lists not of ``rotary_dim / 2`` positive numbers, a bad
+            LongRoPE factor lists not of ``rotary_dim / 2`` positive numbers, LongRoPE's
+            ``original_max_position_embeddings`` <= 1 without ``attention_factor``, a bad
             ``mrope_section`` / ``mrope_interleaved``.
     """
     kind = rope_type_of(rope_scaling)
@@ -292,6 +293,10 @@ def rope_parameters(rotary_dim: int, base: float, rope_scaling=None, *, max_posi
         optional = {key: _positive(rope_scaling, key) for key in ("factor", "attention_factor")
                     if rope_scaling.get(key) is not None}
         original = _positive(rope_scaling, "original_max_position_embeddings")
+        if original <= 1 and "attention_factor" not in optional:  # the default factor divides by ln(original)
+            raise ValueError(f"rope_scaling['original_max_position_embeddings']: longrope's attention factor "
+                             f"sqrt(1 + ln(s) / ln(original)) needs a length > 1, got "
+                             f"{rope_scaling['original_max_position_embeddings']!r}")
         return longrope_parameters(rotary_dim, base, _factor_list(rope_scaling, "short_factor", half),
                                    _factor_list(rope_scaling, "long_factor", half), original,
                                    max_position=max_position, **optional)

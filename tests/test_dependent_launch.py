@@ -188,3 +188,16 @@ def test_gpu_a_dependent_append_chain_counts_every_step():
     assert int(positions.get()[0]) == 400
     got = history.get()[0]
     assert got[0] == -1 and (got[1:] == 7).all()  # positions 1 .. 255 written, 256 .. 400 past the history
+
+
+def test_unavailable_reason_says_why_when_cuda_cannot_be_used(monkeypatch):
+    """Without a driver or GPU (or with no such device) it raised CuPy's CUDARuntimeError
+    instead of returning the reason."""
+    import cupy
+
+    def no_device(device=None):
+        raise cupy.cuda.runtime.CUDARuntimeError(35)  # cudaErrorInsufficientDriver
+
+    monkeypatch.setattr(cupy.cuda, "Device", no_device)
+    assert dependent_launch.unavailable_reason().startswith("CUDA cannot be used on the current device (")
+    assert dependent_launch.unavailable_reason(3).startswith("CUDA cannot be used on device 3 (")

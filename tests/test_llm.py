@@ -613,6 +613,50 @@ def _bare_graph_decoder(max_tokens=10):
     return decoder
 
 
+class _NoAllocationModel:
+    """What GraphDecoder reads of a model before it allocates: the config and dtype."""
+
+    config = SimpleNamespace(hidden_size=8, num_heads=1, head_dim=8, intermediate_size=8, vocab_size=8)
+    dtype = np.float16
+
+    def new_cache(self, max_tokens):
+        raise AssertionError("the arguments were taken: the decoder went on to allocate")
+
+
+@pytest.mark.parametrize("enable_pdl", [False, 0, np.False_, 0.0])
+def test_graph_decoder_enable_pdl_false_in_any_form_never_asks_for_pdl(monkeypatch, enable_pdl):
+    """enable_pdl=0 or numpy's False passed the check (== False) but was treated as None:
+    dependent launches where available."""
+    from cupykern import dependent_launch
+    from cupykern.llm.decode_graph import GraphDecoder
+
+    asked = []
+    monkeypatch.setattr(dependent_launch, "unavailable_reason", lambda device=None: asked.append(device))
+    with pytest.raises(AssertionError, match="went on to allocate"):
+        GraphDecoder(_NoAllocationModel(), 8, enable_pdl=enable_pdl)
+    assert asked == []
+    with pytest.raises(AssertionError, match="went on to allocate"):
+        GraphDecoder(_NoAllocationModel(), 8, enable_pdl=np.True_)
+    assert asked == [None]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"enable_pdl": "yes"}, "enable_pdl: expected None, True or False"),
+    ({"enable_pdl": 2}, "enable_pdl: expected None, True or False"),
+    ({"enable_pdl": np.array([True, False])}, "enable_pdl: expected None, True or False"),
+    ({"steps_per_graph": 0}, "steps_per_graph: expected an int >= 1"),
+    ({"steps_per_graph": 1.5}, "steps_per_graph: expected an int >= 1"),
+    ({"steps_per_graph": True}, "steps_per_graph: expected an int >= 1"),
+])
+def test_graph_decoder_refuses_bad_arguments_before_the_gpu(monkeypatch, kwargs, message):
+    from cupykern import dependent_launch
+    from cupykern.llm.decode_graph import GraphDecoder
+
+    monkeypatch.setattr(dependent_launch, "unavailable_reason", lambda device=None: pytest.fail("asked the GPU"))
+    with pytest.raises(ValueError, match=message):
+        GraphDecoder(_NoAllocationModel(), 8, **kwargs)
+
+
 @pytest.mark.parametrize("read_every", [0, -1, 2.5, True])
 def test_graph_generate_refuses_a_read_every_below_one(read_every):
     """read_every=0 replayed nothing forever; a negative one moved the host position back."""

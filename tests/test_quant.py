@@ -297,6 +297,44 @@ def test_reference_takes_what_the_kernel_takes(fake_launcher):
     assert len(fake_launcher) == 5
 
 
+def test_written_arrays_may_not_overlap_the_scale_or_the_weight(fake_launcher):
+    """Every block reads the scale (and the weight) while others write out and residual: a
+    scale inside out or residual, or a weight inside residual, was launched (a race)."""
+    from tests.helpers import FakeArray
+
+    x, w, res = FakeArray((4, 64), F16, ptr=1 << 20), FakeArray((64,), F16, ptr=2 << 20), \
+        FakeArray((4, 64), F16, ptr=3 << 20)
+    out, scale = FakeArray((4, 64), U8, ptr=4 << 20), FakeArray((1,), F32, ptr=5 << 20)
+    scale_in_out, scale_in_res = FakeArray((1,), F32, ptr=(4 << 20) + 16), FakeArray((1,), F32, ptr=(3 << 20) + 16)
+    w_in_res = FakeArray((64,), F16, ptr=(3 << 20) + 128)
+    with pytest.raises(ValueError, match="out overlaps scale"):
+        cupykern.rms_norm_quant(x, w, scale_in_out, out=out)
+    with pytest.raises(ValueError, match="out overlaps scale"):
+        cupykern.fused_add_rms_norm_quant(x, res, w, scale_in_out, out=out)
+    with pytest.raises(ValueError, match="residual overlaps scale"):
+        cupykern.fused_add_rms_norm_quant(x, res, w, scale_in_res)
+    with pytest.raises(ValueError, match="residual overlaps weight"):
+        cupykern.fused_add_rms_norm_quant(x, res, w_in_res, scale)
+    with pytest.raises(ValueError, match="residual overlaps weight"):
+        cupykern.fused_add_rms_norm_dynamic_per_token_quant(x, res, w_in_res)
+    assert fake_launcher == []
+    cupykern.fused_add_rms_norm_quant(x, res, w, scale, out=out)  # disjoint: launched
+    assert len(fake_launcher) == 1
+
+
+def test_reference_takes_the_scale_ub_the_kernel_takes():
+    """A complex scale_ub with no imaginary part (or a 0-d array) passes the op's check;
+    the reference then raised a TypeError naming no argument."""
+    x, w = np.ones((2, 8), F16), np.ones(8, F16)
+    want = reference.rms_norm_dynamic_per_token_quant(x, w, scale_ub=0.5)
+    for bound in (0.5 + 0j, np.array(0.5), np.float16(0.5)):
+        got = reference.rms_norm_dynamic_per_token_quant(x, w, scale_ub=bound)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    got = reference.fused_add_rms_norm_dynamic_per_token_quant(x, x, w, scale_ub=0.5 + 0j)
+    assert got[1].max() <= 0.5 / 448
+
+
 def test_quant_ops_are_declared_with_their_plan_kinds():
     ops = launcher.ops()
     for name in ("rms_norm_quant", "fused_add_rms_norm_quant", "rms_norm_dynamic_per_token_quant",

@@ -23,8 +23,8 @@ import cupykern
 from cupykern import _dtypes, families, jit, launcher, plans, reference, rope_scaling
 from cupykern._arrays import Sig
 from cupykern.ops import rope as rope_ops
-from tests.helpers import (DTYPES, DTYPE_IDS, assert_close, assert_same_error, contiguous, kernel_and_reference_errors,
-                           overlap_check, prepare_args, random_device)
+from tests.helpers import (DTYPES, DTYPE_IDS, as_fake, assert_close, assert_same_error, contiguous,
+                           kernel_and_reference_errors, overlap_check, prepare_args, random_device)
 
 HEAD_DIMS = [64, 80, 96, 128, 256]
 #: (num_q_heads, num_kv_heads): Llama-3 GQA, 8:1 GQA, MHA with one head.
@@ -1063,6 +1063,19 @@ def test_longrope_long_table_follows_the_published_formula():
                                    * scale, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("original", [1, 0.5, 1.0])
+def test_longrope_original_length_of_one_or_less_is_refused(original):
+    """The default attention factor divides by ln(original): 1 raised ZeroDivisionError and
+    0.5 a bare 'math domain error'."""
+    short, long = [1.0] * 4, [2.0] * 4
+    with pytest.raises(ValueError, match=r"rope_scaling\['original_max_position_embeddings'\]: .* needs a length > 1"):
+        reference.rope_cos_sin_cache(64, 8, 500.0, rope_scaling=_longrope(short, long, original=original))
+    # With the attention factor given there is no logarithm of it.
+    table = reference.rope_cos_sin_cache(64, 8, 500.0, rope_scaling=_longrope(short, long, original=original,
+                                                                               attention_factor=1.0))
+    assert np.isfinite(table).all()
+
+
 def test_longrope_short_table_uses_the_short_factors_and_no_attention_factor():
     short, long = [1.0, 2.0, 4.0, 8.0], [10.0, 20.0, 30.0, 40.0]
     table = reference.rope_cos_sin_cache(64, 8, 500.0, rope_scaling=_longrope(short, long, original=64))
@@ -1203,6 +1216,30 @@ def test_reference_refuses_what_the_kernel_refuses_for_mrope(fake_launcher):
                           **kwargs)
     assert kernel_and_reference_errors(cupykern.apply_rope, reference.apply_rope, _Q, _K, pos3, _CACHE,
                                        check_positions=False, mrope_section=[8, 12, 12]) == (None, None)
+
+
+def test_mrope_section_of_equal_non_ints_is_refused_after_a_call_with_ints(fake_launcher):
+    """The recipe cache keys scalars with ==, and (8.0, 12, 12) == (8, 12, 12): after a call
+    with ints, a section the intake refuses was taken from the cached recipe."""
+    pos3 = np.stack([_POS] * 3)
+    cache6, q6 = np.ones((16, 6), F32), np.ones((4, 2, 8), F32)
+    cupykern.apply_rope(as_fake(_Q), as_fake(_K), as_fake(pos3), as_fake(_CACHE), check_positions=False,
+                        mrope_section=(8, 12, 12))
+    cupykern.apply_rope(as_fake(q6), None, as_fake(pos3), as_fake(cache6), check_positions=False,
+                        mrope_section=[1, 1, 1])
+    assert len(fake_launcher) == 2
+    for q, cache, section in ((_Q, _CACHE, (8.0, 12, 12)), (_Q, _CACHE, [8, 12.0, 12]),
+                              (_Q, _CACHE, (8, np.float64(12), 12)), (q6, cache6, (True, True, True))):
+        with pytest.raises(ValueError, match="mrope_section: expected 3 ints >= 0"):
+            cupykern.apply_rope(as_fake(q), None, as_fake(pos3), as_fake(cache), check_positions=False,
+                                mrope_section=section)
+        assert_same_error(cupykern.apply_rope, reference.apply_rope, q, None, pos3, cache, check_positions=False,
+                          mrope_section=section)
+    # NumPy ints are ints: the same recipe
+    cupykern.apply_rope(as_fake(_Q), as_fake(_K), as_fake(pos3), as_fake(_CACHE), check_positions=False,
+                        mrope_section=(np.int64(8), np.int32(12), 12))
+    assert len(fake_launcher) == 3
+    assert rope_ops.mrope_key([8, np.int64(12), 12]) == (8, 12, 12)
 
 
 def test_mrope_rope_scaling_is_the_default_table():

@@ -94,8 +94,10 @@ class GraphDecoder:
                 or steps_per_graph < 1:
             raise ValueError(f"steps_per_graph: expected an int >= 1, got {steps_per_graph!r}")
         self.steps_per_graph = int(steps_per_graph)
-        if enable_pdl not in (None, True, False):
-            raise ValueError(f"enable_pdl: expected None, True or False, got {enable_pdl!r}")
+        if enable_pdl is not None:  # 0 and numpy's False are False here, not None (auto)
+            if np.ndim(enable_pdl) != 0 or isinstance(enable_pdl, (str, bytes)) or enable_pdl not in (True, False):
+                raise ValueError(f"enable_pdl: expected None, True or False, got {enable_pdl!r}")
+            enable_pdl = bool(enable_pdl)
         why_not = dependent_launch.unavailable_reason() if enable_pdl is not False else None
         if enable_pdl and why_not:
             raise RuntimeError(f"enable_pdl=True: {why_not}")

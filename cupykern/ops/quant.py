@@ -119,9 +119,14 @@ def _prepare_norm(fused: bool, dynamic: bool):
                    *((scale_ub,) if dynamic else ()))
         disjoint = [launcher.Disjoint("x", "out", a_rows=rows, b_rows=out_rows),
                     launcher.Disjoint("weight", "out")]
+        if not dynamic:  # every block reads the scale while others write out (and residual)
+            disjoint.append(launcher.Disjoint("scale", "out"))
         if fused:
             disjoint += [launcher.Disjoint("x", "residual", a_rows=rows, b_rows=res_rows),
-                         launcher.Disjoint("residual", "out", a_rows=res_rows, b_rows=out_rows)]
+                         launcher.Disjoint("residual", "out", a_rows=res_rows, b_rows=out_rows),
+                         launcher.Disjoint("weight", "residual")]
+            if not dynamic:
+                disjoint.append(launcher.Disjoint("scale", "residual"))
         if dynamic:
             disjoint += [launcher.Disjoint(name, "scales") for name in ("x", "weight", "out")]
             if fused:
@@ -238,7 +243,8 @@ def fused_add_rms_norm_quant(x, residual, weight, scale, eps: float = 1e-6, *, w
         x: device array ``(..., hidden_size)``, float16, bfloat16 or float32; read only.
         residual: same shape and dtype as ``x``; overwritten with ``x + residual``
             (added in fp32, rounded once to the dtype, exactly as
-            :func:`cupykern.fused_add_rms_norm` does; that rounded sum is normalised).
+            :func:`cupykern.fused_add_rms_norm` does; that rounded sum is normalised);
+            must not overlap ``x``, ``weight`` or ``scale``.
         weight, eps, weight_offset: as in :func:`cupykern.rms_norm`.
         scale: device float32 ``(1,)``, as in :func:`rms_norm_quant`.
         out: optional ``(..., hidden_size)`` uint8 array; must not overlap the inputs.
@@ -322,7 +328,8 @@ def fused_add_rms_norm_dynamic_per_token_quant(x, residual, weight, eps: float =
     Parameters:
         x: device array ``(..., hidden_size)``, float16, bfloat16 or float32; read only.
         residual: same shape and dtype as ``x``; overwritten with ``x + residual``
-            (fp32 add, one rounding to the dtype, as :func:`cupykern.fused_add_rms_norm`).
+            (fp32 add, one rounding to the dtype, as :func:`cupykern.fused_add_rms_norm`);
+            must not overlap ``x`` or ``weight``.
         weight, eps, scale_ub, weight_offset, out, scales: as in
             :func:`rms_norm_dynamic_per_token_quant`.
 

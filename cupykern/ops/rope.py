@@ -137,6 +137,29 @@ def mrope_layout(mrope_section, mrope_interleaved, rotary_dim: int, is_neox: boo
     return (MROPE_INTERLEAVED if interleaved else MROPE_SECTIONED), sections
 
 
+class _Unkeyed(tuple):
+    """A tuple the launcher's recipe cache cannot key (unhashable): its checks run on every call."""
+
+    __hash__ = None
+
+
+def mrope_key(mrope_section):
+    """``mrope_section`` as apply_rope passes it to the launcher: 3 ints as a tuple of
+    Python ints (a config's list too); any other tuple or list unkeyed.
+
+    The recipe cache compares keys with ``==``, and ``(16.0, 24, 24) == (16, 24, 24)``
+    (``(True, 1, 1) == (1, 1, 1)``): such a section, which :func:`mrope_layout` refuses,
+    would otherwise be taken from the recipe of an earlier call with ints. Everything
+    else is passed as is (a string is hashable but equals no valid section; an array is
+    unhashable) and refused by :func:`mrope_layout`.
+    """
+    if isinstance(mrope_section, (tuple, list)):
+        if len(mrope_section) == 3 and all(map(_is_int, mrope_section)):
+            return tuple(int(v) for v in mrope_section)
+        return _Unkeyed(mrope_section)
+    return mrope_section
+
+
 def _cache(sig, dtype, head_dim: int) -> tuple[_arrays.Sig, int, int]:
     """The cos/sin table with its rotary_dim and row stride (elements)."""
     cache = _arrays.required(sig, "cos_sin_cache", "a device array (max_position, rotary_dim)")
@@ -428,8 +451,8 @@ def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, inplace:
         ``Qwen3VLTextRotaryEmbedding.apply_interleaved_mrope`` and vLLM's
         ``apply_interleaved_rope`` (same file as MRotaryEmbedding).
     """
-    if isinstance(mrope_section, list):  # a config's list: hashable for the launcher's cache
-        mrope_section = tuple(mrope_section)
+    if mrope_section is not None:
+        mrope_section = mrope_key(mrope_section)
     arrays, scalars = (q, k, positions, cos_sin_cache, None, None), (is_neox, inplace, mrope_section,
                                                                      mrope_interleaved)
     if check_positions:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cupykern.ops.quant import scale_upper_bound
 from cupykern.reference._common import check, f64, host, round_to
 from cupykern.reference._fp8 import E4M3FN_MAX, round_e4m3fn
 from cupykern.reference.activation import _act_and_mul, _halves
@@ -41,8 +42,8 @@ def _quantise_static(y: np.ndarray, scale) -> np.ndarray:
 def _quantise_per_token(y: np.ndarray, scale_ub) -> tuple[np.ndarray, np.ndarray]:
     """(E4M3FN values, scales (..., 1)) with vLLM's per-token scale; NaN propagates."""
     absmax = np.max(np.abs(y), axis=-1, keepdims=True) if y.shape[-1] else np.zeros((*y.shape[:-1], 1))
-    if scale_ub is not None:
-        absmax = np.minimum(absmax, float(np.float32(scale_ub)))
+    if scale_ub is not None:  # the kernel's float32 bound (a complex 2+0j or a 0-d array as the op reads it)
+        absmax = np.minimum(absmax, float(scale_upper_bound(scale_ub)))
     scales = np.maximum(absmax / E4M3FN_MAX, MIN_SCALE)
     with np.errstate(invalid="ignore", over="ignore"):
         return round_e4m3fn(y * _inverse(scales)), scales
