@@ -286,11 +286,12 @@ def vector_aligned(vec_width: int, *sigs_and_strides) -> bool:
 FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # 1.1754944e-38
 
 
-def real(value, name: str) -> np.float32:
+def real(value, name: str, *, zero_allowed: bool = True) -> np.float32:
     """A real number (Python, NumPy or 0-d array; a complex one with no imaginary part) as
     the kernel's float32. TypeError for anything else; ValueError outside float32's range
     and for a nonzero value of magnitude below :data:`FLOAT32_TINY`, which the GPU would
-    flush to 0 (0 itself is exact and allowed)."""
+    flush to 0 (0 itself is exact; the message offers it unless ``zero_allowed`` is False,
+    for a caller that refuses 0)."""
     if isinstance(value, (str, bytes)) or np.ndim(value) != 0:
         raise TypeError(f"{name}: expected a real number, got {value!r}")
     if isinstance(value, (complex, np.complexfloating)):
@@ -308,8 +309,9 @@ def real(value, name: str) -> np.float32:
     if np.isinf(value32) and np.isfinite(as_float):
         raise ValueError(f"{name}: {value!r} is outside float32's range (|x| < 3.4e38)")
     if as_float != 0 and abs(value32) < FLOAT32_TINY:
+        instead = "pass 0 or " if zero_allowed else "pass "
         raise ValueError(f"{name}: {value!r} is below the smallest normal float32 ({FLOAT32_TINY:.8g}), which "
-                         f"the kernels flush to 0 (-ftz=true); pass 0 or a magnitude of at least {FLOAT32_TINY:.8g}")
+                         f"the kernels flush to 0 (-ftz=true); {instead}a magnitude of at least {FLOAT32_TINY:.8g}")
     return value32
 
 

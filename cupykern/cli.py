@@ -494,8 +494,9 @@ def models(as_json):
 def tune(show, clear, as_json):
     """Show or remove the tuned row-kernel configurations written by `cupykern sweep --tune`.
 
-    The file is $CUPYKERN_TUNE_FILE if set, else $XDG_CACHE_HOME/cupykern/tuned.json
-    (~/.cache/cupykern/tuned.json). --show exits 1 with one line saying what is wrong if
+    The file is $CUPYKERN_TUNE_FILE if set, else tuned.json in the cupykern cache directory
+    ($CUPYKERN_CACHE_DIR if set, else the platform's user cache directory, on Linux
+    $XDG_CACHE_HOME/cupykern or ~/.cache/cupykern). --show exits 1 with one line saying what is wrong if
     the file is invalid (the ops then ignore it and use the heuristics).
     """
     from cupykern import tuning

@@ -168,13 +168,15 @@ _PHI35_MINI_SHORT = (
     2.0899996757507324, 2.189999580383301, 2.2199995517730713, 2.5899994373321533, 2.729999542236328,
     2.749999523162842, 2.8399994373321533)
 
-#: Phi-3's configs keep original_max_position_embeddings (4096) beside rope_scaling; the preset puts it in
-#: the dict, where rope_cos_sin_cache reads it.
-_PHI_128K_NOTES = ("LongRoPE ('longrope'): the config's original_max_position_embeddings 4096 is put in the "
-                   "rope_scaling dict. A table of more than 4096 rows uses the long factors and the attention "
-                   "factor sqrt(1 + ln(32) / ln(4096)) = 1.19; serve prompts within 4096 tokens with a second "
-                   "table of 4096 rows (short factors, factor 1), as vLLM does. Same shapes as phi-3-mini; fused "
-                   "qkv_proj and gate_up_proj; sliding_window 262144 (attention only).")
+#: Phi-3's configs keep original_max_position_embeddings (4096) beside rope_scaling, and HF and vLLM take
+#: the attention factor's scale from max_position_embeddings / original (131072 / 4096 = 32) whatever the
+#: table's length: the preset puts both in the dict, where rope_cos_sin_cache reads them.
+_PHI_128K_NOTES = ("LongRoPE ('longrope'): the config's original_max_position_embeddings 4096 and the scale "
+                   "factor 32 (max_position_embeddings / original, as HF and vLLM compute it) are put in the "
+                   "rope_scaling dict. Every table gets the attention factor sqrt(1 + ln(32) / ln(4096)) = 1.19; "
+                   "a table of more than 4096 rows uses the long factors, one of at most 4096 the short ones "
+                   "(vLLM keeps both and picks by sequence length). Same shapes as phi-3-mini; fused qkv_proj and "
+                   "gate_up_proj; sliding_window 262144 (attention only).")
 
 PRESETS: dict[str, ModelPreset] = {p.name: p for p in (
     # meta-llama/Llama-3.1-8B config.json
@@ -226,14 +228,16 @@ PRESETS: dict[str, ModelPreset] = {p.name: p for p in (
                 num_attention_heads=32, num_key_value_heads=32, head_dim=96, num_hidden_layers=32,
                 max_position_embeddings=131072, rope_theta=10000.0, rms_norm_eps=1e-5,
                 rope_scaling_items=_scaling(type="longrope", short_factor=_PHI3_MINI_128K_SHORT,
-                                            long_factor=_PHI3_MINI_128K_LONG, original_max_position_embeddings=4096),
+                                            long_factor=_PHI3_MINI_128K_LONG, original_max_position_embeddings=4096,
+                                            factor=32.0),
                 notes=_PHI_128K_NOTES),
     # microsoft/Phi-3.5-mini-instruct config.json
     ModelPreset("phi-3.5-mini", "microsoft/Phi-3.5-mini-instruct", hidden_size=3072, intermediate_size=8192,
                 num_attention_heads=32, num_key_value_heads=32, head_dim=96, num_hidden_layers=32,
                 max_position_embeddings=131072, rope_theta=10000.0, rms_norm_eps=1e-5,
                 rope_scaling_items=_scaling(type="longrope", short_factor=_PHI35_MINI_SHORT,
-                                            long_factor=_PHI35_MINI_LONG, original_max_position_embeddings=4096),
+                                            long_factor=_PHI35_MINI_LONG, original_max_position_embeddings=4096,
+                                            factor=32.0),
                 notes=_PHI_128K_NOTES),
     # Qwen/Qwen2.5-VL-7B-Instruct config.json (the text decoder; the vision tower is not covered)
     ModelPreset("qwen2.5-vl-7b", "Qwen/Qwen2.5-VL-7B-Instruct", hidden_size=3584, intermediate_size=18944,

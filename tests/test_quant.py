@@ -234,7 +234,8 @@ def test_zero_rows_launch_nothing():
     ("rms_norm_dynamic_per_token_quant", dict(scale_ub=-1.0), ValueError, "scale_ub: expected a finite value > 0"),
     ("rms_norm_dynamic_per_token_quant", dict(scale_ub=float("inf")), ValueError, "scale_ub: expected a finite"),
     ("rms_norm_dynamic_per_token_quant", dict(scale_ub=float("nan")), ValueError, "scale_ub: expected a finite"),
-    ("rms_norm_dynamic_per_token_quant", dict(scale_ub=1e-40), ValueError, "scale_ub: 1e-40 is below the smallest"),
+    ("rms_norm_dynamic_per_token_quant", dict(scale_ub=1e-40), ValueError,
+     r"scale_ub: 1e-40 is below the smallest .*; pass a magnitude of at least"),  # not "pass 0": 0 is refused too
     ("rms_norm_dynamic_per_token_quant", dict(scale_ub="1"), TypeError, "scale_ub: expected a real number"),
     ("rms_norm_dynamic_per_token_quant", dict(scales=contiguous((4,), F32)), ValueError,
      r"scales: expected shape \(4, 1\)"),

@@ -1193,6 +1193,7 @@ def test_apply_rope_mrope_launch(interleaved, layout):
     (dict(mrope_section=(True, 31, 32)), r"mrope_section: expected 3 ints >= 0"),
     (dict(mrope_section="16,24,24"), r"mrope_section: expected 3 ints >= 0"),
     (dict(mrope_section=(16, 24, 24), mrope_interleaved="yes"), "mrope_interleaved: expected a bool"),
+    (dict(mrope_section=(16, 24, 24), mrope_interleaved=1), "mrope_interleaved: expected a bool"),
     (dict(mrope_interleaved=True), "mrope_interleaved: True needs mrope_section"),
     (dict(mrope_section=(16, 24, 24), is_neox=False), "is_neox: M-RoPE .* NeoX pairing only"),
     (dict(mrope_section=(16, 24, 24), positions=contiguous((4,), np.int64)),

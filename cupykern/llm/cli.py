@@ -103,7 +103,8 @@ def _graph_stage_table(rows: list, step_us: float, position: int):
               help="cupykern kernels, or plain-CuPy compositions of the same math.")
 @click.option("--reference", is_flag=True, help="Run the float64 NumPy forward on the CPU instead (no GPU; slow).")
 @click.option("--graph/--no-graph", default=True, show_default=True,
-              help="Decode by replaying one captured CUDA graph per token (cupykern ops only); --no-graph launches "
+              help="Decode by replaying the captured CUDA graph of the decode step (cupykern ops only); --no-graph "
+                   "launches "
                    "every op from Python (the eager path, and the only one for --ops plain).")
 @click.option("--pdl/--no-pdl", default=None,
               help="Capture the graph's kernels as programmatic dependent launches (each starts while the one "
@@ -116,9 +117,10 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
                      stage_times, model_path):
     """Generate text after PROMPT with SmolLM2-135M-Instruct (greedy by default).
 
-    Decoding replays one CUDA graph per token (five kernels per layer, plus the
-    embedding, the LM head, the sampler and the position update: the next token chosen
-    on the GPU; cupykern/llm/decode_graph.py) unless --no-graph or --ops plain.
+    Decoding replays a captured CUDA graph of the decode step (five kernels per layer,
+    plus the embedding, the LM head, the sampler and the position update: the next token
+    chosen on the GPU; batches of replays launch a graph of 8 steps;
+    cupykern/llm/decode_graph.py) unless --no-graph or --ops plain.
     Streams the text, then prints prefill and decode tokens/s, the device memory
     (weights, KV cache, and the peak bytes CuPy's memory pool held during the run) and
     the time per stage: of the graph's launches by replay with the graph, else of the
@@ -222,7 +224,7 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
     sys.stdout.write("\n")
     sys.stdout.flush()
     path = ("the float64 forward on the CPU" if reference else
-            "one CUDA graph per token" if use_graph else "eager (a Python launch per op)")
+            "replays of the captured decode graph" if use_graph else "eager (a Python launch per op)")
     console.print(f"decode path: {path}")
     console.print(f"prefill: {len(result.prompt_ids)} tokens in {result.prefill_s * 1e3:.1f} ms "
                   f"({result.prefill_tokens_per_s:.1f} tokens/s); decode: {len(result.new_ids) - 1} tokens in "

@@ -64,7 +64,7 @@ def scale_upper_bound(value) -> np.float32:
     """``scale_ub`` as the kernel's float32 (+inf for None): finite, > 0 and normal."""
     if value is None:
         return _NO_BOUND
-    bound = _arrays.real(value, "scale_ub")
+    bound = _arrays.real(value, "scale_ub", zero_allowed=False)
     if not (np.isfinite(bound) and bound > 0):
         raise ValueError(f"scale_ub: expected a finite value > 0 or None, got {value!r}")
     return bound

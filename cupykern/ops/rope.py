@@ -116,7 +116,7 @@ def mrope_layout(mrope_section, mrope_interleaved, rotary_dim: int, is_neox: boo
             M-RoPE with ``is_neox=False`` (compiled for the NeoX pairing of HF/vLLM only).
     """
     interleaved = False if mrope_interleaved is None else mrope_interleaved
-    if np.ndim(interleaved) != 0 or isinstance(interleaved, (str, bytes)) or interleaved not in (True, False):
+    if not isinstance(interleaved, (bool, np.bool_)):  # 1 == True: a membership test would take ints
         raise ValueError(f"mrope_interleaved: expected a bool, got {mrope_interleaved!r}")
     if mrope_section is None:
         if interleaved:
