@@ -16,7 +16,9 @@ eight of the README's table) at each num_tokens (default 1, 16, 64, 256, 1024, 4
   "into out" (written into a preallocated tensor with ``copy_``) and "out of place"
   (returned new). Every formulation keeps the references' contract: fp32 math, one
   rounding to the storage dtype (a bf16 formulation rounds several times and fails the
-  check);
+  check); the quant family's FP8 outputs as vLLM's PyTorch fallbacks write them (y in
+  fp32 times 1 / scale, clamped to +-448, one cast to ``torch.float8_e4m3fn``, compared
+  as its bits; per-token scales from the row's max, floored as vLLM floors them);
 * torch.nn.functional.rms_norm, Liger-Kernel (its RoPE with cos/sin in bf16, as its API
   is usually fed, and in fp32; both gathered before the timed calls) and FlashInfer,
   each only if importable (none is a dependency; torch is imported here only, guarded).
@@ -257,7 +259,54 @@ def _torch_formulations(torch) -> dict[str, dict]:
         qn, kn = qk_norm(t)
         return rotate_out_of_place(t, [(qn, t["q"].dtype), (kn, t["k"].dtype)])
 
+    # FP8 (E4M3FN) outputs as vLLM's PyTorch fallbacks write them: y in fp32 scaled, clamped
+    # to +-448 (PyTorch's cast gives NaN past the range), cast once; uint8 bits, as cupykern's.
+    fp8_max, min_scale = 448.0, 1.0 / (448.0 * 512.0)
+
+    def to_fp8(y, scale):
+        if not hasattr(torch, "float8_e4m3fn"):
+            raise Skip("this PyTorch has no float8_e4m3fn")
+        return (y * (1.0 / scale)).clamp(-fp8_max, fp8_max).to(torch.float8_e4m3fn).view(torch.uint8)
+
+    def per_token(y, t):
+        amax = y.abs().amax(-1, keepdim=True)
+        if t.get("scale_ub") is not None:
+            amax = amax.clamp(max=t["scale_ub"])
+        scales = (amax / fp8_max).clamp(min=min_scale)
+        return to_fp8(y, scales), scales
+
+    def norm_of(t, r):
+        return rms(r.float(), t["weight"], t["eps"], t.get("weight_offset", 0.0))
+
+    def added(t, in_place: bool):
+        x, r = t["x"], t["residual"]
+        if in_place:
+            return r.copy_(x.float() + r.float())
+        return (x.float() + r.float()).to(x.dtype)
+
+    def fused_quant(dynamic: bool):
+        def form(in_place):
+            def f(t):
+                r = added(t, in_place)
+                y = norm_of(t, r)
+                return (*per_token(y, t), r) if dynamic else (to_fp8(y, t["scale"]), r)
+            return f
+        return {"in place": form(True), "out of place": form(False)}
+
+    def silu_and_mul_quant(t):
+        x = t["x"]
+        d = x.shape[-1] // 2
+        return (to_fp8(F.silu(x[..., :d].float()) * x[..., d:].float(), t["scale"]),)
+
+    quant = {
+        "rms_norm_quant": {"out of place": lambda t: (to_fp8(norm_of(t, t["x"]), t["scale"]),)},
+        "fused_add_rms_norm_quant": fused_quant(dynamic=False),
+        "silu_and_mul_quant": {"out of place": silu_and_mul_quant},
+        "rms_norm_dynamic_per_token_quant": {"out of place": lambda t: per_token(norm_of(t, t["x"]), t)},
+        "fused_add_rms_norm_dynamic_per_token_quant": fused_quant(dynamic=True),
+    }
     return {
+        **quant,
         "rms_norm": with_out(rms_norm),
         "fused_add_rms_norm": {"in place": fused_add_in_place, "out of place": fused_add_out_of_place},
         "layer_norm": with_out(layer_norm),
