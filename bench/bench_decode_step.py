@@ -7,7 +7,9 @@ on the values), fp16 or bf16. Measures, by CUDA-graph replay (cupykern.timing.ti
   given cache position (the attention reads that many rows), and its tokens/s, with
   its kernels as programmatic dependent launches (where the GPU allows) and without;
 * each launch of the step alone (the same arguments, 100 per graph), so the sum shows
-  where the step's time goes, with the weight bytes each GEMV reads and its GB/s.
+  where the step's time goes, with the weight bytes each GEMV reads and its GB/s;
+* a prefill of ``--prefill`` tokens by graph replays (what ``cupykern generate`` runs)
+  and by the eager forward (wall time, GPU time, and the eager one's split by stage).
 
     python bench/bench_decode_step.py [--dtype fp16] [--position 136] [--out DIR]
 """
@@ -35,26 +37,10 @@ SMOLLM2 = dict(num_layers=30, hidden_size=576, num_heads=9, num_kv_heads=3, head
 
 def random_model(dtype, seed: int):
     """A LlamaModel of SmolLM2's shapes with random weights (std 1/sqrt(fan_in))."""
-    import cupy
+    from cupykern.llm.gguf_weights import LlamaConfig
+    from cupykern.llm.model import LlamaModel, random_device_weights
 
-    from cupykern.llm.gguf_weights import LayerWeights, LlamaConfig, LlamaWeights
-    from cupykern.llm.model import LlamaModel
-
-    cfg = LlamaConfig(**SMOLLM2)
-    rng = cupy.random.default_rng(seed)
-
-    def mat(rows, cols):
-        return (rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)).astype(dtype)
-
-    def norm():
-        return (1 + 0.1 * rng.standard_normal(cfg.hidden_size, dtype=np.float32)).astype(dtype)
-
-    layers = [LayerWeights(attn_norm=norm(), qkv=mat(cfg.qkv_size, cfg.hidden_size),
-                           o=mat(cfg.hidden_size, cfg.num_heads * cfg.head_dim), ffn_norm=norm(),
-                           gate_up=mat(2 * cfg.intermediate_size, cfg.hidden_size),
-                           down=mat(cfg.hidden_size, cfg.intermediate_size)) for _ in range(cfg.num_layers)]
-    embed = mat(cfg.vocab_size, cfg.hidden_size)
-    return LlamaModel(LlamaWeights(config=cfg, embed=embed, layers=layers, final_norm=norm(), lm_head=embed))
+    return LlamaModel(random_device_weights(LlamaConfig(**SMOLLM2), dtype, seed))
 
 
 #: Plan constants (cupykern/plans.py) tried by --variants, each against the defaults.
@@ -136,6 +122,41 @@ def time_prefill(model, num_tokens: int, seed: int, repeat: int = 7) -> dict:
             "stages_ms": timer.totals_ms(), "host_stages_ms": host.totals_ms()}
 
 
+def time_prefill_graph(model, num_tokens: int, seed: int, repeat: int = 7) -> dict:
+    """A prefill of ``num_tokens`` random ids by :class:`cupykern.llm.prefill_graph.PrefillGraphs`
+    (what ``cupykern generate`` runs): the seconds its capture took (once per bucket), then
+    the median wall and GPU milliseconds of a prefill (the ids' and positions' copies,
+    the replays and the last row's logits) into a fresh cache; and the relative difference
+    of its logits from the eager forward's."""
+    import time
+
+    import cupy
+
+    from cupykern.llm.prefill_graph import PrefillGraphs
+
+    ids = np.random.default_rng(seed).integers(0, model.config.vocab_size, num_tokens)
+    cache = model.new_cache(num_tokens)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    graphs = PrefillGraphs(model, cache, stream)
+    capture_s = graphs.prepare(num_tokens)
+    wall, gpu = [], []
+    for _ in range(repeat):
+        cache.length = 0
+        stream.synchronize()
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        t0 = time.perf_counter()
+        start.record(stream)
+        logits = graphs.run(ids)
+        end.record(stream)
+        end.synchronize()
+        wall.append((time.perf_counter() - t0) * 1e3)
+        gpu.append(cupy.cuda.get_elapsed_time(start, end))
+    eager = model.forward(ids, model.new_cache(num_tokens)).get().astype(np.float64)
+    got = logits.get().astype(np.float64)
+    return {"capture_ms": capture_s * 1e3, "wall_ms": float(np.median(wall)), "gpu_ms": float(np.median(gpu)),
+            "rel_diff_from_eager": float(np.linalg.norm(got - eager) / np.linalg.norm(eager))}
+
+
 @click.command(help=__doc__.splitlines()[0])
 @click.option("--dtype", default="fp16", type=click.Choice(["fp16", "bf16"]), show_default=True)
 @click.option("--position", default=136, type=click.IntRange(min=0), show_default=True,
@@ -143,7 +164,7 @@ def time_prefill(model, num_tokens: int, seed: int, repeat: int = 7) -> dict:
 @click.option("--max-tokens", default=265, type=click.IntRange(min=1), show_default=True,
               help="Rows of the static KV cache (prompt + new tokens).")
 @click.option("--prefill", default=512, type=click.IntRange(min=1), show_default=True,
-              help="Also time the eager forward of this many prompt tokens (wall time, after a warm-up).")
+              help="Also time a prefill of this many prompt tokens, by graph replays and eager (after a warm-up).")
 @click.option("--variants", is_flag=True,
               help="Also capture and time the whole step under other plan constants (VARIANTS).")
 @click.option("--seed", default=DEFAULT_SEED, show_default=True)
@@ -169,6 +190,7 @@ def main(dtype, position, max_tokens, prefill, variants, seed, out_dir):
     plain.capture()
     step_us_plain = plain.step_time_us(position)
     del plain
+    prefill_graph = time_prefill_graph(model, prefill, seed)
     prefill_timing = time_prefill(model, prefill, seed)
     prefill_ms = prefill_timing["wall_ms"]
     variant_rows = time_variants(model, max_tokens, position) if variants else []
@@ -190,6 +212,10 @@ def main(dtype, position, max_tokens, prefill, variants, seed, out_dir):
     console.print(table)
     console.print(f"{1e6 / batched_step_us:.0f} tokens/s batched, {1e6 / step_us:.0f} with a graph a step, at this "
                   f"position (graphs captured in {capture_s * 1e3:.0f} ms)")
+    console.print(f"prefill of {prefill} tokens by graph replays: {prefill_graph['wall_ms']:.2f} ms wall, "
+                  f"{prefill_graph['gpu_ms']:.2f} ms between CUDA events (captured once in "
+                  f"{prefill_graph['capture_ms']:.0f} ms); logits {prefill_graph['rel_diff_from_eager']:.2e} "
+                  "relative from the eager forward's")
     console.print(f"prefill of {prefill} tokens (eager forward): {prefill_ms:.2f} ms wall, "
                   f"{prefill_timing['gpu_ms']:.2f} ms between CUDA events")
     console.print("prefill GPU ms by stage (CUDA events): " +
@@ -204,7 +230,8 @@ def main(dtype, position, max_tokens, prefill, variants, seed, out_dir):
               "max_tokens": max_tokens, "seed": seed, "copy_gbps": copy_gbps, "step_us": step_us,
               "tokens_per_s": 1e6 / step_us, "pdl": decoder.pdl, "step_us_plain_launches": step_us_plain,
               "steps_per_graph": decoder.steps_per_graph, "batched_step_us": batched_step_us,
-              "launches": rows, "prefill_tokens": prefill, "prefill_ms": prefill_ms,
+              "launches": rows, "prefill_tokens": prefill, "prefill_graph": prefill_graph,
+              "prefill_eager_ms": prefill_ms,
               "prefill_gpu_ms": prefill_timing["gpu_ms"], "prefill_profile": prefill_timing["profile"],
               "prefill_stages_ms": prefill_timing["stages_ms"],
               "prefill_host_stages_ms": prefill_timing["host_stages_ms"], "variants": variant_rows,

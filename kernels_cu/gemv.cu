@@ -60,24 +60,28 @@ __device__ __forceinline__ void load_ahead(Vec<T, kVecWidth> (&ahead)[ahead_slot
   }
 }
 
-// inv_rms[t] = rsqrt(mean(x[t]^2) + eps) for each token, one warp per token (lanes sum
-// their vectors in index order, then a butterfly), then a barrier. Every thread of the
-// block must call it.
-template <typename T, int kVecWidth>
-__device__ __forceinline__ void block_inv_rms(float* inv_rms, const T* x, int num_tokens, int64_t k,
-                                              int64_t x_row_stride, float eps, int warp, int lane) {
-  for (int t = warp; t < num_tokens; t += kGemvWarps) {
-    const T* row = x + t * x_row_stride;
-    float sumsq = 0.0f;
-    for (int64_t i = lane * kVecWidth; i < k; i += 32 * kVecWidth) {
-      const Vec<T, kVecWidth> v = load_vec<T, kVecWidth>(row + i);
+// inv_rms[t] = rsqrt(mean(x[t]^2) + eps) for each token, computed by every warp for
+// itself (lanes sum their vectors in index order, then a butterfly): no barrier and no
+// shared memory between the kernel's wait and its products, and every warp gets the
+// same bits. The rows are small (the hidden size) and shared through L1.
+template <typename T, int kVecWidth, int kMaxTokens>
+__device__ __forceinline__ void warp_inv_rms(float (&inv_rms)[kMaxTokens], const T* x, int num_tokens, int64_t k,
+                                             int64_t x_row_stride, float eps, int lane) {
 #pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) sumsq += to_float(v.elt[e]) * to_float(v.elt[e]);
+  for (int t = 0; t < kMaxTokens; ++t) {
+    inv_rms[t] = 0.0f;
+    if (t < num_tokens) {
+      const T* row = x + t * x_row_stride;
+      float sumsq = 0.0f;
+      for (int64_t i = lane * kVecWidth; i < k; i += 32 * kVecWidth) {
+        const Vec<T, kVecWidth> v = load_vec<T, kVecWidth>(row + i);
+#pragma unroll
+        for (int e = 0; e < kVecWidth; ++e) sumsq += to_float(v.elt[e]) * to_float(v.elt[e]);
+      }
+      sumsq = warp_reduce<SumOp, 32>(sumsq);
+      inv_rms[t] = rsqrtf(sumsq / static_cast<float>(k) + eps);
     }
-    sumsq = warp_reduce<SumOp, 32>(sumsq);
-    if (lane == 0) inv_rms[t] = rsqrtf(sumsq / static_cast<float>(k) + eps);
   }
-  __syncthreads();
 }
 
 // acc[r][t] = sum_i w_row[r][i] * xn[t][i] in every lane of the warp, xn = x or, when
@@ -88,8 +92,9 @@ template <typename T, bool kNorm, int kRows, int kVecWidth, int kMaxTokens, int 
 __device__ __forceinline__ void warp_products(float (&acc)[kRows][kMaxTokens], const T* const (&w_row)[kRows],
                                               const Vec<T, kVecWidth> (&ahead)[ahead_slots(kAhead)][kRows],
                                               bool have_ahead,
-                                              const T* x, const T* norm_weight, const float* inv_rms,
-                                              int num_tokens, int64_t k, int64_t x_row_stride, int lane) {
+                                              const T* x, const T* norm_weight,
+                                              const float (&inv_rms)[kMaxTokens], int num_tokens, int64_t k,
+                                              int64_t x_row_stride, int lane) {
   using V = Vec<T, kVecWidth>;
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
@@ -149,7 +154,7 @@ __device__ __forceinline__ void warp_products(float (&acc)[kRows][kMaxTokens], c
 // A feature's sum runs in the same order whatever kRowsPerWarp is.
 //
 // kNorm: x is normalised on the fly, xn = round(x * inv_rms * norm_weight), with inv_rms
-// = rsqrt(mean(x^2) + eps) per token, reduced by one warp per token before a barrier;
+// = rsqrt(mean(x^2) + eps) per token, reduced by each warp for itself (warp_inv_rms);
 // the warp's first weight vectors are requested before it (load_ahead).
 //
 // Template parameters: T (x, weight, norm_weight) float / __half / __nv_bfloat16; OutT T,
@@ -194,8 +199,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(
   if (j < units) load_ahead<T, kVecWidth, kRows, kAhead>(ahead, w_row, k, lane);
   start_dependent_part();  // the weights are requested: from here on, x and out (pdl.cuh)
 
-  __shared__ float inv_rms[kMaxTokens];
-  if constexpr (kNorm) block_inv_rms<T, kVecWidth>(inv_rms, x, num_tokens, k, x_row_stride, eps, warp, lane);
+  float inv_rms[kMaxTokens];
+  if constexpr (kNorm) {
+    if (j < units) warp_inv_rms<T, kVecWidth, kMaxTokens>(inv_rms, x, num_tokens, k, x_row_stride, eps, lane);
+  }
 
   for (bool have_ahead = true; j < units; j += stride, have_ahead = false) {
 #pragma unroll
@@ -284,8 +291,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) rms_norm_gemv_rope_kv_append_
   if (u < units) load_ahead<T, kVecWidth, 2, kAhead>(ahead, w_row, k, lane);
   start_dependent_part();  // the weights are requested: from here on, x, positions and the outputs
 
-  __shared__ float inv_rms[kMaxTokens];
-  block_inv_rms<T, kVecWidth>(inv_rms, x, num_tokens, k, x_row_stride, eps, warp, lane);
+  float inv_rms[kMaxTokens];
+  if (u < units) warp_inv_rms<T, kVecWidth, kMaxTokens>(inv_rms, x, num_tokens, k, x_row_stride, eps, lane);
 
   for (bool have_ahead = true; u < units; u += stride, have_ahead = false) {
     rows_of(u, head, a, b, rotary);

@@ -103,9 +103,8 @@ def _graph_stage_table(rows: list, step_us: float, position: int):
               help="cupykern kernels, or plain-CuPy compositions of the same math.")
 @click.option("--reference", is_flag=True, help="Run the float64 NumPy forward on the CPU instead (no GPU; slow).")
 @click.option("--graph/--no-graph", default=True, show_default=True,
-              help="Decode by replaying the captured CUDA graph of the decode step (cupykern ops only); --no-graph "
-                   "launches "
-                   "every op from Python (the eager path, and the only one for --ops plain).")
+              help="Prefill and decode by replaying captured CUDA graphs (cupykern ops only); --no-graph "
+                   "launches every op from Python (the eager path, and the only one for --ops plain).")
 @click.option("--pdl/--no-pdl", default=None,
               help="Capture the graph's kernels as programmatic dependent launches (each starts while the one "
                    "before it finishes). Default: where the GPU allows it (sm_90+).")
@@ -120,7 +119,8 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
     Decoding replays a captured CUDA graph of the decode step (five kernels per layer,
     plus the embedding, the LM head, the sampler and the position update: the next token
     chosen on the GPU; batches of replays launch a graph of 8 steps;
-    cupykern/llm/decode_graph.py) unless --no-graph or --ops plain.
+    cupykern/llm/decode_graph.py), and the prompt's forward as captured graphs too
+    (cupykern/llm/prefill_graph.py), unless --no-graph or --ops plain.
     Streams the text, then prints prefill and decode tokens/s, the device memory
     (weights, KV cache, and the peak bytes CuPy's memory pool held during the run) and
     the time per stage: of the graph's launches by replay with the graph, else of the
@@ -209,8 +209,10 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
         except (ValueError, RuntimeError) as exc:
             raise click.ClickException(str(exc)) from None
         capture_s = decoder.capture()
+        prefill_capture_s = decoder.prefill.prepare(len(prompt_ids))
         console.print(f"[dim]decode step captured as one CUDA graph in {capture_s * 1e3:.0f} ms "
-                      f"(warm-up step included; {'dependent' if decoder.pdl else 'plain'} launches)[/dim]")
+                      f"(warm-up step included; {'dependent' if decoder.pdl else 'plain'} launches); the prompt's "
+                      f"prefill graph in {prefill_capture_s * 1e3:.0f} ms[/dim]")
     sys.stdout.write(prompt if not chat else "")
     try:
         stop = [tok.eos_token_id] if tok.eos_token_id is not None else []

@@ -45,6 +45,7 @@ import numpy as np
 
 from cupykern.llm.generate import Generation, check_args
 from cupykern.llm.kv_cache import KVCache
+from cupykern.llm.prefill_graph import PrefillGraphs
 
 
 class NonFiniteLogits(ValueError):
@@ -67,12 +68,16 @@ class GraphDecoder:
         steps_per_graph: decode steps in a second graph that batches of replays launch
             (fewer graph launches, and dependent launches across the steps); 1: none.
 
+    The prompt's forward runs as graphs too (:attr:`prefill`, a
+    :class:`~cupykern.llm.prefill_graph.PrefillGraphs` into the same cache and stream).
+
     Device memory held: the KV cache (``2 * layers * max_tokens * kv_heads * head_dim``
-    elements), one activation row per buffer, float32 logits and the token history.
+    elements), one activation row per buffer, float32 logits and the token history;
+    and the prefill graphs' activations.
 
     Raises:
         ValueError: ``max_tokens`` outside ``1 .. context_length``; a bad temperature, seed,
-            ``enable_pdl`` or ``steps_per_graph``.
+            ``enable_pdl`` or ``steps_per_graph``; a model without the kernel ops.
         RuntimeError: ``enable_pdl=True`` where dependent launches are unavailable.
     """
 
@@ -116,6 +121,7 @@ class GraphDecoder:
         size = attention.workspace_size(1, cfg.num_heads, cfg.head_dim, max_tokens)
         self.workspace = cupy.empty((size,), np.float32) if size else None
         self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.prefill = PrefillGraphs(model, self.cache, self.stream)  # the prompt's forward, as graphs
         self.graph = self.graph_many = None
         self.position = None  # host copy of positions[0] between replays; None until start()
         self._ops = cupykern
@@ -275,8 +281,9 @@ class GraphDecoder:
         return graph
 
     def start(self, prompt_ids: list[int]) -> int:
-        """Prefills ``prompt_ids`` with the eager forward into the static cache and picks
-        the first new token on the device; sets the state for the first replay.
+        """Prefills ``prompt_ids`` into the static cache by replays of :attr:`prefill`'s
+        graphs (a bucket's captured now unless ``prefill.prepare`` did it) and picks the first new
+        token on the device; sets the state for the first replay.
 
         Returns the first new token (read back: the host needs it anyway to stream it).
         """
@@ -286,7 +293,7 @@ class GraphDecoder:
 
         self.cache.length = 0
         with self.stream:
-            logits = self.model.forward(prompt_ids, self.cache)
+            logits = self.prefill.run(prompt_ids)
             last = len(prompt_ids) - 1
             self.positions[...] = last
             first = cupykern.sample_tokens(logits, temperature=self.temperature, seed=self.seed,
@@ -361,7 +368,7 @@ def _check_token(token: int, position: int) -> None:
 def generate(decoder: GraphDecoder, prompt_ids, max_new_tokens: int, *, stop_ids=(), on_token=None,
              read_every: int = 16) -> Generation:
     """:func:`cupykern.llm.generate.generate` on a captured decoder: the prompt's forward
-    (eager), then graph replays, the host reading ``read_every`` tokens at a time to
+    (prefill graph replays; their capture, if new, before the clock starts), then decode graph replays, the host reading ``read_every`` tokens at a time to
     stream them and look for stop tokens while the next ``read_every`` replays run
     (replays past a stop token are wasted, not returned). Temperature and seed are the
     decoder's.
@@ -382,6 +389,7 @@ def generate(decoder: GraphDecoder, prompt_ids, max_new_tokens: int, *, stop_ids
     stop_ids = {int(i) for i in stop_ids}
     if decoder.graph is None:
         decoder.capture()
+    decoder.prefill.prepare(len(prompt_ids))  # capture, like the decode step's, is not the prefill's time
     t0 = time.perf_counter()
     new_ids = [decoder.start(prompt_ids)]
     t1 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""The Llama forward on the GPU: cuBLAS matmuls through CuPy, cupykern for the rest.
+"""The Llama forward on the GPU: cuBLAS matmuls, cupykern for the rest.
 
 Per layer, for ``T`` new tokens at positions ``start ... start + T - 1`` (Touvron et
 al. 2023, arXiv:2302.13971; Hugging Face ``LlamaDecoderLayer``; vLLM's
@@ -7,7 +7,8 @@ al. 2023, arXiv:2302.13971; Hugging Face ``LlamaDecoderLayer``; vLLM's
 1. ``x = rms_norm(h)`` (layer 0) or ``x, h = fused_add_rms_norm(mlp_out, h)`` (later
    layers: the previous MLP output is added into the residual stream ``h`` and the
    sum normalised, one launch);
-2. ``qkv = x @ Wqkv^T`` (one cuBLAS GEMM on the fused ``(q | k | v)`` weight); q, k and
+2. ``qkv = x @ Wqkv^T`` (one cuBLAS GEMM on the fused ``(q | k | v)`` weight, called
+   through :mod:`~cupykern.llm.blas` so that a CUDA graph can capture it); q, k and
    v are **views** of ``qkv`` (``(T, H, D)``, ``(T, KV, D)``), not copies;
 3. RoPE on those views, ``is_neox=False`` (GGUF's adjacent pairs), from a float32
    ``cos_sin_cache`` of ``context_length`` rows, and k and v written into the KV cache;
@@ -15,7 +16,9 @@ al. 2023, arXiv:2302.13971; Hugging Face ``LlamaDecoderLayer``; vLLM's
    positions ``0 .. p`` for the token at ``p``, softmax, weighted sum of v; query head
    j uses kv head ``j // (H / KV)`` (GQA); the output is rounded once to the dtype.
    With cupykern's ops, steps 3-4 are :func:`cupykern.rope_kv_append` and
-   :func:`cupykern.decode_attention` (two launches per layer); with plain CuPy,
+   :func:`cupykern.decode_attention` (few tokens) or :func:`cupykern.prefill_attention`
+   (many: :data:`cupykern.llm.ops.PREFILL_ATTENTION_MIN_TOKENS`), two launches per
+   layer; with plain CuPy,
    ``apply_rope``, two cache copies, batched matmuls, a mask and ``softmax``;
 5. ``attn_out = attn @ Wo^T``; ``x, h = fused_add_rms_norm(attn_out, h)``;
 6. ``gate_up = x @ Wgu^T`` (fused gate/up weight); ``act = silu_and_mul(gate_up)``;
@@ -28,7 +31,7 @@ dtype's embedding, so logits are not rounded to fp16/bf16 (a bf16 rounding at
 
 Weights: dequantised on the host in float32 (:mod:`~cupykern.llm.gguf_weights`), then
 rounded once to fp16 or bf16 on the device. cuBLAS GEMMs of fp16/bf16 accumulate in
-fp32 (CuPy's default compute type for half precision).
+fp32 (``CUBLAS_COMPUTE_32F``, as CuPy's default for half precision).
 
 ``ops`` chooses cupykern's kernels or plain-CuPy compositions of the same math for
 rms_norm, fused_add_rms_norm, apply_rope, silu_and_mul and the attention softmax
@@ -42,6 +45,7 @@ import math
 import numpy as np
 
 from cupykern import _dtypes
+from cupykern.llm import blas
 from cupykern.llm.gguf_weights import LayerWeights, LlamaConfig, LlamaWeights, load_weights
 from cupykern.llm.kv_cache import KVCache
 from cupykern.llm.ops import KERNELS
@@ -77,6 +81,39 @@ def to_device(weights: LlamaWeights, dtype) -> LlamaWeights:
     lm_head = embed if weights.lm_head is weights.embed else up(weights.lm_head)
     return LlamaWeights(config=weights.config, embed=embed, layers=layers, final_norm=up(weights.final_norm),
                         lm_head=lm_head)
+
+
+def random_device_weights(config: LlamaConfig, dtype, seed: int) -> LlamaWeights:
+    """Device weights of ``config``'s shapes drawn at random (seeded): matrices normal with
+    standard deviation ``1 / sqrt(in_features)`` (activations keep their scale through
+    the layers), norm weights ``1 + 0.1 * normal``; a tied LM head when
+    ``config.tied_embeddings``. For benchmarks and tests of the forward's kernels, whose
+    time and numerics do not need a trained model.
+
+    Raises:
+        ValueError: ``dtype`` is not float16 or bfloat16.
+    """
+    import cupy
+
+    dtype = np.dtype(dtype)
+    if dtype not in MODEL_DTYPES:
+        raise ValueError(f"dtype: expected float16 or bfloat16, got {dtype}")
+    cfg = config
+    rng = cupy.random.default_rng(seed)
+
+    def mat(rows, cols):
+        return (rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)).astype(dtype)
+
+    def norm():
+        return (1 + 0.1 * rng.standard_normal(cfg.hidden_size, dtype=np.float32)).astype(dtype)
+
+    layers = [LayerWeights(attn_norm=norm(), qkv=mat(cfg.qkv_size, cfg.hidden_size),
+                           o=mat(cfg.hidden_size, cfg.num_heads * cfg.head_dim), ffn_norm=norm(),
+                           gate_up=mat(2 * cfg.intermediate_size, cfg.hidden_size),
+                           down=mat(cfg.hidden_size, cfg.intermediate_size)) for _ in range(cfg.num_layers)]
+    embed = mat(cfg.vocab_size, cfg.hidden_size)
+    lm_head = embed if cfg.tied_embeddings else mat(cfg.vocab_size, cfg.hidden_size)
+    return LlamaWeights(config=cfg, embed=embed, layers=layers, final_norm=norm(), lm_head=lm_head)
 
 
 class LlamaModel:
@@ -170,14 +207,41 @@ class LlamaModel:
         """
         import cupy
 
-        cfg, w, ops = self.config, self.weights, self.ops
         host_ids = np.asarray(token_ids.get() if hasattr(token_ids, "get") else token_ids, dtype=np.int64)
         host_ids = host_ids.reshape(-1)
         start = cache.length
-        check_tokens(host_ids, start, cache.max_tokens, cfg.vocab_size)
+        check_tokens(host_ids, start, cache.max_tokens, self.config.vocab_size)
         num_tokens = host_ids.shape[0]
         ids = cupy.asarray(host_ids)
         positions = cupy.arange(start, start + num_tokens, dtype=cupy.int32)  # < context_length: new_cache checks
+        x = self.hidden_states(ids, positions, cache, start=start, timer=timer)
+        with timer("matmul"):
+            logits = self.logits(x if all_logits else x[-1:])
+        cache.length = start + num_tokens
+        return logits
+
+    def logits(self, rows):
+        """float32 logits ``(T, vocab_size)`` of final-normed ``rows`` ``(T, hidden_size)``
+        (the tied LM head in float32, see the module docstring)."""
+        return rows.astype(np.float32) @ self.lm_head_f32.T
+
+    def hidden_states(self, ids, positions, cache: KVCache, *, start: int | None = None, timer=no_timer):
+        """The layers and the final norm: ``(T, hidden_size)`` rows of the model dtype
+        for token ``ids`` ``(T,)`` at ``positions`` ``(T,)`` (int32, device), their k and
+        v written into the cache rows of their positions.
+
+        With the kernel ops (``ops.fused_attention``) everything happens on the device
+        from ``ids`` and ``positions`` (no host sync, no host-to-device copy, cuBLAS
+        through :mod:`~cupykern.llm.blas`), so the call can be captured in a CUDA graph
+        (:mod:`~cupykern.llm.prefill_graph`), and a negative position marks a padding
+        row: no cache write, attention output 0, other rows unaffected. The plain ops
+        need ``start``, the host copy of ``positions[0]`` (positions ``start ..
+        start + T - 1``). Unchecked: :meth:`forward` checks ids and positions.
+
+        Mutates: ``cache``'s rows at ``positions``.
+        """
+        cfg, w, ops = self.config, self.weights, self.ops
+        num_tokens = ids.shape[0]
         nq, nkv, eps = cfg.num_heads, cfg.num_kv_heads, cfg.rms_norm_eps
         with timer("other"):
             residual = w.embed[ids]  # (T, hidden): a fresh array, so updating it in place is safe
@@ -189,7 +253,7 @@ class LlamaModel:
                 else:
                     x, residual = ops.fused_add_rms_norm(mlp_out, residual, layer.attn_norm, eps)
             with timer("matmul"):
-                qkv = (x @ layer.qkv.T).reshape(num_tokens, nq + 2 * nkv, cfg.head_dim)
+                qkv = blas.matmul_nt(x, layer.qkv).reshape(num_tokens, nq + 2 * nkv, cfg.head_dim)
             q, k, v = qkv[:, :nq], qkv[:, nq:nq + nkv], qkv[:, nq + nkv:]  # views of qkv
             if ops.fused_attention:
                 with timer("attention"):
@@ -201,19 +265,15 @@ class LlamaModel:
                 with timer("attention"):
                     attn = self._attention(q, k, v, cache, n, start)
             with timer("matmul"):
-                attn_out = attn @ layer.o.T
+                attn_out = blas.matmul_nt(attn, layer.o)
             with timer("norm"):
                 x, residual = ops.fused_add_rms_norm(attn_out, residual, layer.ffn_norm, eps)
             with timer("matmul"):
-                gate_up = x @ layer.gate_up.T
+                gate_up = blas.matmul_nt(x, layer.gate_up)
             with timer("activation"):
                 act = ops.silu_and_mul(gate_up)
             with timer("matmul"):
-                mlp_out = act @ layer.down.T
+                mlp_out = blas.matmul_nt(act, layer.down)
         with timer("norm"):
             x, residual = ops.fused_add_rms_norm(mlp_out, residual, w.final_norm, eps)
-        with timer("matmul"):
-            rows = x if all_logits else x[-1:]
-            logits = rows.astype(np.float32) @ self.lm_head_f32.T
-        cache.length = start + num_tokens
-        return logits
+        return x

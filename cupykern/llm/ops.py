@@ -14,9 +14,9 @@ fp32 summation order inside a reduction). Each set has:
 * ``softmax(x) -> float32`` over the last axis (attention probabilities);
 * ``fused_attention``: True when the set has ``rope_attention(q, k, v, positions,
   cos_sin_cache, k_cache, v_cache) -> (T, H, D)``: RoPE, the cache append and causal
-  attention over the cache in two launches (:func:`cupykern.rope_kv_append`,
-  :func:`cupykern.decode_attention`); else the model composes apply_rope, the cache
-  write and attention itself.
+  attention over the cache in two launches (:func:`cupykern.rope_kv_append`, then
+  :func:`cupykern.decode_attention` for a few tokens or :func:`cupykern.prefill_attention`
+  for many); else the model composes apply_rope, the cache write and attention itself.
 
 ``KERNELS`` runs one cupykern launch per op; ``PLAIN`` is the same math as several
 CuPy elementwise/reduction launches (the way one would write it without cupykern),
@@ -24,6 +24,10 @@ taken from :mod:`cupykern.compositions`.
 """
 
 from __future__ import annotations
+
+#: From this many tokens the fused attention runs :func:`cupykern.prefill_attention`
+#: (query tiles), below it :func:`cupykern.decode_attention` (a block per query head).
+PREFILL_ATTENTION_MIN_TOKENS = 16
 
 
 class KernelOps:
@@ -39,6 +43,8 @@ class KernelOps:
         # Positions come from the KV-cache length, checked by the model (no sync here).
         cupykern.rope_kv_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, is_neox=False,
                                 check_positions=False)
+        if q.shape[0] >= PREFILL_ATTENTION_MIN_TOKENS:  # query tiles share each k/v load
+            return cupykern.prefill_attention(q, k_cache, v_cache, positions)
         return cupykern.decode_attention(q, k_cache, v_cache, positions)
 
     @staticmethod

@@ -19,7 +19,14 @@ using int64_t = long long;
 
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+// bf16 is the top half of a float32: widening is a 16-bit shift of the bits (exact).
+// Spelled out because __bfloat162float (CUDA 13's header) costs registers: ptxas gave
+// decode_attention's bf16 instantiation 104 registers against fp16's 71, and the
+// norm + gate/up GEMV 128 against 102, so fewer of the next kernel's blocks fit beside
+// them under programmatic dependent launches (NOTES item 14).
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
+  return __uint_as_float(static_cast<unsigned int>(__bfloat16_as_ushort(v)) << 16);
+}
 
 template <typename T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }

@@ -1,0 +1,146 @@
+"""cuBLAS products a CUDA graph can capture: ``out = x @ w.T``, called through ctypes.
+
+CuPy refuses every cuBLAS call during stream capture (``NotImplementedError: calling
+cuBLAS API during stream capture is currently unsupported``, from the ``setStream``
+wrapper of ``cupy_backends/cuda/libs/cublas.pyx``), so ``cupy.matmul`` cannot be part of
+a captured prefill. cuBLAS itself supports capture once the handle's stream and
+workspace are set (cuBLAS documentation, "CUDA Graphs Support": a workspace given with
+``cublasSetWorkspace`` keeps it from allocating). This module calls ``libcublas`` (the
+library CuPy's own binding loaded) directly: one handle and one 32 MiB workspace per
+(device, stream), made on first use and kept for the life of the process, since a
+captured graph keeps their addresses.
+
+The products are ``cublasGemmEx`` with fp16/bf16 inputs and output and fp32 accumulation
+(``CUBLAS_COMPUTE_32F``, as CuPy uses for half precision), row-major arrays passed as
+their column-major transposes. Linux only (``libcublas.so.<major>``).
+
+Source: cuBLAS API reference, ``cublasGemmEx``, ``cublasSetWorkspace`` and "CUDA Graphs
+Support" (CUDA 12-13).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import lru_cache
+
+import numpy as np
+
+from cupykern import _dtypes
+
+#: Workspace bytes per handle: what the cuBLAS documentation recommends for Hopper.
+WORKSPACE_BYTES = 32 * 1024 * 1024
+
+# cublas_api.h / library_types.h enumerators.
+_OP_N, _OP_T = 0, 1
+_CUDA_DATA_TYPE = {np.dtype(np.float16): 2, _dtypes.bfloat16: 14}  # CUDA_R_16F, CUDA_R_16BF
+_COMPUTE_32F = 68  # CUBLAS_COMPUTE_32F
+_GEMM_DEFAULT = -1  # CUBLAS_GEMM_DEFAULT
+_ALPHA, _BETA = ctypes.c_float(1.0), ctypes.c_float(0.0)  # host scalars, read at call (capture) time
+
+_handles: dict = {}  # (device id, stream pointer) -> (handle, workspace memory)
+
+
+@lru_cache(maxsize=None)
+def _library():
+    """libcublas with the signatures used here. CuPy's binding loads the library (its
+    soname carries CUDA's major version), so the same copy is found by name."""
+    import cupy
+    from cupy_backends.cuda.libs import cublas  # noqa: F401  (loads libcublas.so.<major>)
+
+    major = cupy.cuda.runtime.runtimeGetVersion() // 1000
+    lib = ctypes.CDLL(f"libcublas.so.{major}")
+    handle_p, void_p, i32, f_p = ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p
+    signatures = {
+        "cublasCreate_v2": [ctypes.POINTER(ctypes.c_void_p)],
+        "cublasSetStream_v2": [handle_p, void_p],
+        "cublasSetWorkspace_v2": [handle_p, void_p, ctypes.c_size_t],
+        "cublasGemmEx": [handle_p, i32, i32, i32, i32, i32, f_p, void_p, i32, i32, void_p, i32, i32, f_p, void_p,
+                         i32, i32, i32, i32],
+    }
+    for name, argtypes in signatures.items():
+        function = getattr(lib, name)
+        function.restype, function.argtypes = ctypes.c_int, argtypes
+    return lib
+
+
+def _check(status: int, what: str) -> None:
+    if status != 0:
+        raise RuntimeError(f"{what} failed with cublasStatus_t {status}")
+
+
+def _handle(stream_ptr: int):
+    """The handle for the current device and ``stream_ptr``, its workspace set."""
+    import cupy
+
+    key = (cupy.cuda.Device().id, stream_ptr)
+    entry = _handles.get(key)
+    if entry is None:
+        lib = _library()
+        handle = ctypes.c_void_p()
+        _check(lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
+        # Straight from cudaMalloc, not from whatever pool is current (a graph's private one).
+        workspace = cupy.cuda.Memory(WORKSPACE_BYTES)
+        _check(lib.cublasSetStream_v2(handle, stream_ptr), "cublasSetStream")
+        _check(lib.cublasSetWorkspace_v2(handle, workspace.ptr, WORKSPACE_BYTES), "cublasSetWorkspace")
+        entry = _handles[key] = (handle, workspace)
+    return entry[0]
+
+
+def _row_stride(a, name: str) -> int:
+    """Elements between rows of a 2-d array whose rows are contiguous."""
+    item = a.dtype.itemsize
+    if a.strides[1] != item or a.strides[0] % item or a.strides[0] < a.shape[1] * item:
+        raise ValueError(f"{name}: expected a 2-d array with contiguous rows, got strides {a.strides}")
+    return a.strides[0] // item
+
+
+def matmul_nt(x, w, out=None):
+    """``out = x @ w.T`` on the current stream by ``cublasGemmEx``, capturable in a CUDA graph.
+
+    Parameters:
+        x: device array ``(num_tokens, in_features)``, float16 or bfloat16, rows
+            contiguous (a row stride of at least ``in_features`` elements).
+        w: device array ``(out_features, in_features)`` of x's dtype, rows contiguous
+            (a linear layer's weight, as PyTorch and GGUF store it).
+        out: optional ``(num_tokens, out_features)`` of x's dtype, rows contiguous.
+
+    Returns:
+        ``out`` (allocated if not given): fp32 sums of products, rounded once to the dtype.
+
+    Mutates: ``out`` only.
+
+    Raises:
+        TypeError: a non-CuPy array, or dtypes that differ or are not float16/bfloat16.
+        ValueError: shapes that disagree, rows not contiguous, an empty dimension.
+        RuntimeError: cuBLAS refused the call (its status).
+    """
+    import cupy
+
+    for name, a in (("x", x), ("w", w), ("out", out)):
+        if a is not None and not isinstance(a, cupy.ndarray):
+            raise TypeError(f"{name}: expected a cupy.ndarray, got {type(a).__name__}")
+    if x.dtype not in _CUDA_DATA_TYPE:
+        raise TypeError(f"x: expected float16 or bfloat16, got {x.dtype}")
+    if w.dtype != x.dtype or (out is not None and out.dtype != x.dtype):
+        raise TypeError(f"w, out: expected x's dtype {x.dtype}, got {w.dtype}"
+                        f"{'' if out is None else f' and {out.dtype}'}")
+    if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[1]:
+        raise ValueError(f"x, w: expected (num_tokens, k) and (out_features, k), got {x.shape} and {w.shape}")
+    m, k = x.shape
+    n = w.shape[0]
+    if min(m, n, k) == 0:
+        raise ValueError(f"x, w: expected non-empty dimensions, got {x.shape} and {w.shape}")
+    if out is None:
+        out = cupy.empty((m, n), x.dtype)
+    elif out.shape != (m, n):
+        raise ValueError(f"out: expected shape {(m, n)}, got {out.shape}")
+    ldx, ldw, ldo = _row_stride(x, "x"), _row_stride(w, "w"), _row_stride(out, "out")
+    stream = cupy.cuda.get_current_stream().ptr
+    handle = _handle(stream)  # one per stream, its stream set once
+    lib = _library()
+    kind = _CUDA_DATA_TYPE[x.dtype]
+    # Column-major view: out^T (n x m) = w (n x k, w^T stored) @ x^T (k x m).
+    _check(lib.cublasGemmEx(handle, _OP_T, _OP_N, n, m, k, ctypes.byref(_ALPHA), w.data.ptr, kind, ldw, x.data.ptr,
+                            kind, ldx, ctypes.byref(_BETA), out.data.ptr, kind, ldo, _COMPUTE_32F, _GEMM_DEFAULT),
+           "cublasGemmEx")
+    return out

@@ -1,0 +1,279 @@
+"""The prefill as captured CUDA graphs (cupykern/llm/prefill_graph.py) and the cuBLAS
+products it captures (cupykern/llm/blas.py).
+
+CPU: the buckets and chunks a prompt runs in; argument checks.
+GPU (marked): ``matmul_nt`` against a float64 product, eager and inside a captured graph;
+prefill graphs of a random-weight model of SmolLM2-135M's shapes (two layers) against
+the eager forward: the last token's logits and the KV-cache rows, for prompts that fill
+a bucket, pad one, and run in chunks; padding rows write no cache row; a graph reused
+with another prompt reads its new inputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from bench.bench_decode_step import SMOLLM2
+from cupykern import _dtypes
+from cupykern.llm import blas, prefill_graph
+from cupykern.llm.gguf_weights import LlamaConfig
+from cupykern.llm.prefill_graph import BUCKETS, bucket_for, chunks
+
+#: SmolLM2-135M's shapes (the decode bench's), two layers to keep it quick.
+SMALL = dataclasses.replace(LlamaConfig(**SMOLLM2), num_layers=2, name="SmolLM2-135M shapes, 2 layers, random weights")
+#: Logits of the graph against the eager forward: the same kernels and cuBLAS products, but
+#: cuBLAS may choose another algorithm for a bucket's rows (other fp32 summation orders),
+#: so the difference is that of one more dtype rounding here and there.
+LOGIT_RTOL = {"fp16": 5e-3, "bf16": 3e-2}
+
+
+# ----------------------------------------------------------------- CPU
+def test_buckets_rise_by_at_most_half_from_32():
+    assert list(BUCKETS) == sorted(set(BUCKETS)) and BUCKETS[:2] == (16, 32)
+    assert all(b <= 1.5 * a for a, b in zip(BUCKETS[1:], BUCKETS[2:]))
+
+
+@pytest.mark.parametrize("num_tokens, bucket", [(1, 16), (16, 16), (17, 32), (33, 48), (49, 64), (65, 96),
+                                                (257, 384), (385, 512), (512, 512)])
+def test_bucket_for_is_the_smallest_that_holds_the_chunk(num_tokens, bucket):
+    assert bucket_for(num_tokens) == bucket
+
+
+@pytest.mark.parametrize("num_tokens", [0, -1, BUCKETS[-1] + 1])
+def test_bucket_for_refuses_what_no_graph_holds(num_tokens):
+    with pytest.raises(ValueError, match=f"num_tokens: expected 1 .. {BUCKETS[-1]}"):
+        bucket_for(num_tokens)
+
+
+@pytest.mark.parametrize("num_tokens, want", [(1, [(0, 1)]), (512, [(0, 512)]), (513, [(0, 512), (512, 1)]),
+                                              (1100, [(0, 512), (512, 512), (1024, 76)]), (0, [])])
+def test_chunks_cover_the_prompt_in_order(num_tokens, want):
+    assert chunks(num_tokens) == want
+
+
+def test_prefill_graphs_need_the_kernel_ops():
+    from types import SimpleNamespace
+
+    from cupykern.llm.ops import PLAIN
+
+    with pytest.raises(ValueError, match="model: prefill graphs need the kernel ops"):
+        prefill_graph.PrefillGraphs(SimpleNamespace(ops=PLAIN), cache=None, stream=None)
+
+
+@pytest.mark.parametrize("x, w, error", [
+    (np.zeros((2, 4), np.float16), np.zeros((3, 4), np.float16), "x: expected a cupy.ndarray, got ndarray"),
+])
+def test_matmul_nt_refuses_host_arrays(x, w, error):
+    with pytest.raises(TypeError, match=error):
+        blas.matmul_nt(x, w)
+
+
+# ----------------------------------------------------------------- GPU: cuBLAS through ctypes
+DTYPES = [_dtypes.float16, _dtypes.bfloat16]
+#: Largest relative rounding of one fp16 / bf16 output (half a unit in the last place, doubled).
+OUT_ROUNDING = {np.dtype(np.float16): 2.0 ** -10, _dtypes.bfloat16: 2.0 ** -7}
+
+
+def _random(shape, dtype, seed):
+    import cupy
+
+    return cupy.asarray(np.random.default_rng(seed).standard_normal(shape).astype(np.float32)).astype(dtype)
+
+
+def _check_product(got, x, w):
+    """|got - x w^T| within one output rounding plus fp32 accumulation (K * 2^-24 of sum |x w|)."""
+    x64, w64 = (a.astype(np.float32).get().astype(np.float64) for a in (x, w))
+    want = x64 @ w64.T
+    bound = OUT_ROUNDING[got.dtype] * np.abs(want) + x64.shape[1] * 2.0 ** -23 * (np.abs(x64) @ np.abs(w64).T)
+    err = np.abs(got.astype(np.float32).get().astype(np.float64) - want)
+    assert (err <= bound).all(), f"worst error / bound {np.max(err / bound):.2f}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("m, n, k", [(1, 960, 576), (17, 576, 1536), (512, 3072, 576)])
+def test_matmul_nt_against_float64(dtype, m, n, k):
+    import cupy
+
+    x, w = _random((m, k), dtype, 1), _random((n, k), dtype, 2)
+    out = cupy.full((m, n), np.nan, dtype)  # poisoned: every element must be written
+    assert blas.matmul_nt(x, w, out) is out
+    _check_product(out, x, w)
+    _check_product(blas.matmul_nt(x, w), x, w)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_matmul_nt_takes_row_views(dtype):
+    """x as the k columns of a wider buffer (a row stride past k), out as columns of another."""
+    import cupy
+
+    wide = _random((33, 1024), dtype, 3)
+    x, w = wide[:, 128:128 + 576], _random((192, 576), dtype, 4)
+    canvas = cupy.full((33, 400), np.nan, dtype)
+    out = canvas[:, 8:200]
+    blas.matmul_nt(x, w, out)
+    _check_product(out, x, w)
+    assert cupy.isnan(canvas[:, :8]).all() and cupy.isnan(canvas[:, 200:]).all()  # nothing outside written
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("x_shape, w_shape, out_shape, error, message", [
+    ((4, 8), (3, 6), None, ValueError, "x, w: expected"),
+    ((4, 8), (3, 8), (3, 4), ValueError, "out: expected shape"),
+    ((0, 8), (3, 8), None, ValueError, "non-empty"),
+])
+def test_matmul_nt_refuses_bad_shapes(x_shape, w_shape, out_shape, error, message):
+    import cupy
+
+    x, w = cupy.zeros(x_shape, np.float16), cupy.zeros(w_shape, np.float16)
+    out = None if out_shape is None else cupy.zeros(out_shape, np.float16)
+    with pytest.raises(error, match=message):
+        blas.matmul_nt(x, w, out)
+
+
+@pytest.mark.gpu
+def test_matmul_nt_refuses_bad_dtypes_and_layouts():
+    import cupy
+
+    with pytest.raises(TypeError, match="x: expected float16 or bfloat16, got float32"):
+        blas.matmul_nt(cupy.zeros((2, 4), np.float32), cupy.zeros((3, 4), np.float32))
+    with pytest.raises(TypeError, match="w, out: expected x's dtype"):
+        blas.matmul_nt(cupy.zeros((2, 4), np.float16), cupy.zeros((3, 4), _dtypes.bfloat16))
+    with pytest.raises(ValueError, match="x: expected a 2-d array with contiguous rows"):
+        blas.matmul_nt(cupy.zeros((4, 2), np.float16).T, cupy.zeros((3, 4), np.float16))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_matmul_nt_inside_a_captured_graph(dtype):
+    """cupy.matmul raises during capture; this one is captured and each replay reads x anew."""
+    import cupy
+
+    x, w = _random((64, 576), dtype, 5), _random((960, 576), dtype, 6)
+    out = cupy.empty((64, 960), dtype)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        blas.matmul_nt(x, w, out)  # the stream's handle made before the capture
+        stream.begin_capture()
+        try:
+            blas.matmul_nt(x, w, out)
+        finally:
+            graph = stream.end_capture()
+        out.fill(np.nan)
+        x[...] = _random((64, 576), dtype, 7)
+        graph.launch(stream)
+        stream.synchronize()
+    _check_product(out, x, w)
+
+
+# ----------------------------------------------------------------- GPU: prefill graphs
+@pytest.fixture(scope="module")
+def small_models():
+    from cupykern.llm.model import LlamaModel, random_device_weights
+
+    built = {}
+
+    def get(dtype_name):
+        if dtype_name not in built:
+            built[dtype_name] = LlamaModel(random_device_weights(SMALL, _dtypes.parse(dtype_name), seed=11))
+        return built[dtype_name]
+
+    return get
+
+
+def _prefill_both_ways(model, ids, max_tokens):
+    """(graph logits, graph cache, eager logits, eager cache) of prefilling ``ids``."""
+    import cupy
+
+    cache = model.new_cache(max_tokens)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    graphs = prefill_graph.PrefillGraphs(model, cache, stream)
+    logits = graphs.run(ids)
+    stream.synchronize()
+    eager_cache = model.new_cache(max_tokens)
+    eager = model.forward(ids, eager_cache)
+    return logits, cache, eager, eager_cache, graphs
+
+
+def _relative(a, b):
+    a, b = (x.get().astype(np.float64) for x in (a, b))
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name", ["fp16", "bf16"])
+@pytest.mark.parametrize("num_tokens", [1, 9, 16, 17, 600])  # padded, full, padded, chunked 512 + 88
+def test_prefill_graph_matches_the_eager_forward(small_models, dtype_name, num_tokens):
+    model = small_models(dtype_name)
+    ids = np.random.default_rng(num_tokens).integers(0, SMALL.vocab_size, num_tokens)
+    max_tokens = num_tokens + 40  # rows past the prompt: the padding must leave them alone
+    logits, cache, eager, eager_cache, _ = _prefill_both_ways(model, ids, max_tokens)
+    assert logits.shape == (1, SMALL.vocab_size) and logits.dtype == np.float32
+    assert np.isfinite(logits.get()).all()
+    assert _relative(logits, eager) <= LOGIT_RTOL[dtype_name]
+    assert cache.length == eager_cache.length == num_tokens
+    atol = {"fp16": 0.02, "bf16": 0.1}[dtype_name]
+    for layer in range(SMALL.num_layers):
+        for got, want in ((cache.k[layer], eager_cache.k[layer]), (cache.v[layer], eager_cache.v[layer])):
+            np.testing.assert_allclose(got[:num_tokens].get().astype(np.float64),
+                                       want[:num_tokens].get().astype(np.float64), rtol=0.02, atol=atol)
+            assert not got[num_tokens:].any(), "a padding row reached the cache"
+
+
+@pytest.mark.gpu
+def test_prefill_graph_reused_reads_its_new_inputs(small_models):
+    """The second prompt of the same bucket, after the first: the second's logits, and a
+    prompt continued from a non-zero cache length (positions start there)."""
+    import cupy
+
+    model = small_models("fp16")
+    first, second = (np.random.default_rng(s).integers(0, SMALL.vocab_size, 12) for s in (1, 2))
+    cache = model.new_cache(64)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    graphs = prefill_graph.PrefillGraphs(model, cache, stream)
+    graphs.run(first)
+    cache.length = 0
+    again = graphs.run(second)
+    more = graphs.run(first[:5])  # positions 12 .. 16 after the second prompt
+    stream.synchronize()
+    eager_cache = model.new_cache(64)
+    want_second = model.forward(second, eager_cache)
+    want_more = model.forward(first[:5], eager_cache)
+    assert _relative(again, want_second) <= LOGIT_RTOL["fp16"]
+    assert _relative(more, want_more) <= LOGIT_RTOL["fp16"]
+    assert cache.length == 17 and len(graphs._graphs) == 1  # one bucket (16) served all three
+
+
+@pytest.mark.gpu
+def test_prefill_graph_checks_the_prompt(small_models):
+    import cupy
+
+    model = small_models("fp16")
+    graphs = prefill_graph.PrefillGraphs(model, model.new_cache(8), cupy.cuda.Stream(non_blocking=True))
+    with pytest.raises(ValueError):
+        graphs.run([])
+    with pytest.raises(ValueError):
+        graphs.run([SMALL.vocab_size])
+    with pytest.raises(ValueError):
+        graphs.run(list(range(9)))  # more than the cache's 8 rows
+    assert graphs.cache.length == 0
+
+
+@pytest.mark.gpu
+def test_prefill_graph_capture_leaves_the_default_pool_alone(small_models):
+    """Capture's arrays come from the graphs' own pool: the default pool's used bytes
+    (which the decode graph checks across its own capture) do not move."""
+    import cupy
+
+    model = small_models("fp16")
+    cache = model.new_cache(32)
+    graphs = prefill_graph.PrefillGraphs(model, cache, cupy.cuda.Stream(non_blocking=True))
+    pool = cupy.get_default_memory_pool()
+    used = pool.used_bytes()
+    graphs.prepare(20)
+    assert pool.used_bytes() == used
+
