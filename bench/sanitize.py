@@ -6,7 +6,8 @@
 Each op runs at 3 tokens (and 1 token) in bf16 and fp32 with its registry inputs
 (rows, heads and cos/sin tables of the default sizes, and of the presets its registry
 entry names for `cupykern check`: M-RoPE), plus misaligned and strided views
-of the row ops, so the scalar tail and vector paths both run under the checker. Exits 1
+of the row ops, so the scalar tail and vector paths both run under the checker, and
+prefill_attention on SmolLM2's heads with padding and shuffled positions. Exits 1
 if an output disagrees with the float64 reference.
 """
 
@@ -53,6 +54,21 @@ def main(families) -> None:
         result = validation.compare_array(cupykern.rms_norm(x, w), reference.rms_norm(x, w), _dtypes.bfloat16)
         failures += not result.ok
         print(f"rms_norm strided {hidden}: {result.message}")
+    # prefill_attention beyond its registry inputs: GQA 3 and head_dim 64 (SmolLM2), a
+    # partial last tile, shuffled and repeated positions, padding (-1) and positions past
+    # the cache, q a view of a fused QKV buffer.
+    for head_dim, heads, kv_heads in ((64, 9, 3), (128, 8, 2)) if chosen is None or "attention" in chosen else ():
+        for dtype in (_dtypes.bfloat16, _dtypes.float32):
+            qkv = cupy.asarray(rng.standard_normal((17, heads + 2 * kv_heads, head_dim)).astype(np.float32)).astype(dtype)
+            q = qkv[:, :heads]
+            k_cache, v_cache = (cupy.asarray(rng.standard_normal((40, kv_heads, head_dim)).astype(np.float32))
+                                .astype(dtype) for _ in range(2))
+            positions = cupy.asarray(np.r_[np.arange(20, 32), [-1, 3, 3, 39, 1000]].astype(np.int32))
+            out = cupykern.prefill_attention(q, k_cache, v_cache, positions)
+            want = reference.prefill_attention(q, k_cache, v_cache, positions)
+            result = validation.compare_array(out, want, dtype)
+            failures += not result.ok
+            print(f"prefill_attention {head_dim} {heads}/{kv_heads} {_dtypes.short_name(dtype)}: {result.message}")
     cupy.cuda.Device().synchronize()
     print(f"{failures} failure(s)")
     sys.exit(1 if failures else 0)

@@ -288,7 +288,7 @@ def _print_sweep(points: list, model_name: str, copy_gbps: float, seed: int, tun
 @click.option("--hidden-size", "sizes", callback=_positive_int_list, default=None,
               help="row sizes overriding the model's, for every chosen op (name the ops): hidden_size (norms, "
                    "softmax, row_reduce, the gemv ops' k, embedding), d (activations), head_dim (RoPE, "
-                   "rope_kv_append, decode_attention), vocab_size (sample_tokens), history length "
+                   "rope_kv_append, decode_attention, prefill_attention), vocab_size (sample_tokens), history length "
                    "(append_tokens)")
 @click.option("--dtype", "dtypes", callback=_dtype_list, default="bf16", show_default=True,
               help="storage dtypes, comma-separated: bf16, fp16, fp32 (or bfloat16, float16, float32)")

@@ -92,6 +92,7 @@ def _calls(model: models.ModelPreset, dtype, n: int):
             yield "rope_kv_append", dict(q=q, k=k, v=v, positions=positions, cos_sin_cache=table, k_cache=kv_cache,
                                          v_cache=kv_cache, is_neox=True)
             yield "decode_attention", dict(q=q, k_cache=kv_cache, v_cache=kv_cache, positions=positions)
+            yield "prefill_attention", dict(q=q, k_cache=kv_cache, v_cache=kv_cache, positions=positions)
             if n <= max(plans.GEMV_MAX_TOKENS):  # the gemv family takes decode sizes only
                 yield "rms_norm_gemv_rope_kv_append", dict(
                     x=x, norm_weight=row, qkv_weight=_c(((hq + 2 * hkv) * d, h), dtype), positions=positions,

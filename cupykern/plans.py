@@ -509,6 +509,15 @@ ATTENTION_WARPS = 16
 ATTENTION_ONE_SPLIT_ROWS = 1024
 #: Fewest cache rows a split takes when the cache is split.
 ATTENTION_MIN_SPLIT_ROWS = 256
+#: kWarps of prefill_attention_kernel (attention.cu): the warps of a block, which split
+#: the keys of the block's query rows (key tile j to warp j % kWarps). Fixed, as a row's
+#: bits depend on it (batch invariance).
+PREFILL_ATTENTION_WARPS = 4
+#: kLanesPerRow of prefill_attention_kernel: lanes holding one query row (head_dim / 2
+#: dims of q and of its accumulator each), so a block takes 16 query rows. Two lanes, not
+#: one, double the blocks of a short prefill (SmolLM2's 512 tokens x 3 heads a kv head
+#: make 96 tiles of 16) and keep head_dim 128 in registers.
+PREFILL_ATTENTION_LANES_PER_ROW = 2
 #: kSampleThreads of sample_tokens_kernel (tokens.cu).
 SAMPLE_THREADS = 1024
 #: Threads per block of rope_kv_append_kernel and embedding_kernel.
@@ -524,7 +533,7 @@ class DecodePlan:
     block_size: int
     vec_width: int = 1
     max_tokens: int | None = None  # gemv: kMaxTokens
-    rows_per_warp: int = 1  # gemv: kRowsPerWarp
+    rows_per_warp: int = 1  # gemv: kRowsPerWarp; prefill attention: query rows of a block (each warp holds all)
     ahead: int | None = None  # gemv: kAhead
     num_splits: int | None = None  # attention: cache splits (1: no combine launch)
     split_size: int | None = None  # attention: cache rows per split
@@ -583,3 +592,25 @@ def plan_attention(num_tokens: int, num_heads: int, cache_rows: int, dtype, *, l
     split_size = -(-cache_rows // num_splits)
     return DecodePlan("attention", (num_heads, num_tokens, num_splits), ATTENTION_WARPS * WARP_SIZE,
                       vec_width=_dtypes.vec_width(dtype), num_splits=num_splits, split_size=split_size)
+
+
+def plan_prefill_attention(num_tokens: int, num_heads: int, num_kv_heads: int, dtype, *, limits: DeviceLimits,
+                           overrides: dict | None = None, op: str = "prefill_attention") -> DecodePlan:
+    """Plan for prefill_attention_kernel: a block of :data:`PREFILL_ATTENTION_WARPS` warps
+    per tile of ``32 / PREFILL_ATTENTION_LANES_PER_ROW`` query rows of one kv head (a row
+    is a (token, query head of the group) pair), a 1-D grid of tiles x kv heads. The
+    shape depends on the sizes alone (the positions live on the device), so a captured
+    graph fits any positions; takes no overrides.
+
+    Raises:
+        ValueError: more blocks than the grid's x dimension holds.
+    """
+    check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
+    rows_per_tile = WARP_SIZE // PREFILL_ATTENTION_LANES_PER_ROW
+    group = num_heads // num_kv_heads
+    blocks = -(-num_tokens * group // rows_per_tile) * num_kv_heads
+    if blocks > limits.max_grid_x:
+        raise ValueError(f"q: {op} takes at most {limits.max_grid_x // num_kv_heads * rows_per_tile // group} "
+                         f"tokens per call here (the grid's x dimension), got {num_tokens}; split the call")
+    return DecodePlan("attention", (blocks, 1, 1), PREFILL_ATTENTION_WARPS * WARP_SIZE,
+                      vec_width=_dtypes.vec_width(dtype), rows_per_warp=rows_per_tile, num_splits=1)

@@ -1,23 +1,28 @@
-"""attention family: rope_kv_append, decode_attention (kernels_cu/attention.cu).
+"""attention family: rope_kv_append, decode_attention, prefill_attention (kernels_cu/attention.cu).
 
-CPU: instantiations, intake checks, the split rule, reference properties. GPU
-(marked): against the float64 reference over dtypes, head_dim 64/128, GQA groups, one
-split and several; positions out of range; replays in a captured graph with the
-position advanced on the device.
+CPU: instantiations, intake checks, the split rule, the prefill plan, reference
+properties. GPU (marked): against the float64 reference over dtypes, head_dim 64/128,
+GQA groups, one split and several; positions out of range; replays in a captured graph
+with the position advanced on the device. prefill_attention: the same, over num_tokens
+1/17/512 with consecutive, shuffled, repeated, negative and out-of-cache positions, its
+batch invariance (a row's bytes whatever the other rows of the call) and a captured graph.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 
 import cupy
 import numpy as np
 import pytest
 
 import cupykern
-from cupykern import _dtypes, plans, reference
+from cupykern import _dtypes, jit, plans, reference
+from cupykern._arrays import Sig
 from cupykern.ops import attention
-from tests.helpers import DTYPE_IDS, DTYPES, assert_close, contiguous, prepare_args, random_device
+from tests.helpers import DTYPE_IDS, DTYPES, Guarded, assert_close, contiguous, prepare_args, random_device
 
 
 def _table(rows, rotary_dim, base=10000.0):
@@ -363,3 +368,266 @@ def test_registry_sizes_of_decode_attention_are_its_head_dims():
     spec = all_specs()["decode_attention"]
     assert spec.size_error(64) is None and spec.size_error(128) is None
     assert "must be one of (64, 128)" in spec.size_error(192)
+
+
+# ----------------------------------------------------------------- prefill_attention: CPU
+def _prefill_args(**over):
+    values = dict(q=contiguous((5, 9, 64), np.float16), k_cache=contiguous((100, 3, 64), np.float16),
+                  v_cache=contiguous((100, 3, 64), np.float16), positions=contiguous((5,), np.int32), out=None,
+                  scale=None)
+    values.update(over)
+    return prepare_args("prefill_attention", **values)
+
+
+@pytest.mark.parametrize("over, error, match", [
+    (dict(q=contiguous((5, 9, 96), np.float16), k_cache=contiguous((100, 3, 96), np.float16),
+          v_cache=contiguous((100, 3, 96), np.float16)), ValueError, "q: head_dim 96 is not supported"),
+    (dict(q=contiguous((5, 9 * 64), np.float16)), ValueError, "q: expected shape"),
+    (dict(k_cache=contiguous((100, 2, 64), np.float16), v_cache=contiguous((100, 2, 64), np.float16)), ValueError,
+     r"num_kv_heads \(2\) must divide"),
+    (dict(k_cache=None), TypeError, "k_cache"),
+    (dict(v_cache=contiguous((99, 3, 64), np.float16)), ValueError, "v_cache"),
+    (dict(v_cache=contiguous((100, 3, 64), np.float32)), TypeError, "v_cache"),
+    (dict(positions=contiguous((5,), np.float32)), TypeError, "positions: expected dtype int32 or int64"),
+    (dict(positions=contiguous((4,), np.int32)), ValueError, "positions"),
+    (dict(scale=0.0), ValueError, "scale"),
+    (dict(scale=3e38), ValueError, "scale: expected a value > 0 whose product with log2"),
+    (dict(out=contiguous((5, 9, 64), np.float32)), TypeError, "out"),
+    (dict(out=contiguous((5, 9, 32), np.float16)), ValueError, "out"),
+    (dict(q=contiguous((5, 9, 64), np.float16, align=2)), ValueError, "q: prefill_attention reads 16-byte"),
+    (dict(k_cache=contiguous((100, 3, 64), np.float16, align=8)), ValueError, "k_cache: prefill_attention reads"),
+])
+def test_prefill_attention_intake_names_the_bad_argument(over, error, match):
+    with pytest.raises(error, match=match):
+        attention._prepare_prefill_attention(_prefill_args(**over))
+
+
+def test_prefill_attention_checks_as_decode_attention_does():
+    """One intake (ops/attention.py::_attention_intake): each bad argument gives the same
+    error as decode_attention's, the op's name aside; the reference raises it too."""
+    rng = np.random.default_rng(0)
+    q, cache = rng.standard_normal((3, 6, 64)), rng.standard_normal((10, 4, 64))
+    for args in ((q, cache, cache, np.array([0, 1, 2])), (q[:, :, :32], cache, cache, np.array([0, 1, 2])),
+                 (q, cache, cache, np.array([0.0, 1.0, 2.0])), (q, cache, cache[:5], np.array([0, 1, 2]))):
+        errors = []
+        for fn in (reference.decode_attention, reference.prefill_attention):
+            with pytest.raises((TypeError, ValueError)) as info:
+                fn(*args)
+            errors.append((type(info.value), str(info.value)))
+        assert errors[0] == errors[1]
+
+
+def test_prefill_attention_plan_tiles_rows_of_one_kv_head():
+    """16 query rows ((token, head-in-group) pairs) a block, tiles x kv heads in one
+    grid dimension, 4 warps; the same shape for any positions (a captured graph)."""
+    launch = attention._prepare_prefill_attention(_prefill_args(q=contiguous((512, 9, 64), _dtypes.bfloat16),
+                                                                k_cache=contiguous((512, 3, 64), _dtypes.bfloat16),
+                                                                v_cache=contiguous((512, 3, 64), _dtypes.bfloat16),
+                                                                positions=contiguous((512,), np.int64)))
+    assert launch.template is attention.PREFILL_ATTENTION
+    assert launch.template_args == ("__nv_bfloat16", "long long", 64, plans.PREFILL_ATTENTION_LANES_PER_ROW,
+                                    plans.PREFILL_ATTENTION_WARPS)
+    rows_per_tile = 32 // plans.PREFILL_ATTENTION_LANES_PER_ROW
+    assert launch.plan.grid == (-(-512 * 3 // rows_per_tile) * 3, 1, 1)
+    assert launch.plan.block == (plans.PREFILL_ATTENTION_WARPS * 32, 1, 1) and launch.plan.shared_mem_bytes == 0
+    assert launch.then is None and launch.allocate == (("out", (512, 9, 64), _dtypes.bfloat16),)
+    assert launch.scalars[:3] == (np.int32(3), np.int32(3), np.int64(512 * 3))
+    llama = plans.plan_prefill_attention(17, 32, 8, _dtypes.float16, limits=plans.H200_LIMITS)
+    assert llama.grid == (-(-17 * 4 // rows_per_tile) * 8, 1, 1)
+    assert plans.plan_prefill_attention(1, 4, 4, _dtypes.float32, limits=plans.H200_LIMITS).grid == (4, 1, 1)
+
+
+def test_prefill_attention_launches_nothing_for_zero_tokens():
+    launch = attention._prepare_prefill_attention(_prefill_args(q=contiguous((0, 9, 64), np.float16),
+                                                                positions=contiguous((0,), np.int32)))
+    assert launch.template is None and launch.returns == "out"
+
+
+def test_prefill_attention_takes_no_overrides_and_refuses_a_grid_too_large():
+    with pytest.raises(ValueError, match="do not apply to prefill_attention"):
+        attention._prepare_prefill_attention(_prefill_args(overrides={"block_size": 256}))
+    small = dataclasses.replace(plans.H200_LIMITS, max_grid_x=30)
+    # 30 blocks: 10 tiles of 16 rows a kv head, 53 tokens of 3 rows.
+    with pytest.raises(ValueError, match="q: prefill_attention takes at most 53 tokens per call here"):
+        plans.plan_prefill_attention(54, 9, 3, _dtypes.float16, limits=small)
+    assert plans.plan_prefill_attention(53, 9, 3, _dtypes.float16, limits=small).grid == (30, 1, 1)
+
+
+def test_prefill_attention_accepts_q_as_a_view_of_a_fused_qkv_buffer():
+    width = (9 + 2 * 3) * 64
+    q = Sig((512, 9, 64), (width * 2, 128, 2), np.dtype(np.float16), 0)
+    launch = attention._prepare_prefill_attention(_prefill_args(q=q, positions=contiguous((512,), np.int32)))
+    assert launch.scalars[3:5] == (np.int64(width), np.int64(64))  # q's token and head strides, in elements
+
+
+def test_prefill_attention_instantiations_compile_without_spills():
+    """Every instantiation on sm_90 (the GPU it is tuned for) keeps its registers:
+    q and the accumulator of a row's share, the tile's scores and the next tile's loads."""
+    exprs = attention.instantiations()[attention.PREFILL_ATTENTION]
+    assert len(exprs) == len(_dtypes.DTYPES) * len(_dtypes.INDEX_C_TYPES) * len(attention.HEAD_DIMS)
+    _, log = jit.nvrtc_compile("attention.cu", exprs, "90", ["--ptxas-options=-v"])
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
+    assert len(spills) == len(exprs) and not any(spills), log
+
+
+def test_covering_set_plans_prefill_attention():
+    from cupykern import covering
+
+    picked = covering.planned([cupykern.models.get("smollm2-135m")], num_tokens=[64])["attention.cu"]
+    assert any(e.startswith("prefill_attention_kernel<") and ", 64, " in e for e in picked)
+
+
+def test_reference_prefill_attention_is_decode_attention():
+    rng = np.random.default_rng(0)
+    q, keys, values = rng.standard_normal((6, 6, 64)), rng.standard_normal((9, 2, 64)), rng.standard_normal((9, 2, 64))
+    positions = np.array([3, -1, 0, 8, 100, 3])
+    got = reference.prefill_attention(q, keys, values, positions, scale=0.3)
+    np.testing.assert_array_equal(got, reference.decode_attention(q, keys, values, positions, scale=0.3))
+    assert not got[1].any()
+    np.testing.assert_array_equal(got[4], reference.decode_attention(q[4:5], keys, values, np.array([8]),
+                                                                     scale=0.3)[0])
+
+
+def test_registry_has_prefill_attention_at_consecutive_positions():
+    from cupykern.registry import all_specs
+
+    spec = all_specs()["prefill_attention"]
+    assert spec.family == "attention" and spec.sizes == attention.HEAD_DIMS
+    assert "must be one of (64, 128)" in spec.size_error(96)
+
+
+# ----------------------------------------------------------------- prefill_attention: GPU
+def _prefill_case(rng, dtype, num_tokens, head_dim, num_heads, num_kv_heads, rows, positions):
+    q = random_device(rng, (num_tokens, num_heads, head_dim), dtype)
+    k_cache = random_device(rng, (rows, num_kv_heads, head_dim), dtype)
+    v_cache = random_device(rng, (rows, num_kv_heads, head_dim), dtype)
+    return q, k_cache, v_cache, cupy.asarray(positions)
+
+
+def _positions(rng, kind, num_tokens, rows, index_dtype=np.int32):
+    """consecutive: a prompt at the end of the cache; shuffled: any order, repeats allowed,
+    with padding (-1) and positions past the cache."""
+    if kind == "consecutive":
+        return np.arange(rows - num_tokens, rows, dtype=index_dtype)
+    p = rng.integers(0, rows, num_tokens).astype(index_dtype)
+    if num_tokens > 2:
+        p[rng.choice(num_tokens, 2, replace=False)] = (-1, rows + 7)
+    return p
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("head_dim", attention.HEAD_DIMS)
+@pytest.mark.parametrize("num_heads, num_kv_heads", [(9, 3), (32, 8), (4, 4)])
+@pytest.mark.parametrize("num_tokens", [1, 17, 512])
+@pytest.mark.parametrize("kind", ["consecutive", "shuffled"])
+def test_prefill_attention_against_float64(rng, dtype, head_dim, num_heads, num_kv_heads, num_tokens, kind):
+    rows = num_tokens + 40
+    positions = _positions(rng, kind, num_tokens, rows, np.int64 if kind == "shuffled" else np.int32)
+    q, k_cache, v_cache, positions = _prefill_case(rng, dtype, num_tokens, head_dim, num_heads, num_kv_heads, rows,
+                                                   positions)
+    out = Guarded(q.shape, dtype)  # poisoned, strided, margins checked
+    result = cupykern.prefill_attention(q, k_cache, v_cache, positions, out=out.view)
+    assert result is out.view
+    want = reference.prefill_attention(q, k_cache, v_cache, positions)
+    assert_close(out.view, want, dtype, seed=rng.seed)
+    out.check_margins()
+    empty = positions.get() < 0
+    assert not out.view[cupy.asarray(empty)].get().astype(np.float32).any()  # exact zeros
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_prefill_attention_of_padding_rows_is_exactly_zero(rng, dtype):
+    """The caller pads with -1: those rows attend to nothing, whatever their neighbours."""
+    q, k_cache, v_cache, _ = _prefill_case(rng, dtype, 40, 64, 9, 3, 64, np.zeros(1))
+    positions = cupy.asarray(np.where(np.arange(40) % 3 == 1, -1, np.arange(40)).astype(np.int32))
+    out = cupykern.prefill_attention(q, k_cache, v_cache, positions)
+    got = out.get().view(np.uint16 if np.dtype(dtype).itemsize == 2 else np.uint32)
+    assert not got[1::3].any()  # +0.0 bits
+    assert_close(out, reference.prefill_attention(q, k_cache, v_cache, positions), dtype, seed=rng.seed)
+
+
+@pytest.mark.gpu
+def test_prefill_attention_clamps_positions_past_the_cache(rng):
+    dtype = _dtypes.float16
+    q = cupy.concatenate([random_device(rng, (1, 8, 128), dtype)] * 3)  # one query, thrice
+    k_cache, v_cache = (random_device(rng, (300, 2, 128), dtype) for _ in range(2))
+    positions = cupy.asarray([2**63 - 1, 299, 10**6], np.int64)
+    out = cupykern.prefill_attention(q, k_cache, v_cache, positions)
+    assert_close(out, reference.prefill_attention(q, k_cache, v_cache, positions), dtype, seed=rng.seed)
+    np.testing.assert_array_equal(out[0].get(), out[1].get())
+    np.testing.assert_array_equal(out[2].get(), out[1].get())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("head_dim, num_heads, num_kv_heads", [(64, 9, 3), (128, 32, 8)])
+def test_prefill_attention_batch_invariant(rng, dtype, head_dim, num_heads, num_kv_heads):
+    """A row's bytes depend on its position, its q row and the cache alone: the prompt's
+    512 rows in one call, one by one, in calls of 17 with other neighbours (reversed,
+    mixed with padding and random positions) all give the same bytes."""
+    rows = 600
+    q, k_cache, v_cache, positions = _prefill_case(rng, dtype, 512, head_dim, num_heads, num_kv_heads, rows,
+                                                   np.arange(512, dtype=np.int32) + 50)
+    whole = cupykern.prefill_attention(q, k_cache, v_cache, positions).get()
+    picks = [np.arange(0, 512, 37), np.arange(511, 494, -1), rng.choice(512, 17, replace=False)]
+    for take in picks:
+        got = cupykern.prefill_attention(q[take], k_cache, v_cache, positions[take]).get()
+        np.testing.assert_array_equal(got.view(np.uint8), whole[take].view(np.uint8))
+    for t in (0, 1, 255, 511):
+        got = cupykern.prefill_attention(q[t:t + 1], k_cache, v_cache, positions[t:t + 1]).get()
+        np.testing.assert_array_equal(got.view(np.uint8), whole[t:t + 1].view(np.uint8))
+    # Neighbours with other positions (longer and shorter key ranges, padding) in the tile.
+    take = np.arange(100, 117)
+    mixed_q = cupy.concatenate([q[take], random_device(rng, (20, num_heads, head_dim), dtype)])
+    mixed_positions = cupy.concatenate([positions[take], cupy.asarray(
+        np.r_[rng.integers(0, rows, 18), -1, 10**6].astype(np.int32))])
+    order = rng.permutation(37)
+    got = cupykern.prefill_attention(mixed_q[order], k_cache, v_cache, mixed_positions[order]).get()
+    np.testing.assert_array_equal(got[np.argsort(order)[:17]].view(np.uint8), whole[take].view(np.uint8))
+
+
+@pytest.mark.gpu
+def test_prefill_attention_reads_q_from_a_fused_qkv_buffer(rng):
+    dtype = _dtypes.bfloat16
+    qkv = random_device(rng, (33, 9 + 2 * 3, 64), dtype)
+    q = qkv[:, :9]
+    k_cache, v_cache = (random_device(rng, (40, 3, 64), dtype) for _ in range(2))
+    positions = cupy.arange(33, dtype=np.int32)
+    out = cupykern.prefill_attention(q, k_cache, v_cache, positions)
+    assert_close(out, reference.prefill_attention(q, k_cache, v_cache, positions), dtype, seed=rng.seed)
+    np.testing.assert_array_equal(out.get(), cupykern.prefill_attention(q.copy(), k_cache, v_cache, positions).get())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_dim", attention.HEAD_DIMS)
+def test_prefill_attention_replays_in_a_captured_graph(rng, head_dim):
+    """Captured once, replayed with new q, cache and positions written in place (the
+    positions read on the device): each replay equals an eager call."""
+    dtype = _dtypes.float16
+    num_tokens, rows = 70, 128
+    q = cupy.empty((num_tokens, 9, head_dim), dtype)
+    k_cache, v_cache = cupy.empty((rows, 3, head_dim), dtype), cupy.empty((rows, 3, head_dim), dtype)
+    positions = cupy.zeros(num_tokens, np.int32)
+    out = cupy.empty_like(q)
+    steps = []
+    for start in (0, 30, -5):
+        p = np.arange(start, start + num_tokens).astype(np.int32)  # the last has padding rows (-5 .. -1)
+        steps.append((random_device(rng, q.shape, dtype), random_device(rng, k_cache.shape, dtype),
+                      random_device(rng, v_cache.shape, dtype), cupy.asarray(p)))
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        cupykern.prefill_attention(q, k_cache, v_cache, positions, out=out)  # compiles before the capture
+        stream.begin_capture()
+        cupykern.prefill_attention(q, k_cache, v_cache, positions, out=out)
+        graph = stream.end_capture()
+        for sq, sk, sv, sp in steps:
+            q[...], k_cache[...], v_cache[...], positions[...] = sq, sk, sv, sp
+            out[...] = np.nan
+            graph.launch(stream=stream)
+            replayed = out.get()
+            eager = cupykern.prefill_attention(sq, sk, sv, sp).get()
+            np.testing.assert_array_equal(replayed, eager)
+            assert_close(replayed, reference.prefill_attention(sq, sk, sv, sp), dtype, seed=rng.seed)
+        stream.synchronize()

@@ -1,6 +1,7 @@
-"""The KV-cache side of a decode step (kernels_cu/attention.cu): rope_kv_append, decode_attention.
+"""The KV-cache side of a decode step (kernels_cu/attention.cu): rope_kv_append,
+decode_attention; and a prompt's attention over the cache, prefill_attention.
 
-Both read token positions from a device array, so a captured CUDA graph replays them
+All read token positions from a device array, so a captured CUDA graph replays them
 step after step while the graph itself advances the position (see
 :func:`cupykern.append_tokens`); the cache is a static ``(max_tokens, num_kv_heads,
 head_dim)`` buffer per layer, as FlashInfer's and vLLM's non-paged layouts.
@@ -9,6 +10,7 @@ head_dim)`` buffer per layer, as FlashInfer's and vLLM's non-paged layouts.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -16,11 +18,14 @@ from cupykern import _arrays, _dtypes, launcher, plans
 from cupykern.jit import KernelTemplate
 from cupykern.ops import rope as _rope
 
-__all__ = ["decode_attention", "rope_kv_append"]
+__all__ = ["decode_attention", "prefill_attention", "rope_kv_append"]
 
 ROPE_KV_APPEND = KernelTemplate("attention.cu", "rope_kv_append_kernel", dependent_launch=True)
 DECODE_ATTENTION = KernelTemplate("attention.cu", "decode_attention_kernel", dependent_launch=True)
 ATTENTION_COMBINE = KernelTemplate("attention.cu", "attention_combine_kernel", dependent_launch=True)
+# A plain launch: the prefill is one graph node among large GEMMs, where a dependent
+# launch gains little (its kernel has no start_dependent_part()).
+PREFILL_ATTENTION = KernelTemplate("attention.cu", "prefill_attention_kernel")
 
 #: head_dim values decode_attention is compiled for.
 HEAD_DIMS = (64, 128)
@@ -37,7 +42,10 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
     attention = [DECODE_ATTENTION.expr(_dtypes.c_type(d), idx, hd, split, plans.ATTENTION_WARPS)
                  for d in _dtypes.DTYPES for idx in _dtypes.INDEX_C_TYPES.values() for hd in HEAD_DIMS for split in (False, True)]
     combine = [ATTENTION_COMBINE.expr(_dtypes.c_type(d), hd) for d in _dtypes.DTYPES for hd in HEAD_DIMS]
-    return {ROPE_KV_APPEND: rope, DECODE_ATTENTION: attention, ATTENTION_COMBINE: combine}
+    prefill = [PREFILL_ATTENTION.expr(_dtypes.c_type(d), idx, hd, plans.PREFILL_ATTENTION_LANES_PER_ROW,
+                                      plans.PREFILL_ATTENTION_WARPS)
+               for d in _dtypes.DTYPES for idx in _dtypes.INDEX_C_TYPES.values() for hd in HEAD_DIMS]
+    return {ROPE_KV_APPEND: rope, DECODE_ATTENTION: attention, ATTENTION_COMBINE: combine, PREFILL_ATTENTION: prefill}
 
 
 # ----------------------------------------------------------------- intake
@@ -137,7 +145,26 @@ def _scale(value, head_dim: int) -> np.float32:
     return scale
 
 
-def _prepare_decode_attention(a: launcher.Args) -> launcher.Launch:
+class _AttentionCall(NamedTuple):
+    """What :func:`_attention_intake` checked: the signatures and head geometries of a
+    decode_attention or prefill_attention call."""
+
+    q: _arrays.Sig
+    qh: _arrays.Heads
+    kc: _arrays.Heads
+    vc: _arrays.Heads
+    positions: _arrays.Sig
+    scale: np.float32
+    out: _arrays.Sig
+    oh: _arrays.Heads
+    allocate: tuple
+    disjoint: tuple
+    num_kv_heads: int
+
+
+def _attention_intake(a: launcher.Args, op: str, max_tokens: int | None) -> _AttentionCall:
+    """The argument checks decode_attention and prefill_attention share (``op`` names the
+    op in messages; ``max_tokens``: the most tokens it takes, None for no limit)."""
     q = a.q
     qh = _arrays.heads(q, "q")
     if len(q.shape) != 3:
@@ -156,8 +183,8 @@ def _prepare_decode_attention(a: launcher.Args) -> launcher.Launch:
     if vc.num_tokens != kc.num_tokens:
         raise ValueError(f"v_cache: expected shape {tuple(kc_sig.shape)} (as k_cache), got {tuple(v_cache.shape)}")
     positions = _positions(a.positions, qh.num_tokens)
-    if qh.num_tokens > MAX_TOKENS:
-        raise ValueError(f"q: decode_attention takes at most {MAX_TOKENS} tokens per call (the grid's y dimension), "
+    if max_tokens is not None and qh.num_tokens > max_tokens:
+        raise ValueError(f"q: {op} takes at most {max_tokens} tokens per call (the grid's y dimension), "
                          f"got {qh.num_tokens}; split the call")
     scale = _scale(a.scale, qh.head_dim)
     out, allocate = launcher.output(a.out, "out", q.shape, q.dtype)
@@ -169,9 +196,15 @@ def _prepare_decode_attention(a: launcher.Args) -> launcher.Launch:
                                ("k_cache", k_cache, (kc.token_stride, kc.head_stride)),
                                ("v_cache", v_cache, (vc.token_stride, vc.head_stride))):
         if not _arrays.vector_aligned(vw, *[(sig, s) for s in strides]):
-            raise ValueError(f"{name}: decode_attention reads 16-byte vectors: the address and the token and head "
+            raise ValueError(f"{name}: {op} reads 16-byte vectors: the address and the token and head "
                              f"strides must be multiples of 16 bytes")
     disjoint = tuple(launcher.Disjoint(r, "out") for r in ("q", "k_cache", "v_cache", "positions"))
+    return _AttentionCall(q, qh, kc, vc, positions, scale, out, oh, allocate, disjoint, num_kv_heads)
+
+
+def _prepare_decode_attention(a: launcher.Args) -> launcher.Launch:
+    q, qh, kc, vc, positions, scale, out, oh, allocate, disjoint, num_kv_heads = _attention_intake(
+        a, "decode_attention", MAX_TOKENS)
     workspace = a.workspace
     if workspace is not None:  # checked whether or not this device's plan splits the cache
         _arrays.check_dtype(workspace, _dtypes.float32, "workspace", "float32")
@@ -218,6 +251,26 @@ def _prepare_decode_attention(a: launcher.Args) -> launcher.Launch:
         allocate=allocate, returns="out", disjoint=disjoint, then=then)
 
 
+def _prepare_prefill_attention(a: launcher.Args) -> launcher.Launch:
+    q, qh, kc, vc, positions, scale, out, oh, allocate, disjoint, num_kv_heads = _attention_intake(
+        a, "prefill_attention", None)
+    if qh.num_tokens == 0 or qh.num_heads == 0:
+        return launcher.Launch(None, allocate=allocate, returns="out")
+    plan = plans.plan_prefill_attention(qh.num_tokens, qh.num_heads, num_kv_heads, q.dtype, limits=a.limits,
+                                        overrides=a.overrides)
+    group = qh.num_heads // num_kv_heads
+    scale_log2 = np.float32(float(scale) * math.log2(math.e))  # the kernel works in base 2 (exp2f)
+    return launcher.Launch(
+        PREFILL_ATTENTION, (_dtypes.c_type(q.dtype), _dtypes.INDEX_C_TYPES[positions.dtype], qh.head_dim,
+                            plans.WARP_SIZE // plan.rows_per_warp, plan.block_size // plans.WARP_SIZE), plan,
+        pointers=("out", "q", "k_cache", "v_cache", "positions"),
+        scalars=(np.int32(group), np.int32(num_kv_heads),
+                 *map(np.int64, (qh.num_tokens * group, qh.token_stride, qh.head_stride, kc.token_stride,
+                                 kc.head_stride, vc.token_stride, vc.head_stride, oh.token_stride, oh.head_stride,
+                                 kc.num_tokens)), scale_log2),
+        allocate=allocate, returns="out", disjoint=disjoint)
+
+
 def workspace_size(num_tokens: int, num_heads: int, head_dim: int, max_tokens: int, *, limits=None) -> int:
     """float32 elements of the ``workspace`` decode_attention needs for these sizes (0 when
     it runs unsplit). ``max_tokens``: the cache's rows (``k_cache.shape[0]``). ``limits``:
@@ -246,6 +299,8 @@ _ROPE_KV_APPEND = launcher.Op("rope_kv_append",
 _DECODE_ATTENTION = launcher.Op("decode_attention",
                                 arrays=("q", "k_cache", "v_cache", "positions", "out", "workspace"),
                                 scalars=("scale",), prepare=_prepare_decode_attention, plan_kind="attention")
+_PREFILL_ATTENTION = launcher.Op("prefill_attention", arrays=("q", "k_cache", "v_cache", "positions", "out"),
+                                 scalars=("scale",), prepare=_prepare_prefill_attention, plan_kind="attention")
 
 
 # ----------------------------------------------------------------- public API
@@ -353,3 +408,60 @@ def decode_attention(q, k_cache, v_cache, positions, *, scale=None, out=None, wo
         (arXiv:1805.02867); Ainslie et al., "GQA", 2023 (arXiv:2305.13245).
     """
     return _DECODE_ATTENTION((q, k_cache, v_cache, positions, out, workspace), (scale,))
+
+
+def prefill_attention(q, k_cache, v_cache, positions, *, scale=None, out=None):
+    """Causal grouped-query attention of many tokens over a KV cache at once (a prompt's
+    prefill; flash-attention tiles).
+
+    ``out[t, h] = sum_{p <= positions[t]} softmax_p(scale * q[t, h] . k_cache[p, g]) v_cache[p, g]``
+    with ``g = h // (num_heads // num_kv_heads)``: :func:`decode_attention`'s contract
+    and math, for any number of tokens. Token ``t`` attends to cache rows ``0 ..
+    positions[t]`` (its own row included: append the prompt's k and v first, e.g. with
+    :func:`rope_kv_append`). fp32 math, one rounding to q's dtype. Positions may come in
+    any order and need not be consecutive; consecutive ones are fastest (a block's rows
+    then share their key range).
+
+    Parameters:
+        q: device array ``(num_tokens, num_heads, head_dim)``, float16, bfloat16 or
+            float32, head_dim 64 or 128; token and head strides multiples of 16 bytes
+            (q may be a view of a fused QKV buffer).
+        k_cache, v_cache: ``(max_tokens, num_kv_heads, head_dim)`` of q's dtype,
+            num_kv_heads dividing num_heads; strides multiples of 16 bytes.
+        positions: ``(num_tokens,)`` int32 or int64 on the device (read by the kernel,
+            never by the host, so a captured graph sees the values of each replay).
+            Rows past ``max_tokens - 1`` are clamped to the cache; a negative position
+            (a padding row) attends to nothing: its output is 0.
+        scale: the logit scale, default ``1 / sqrt(head_dim)``; > 0 and below about
+            2.359e38 (its product with log2(e) must be a finite float32).
+        out: optional ``(num_tokens, num_heads, head_dim)`` of q's dtype (a captured
+            graph must pass it: nothing else is allocated).
+
+    Returns:
+        ``out`` (allocated if not given).
+
+    Mutates: ``out`` only.
+
+    Raises:
+        TypeError: a non-device array; dtypes that differ or are unsupported; positions
+            not int32/int64.
+        ValueError: shapes that disagree; an unsupported head_dim; num_kv_heads not
+            dividing num_heads; misaligned strides; a bad ``scale``; ``out`` overlapping
+            an input; more tokens than the grid holds (about 2**31 / num_heads x 16).
+
+    Notes:
+        A block holds 16 query rows ((token, head) pairs of one kv head) and its 4 warps
+        split the keys up to the block's largest position in fixed tiles (tile j to warp
+        j % 4); each warp runs the online softmax in base 2 (``exp2f`` of logits times
+        ``scale * log2(e)``) over its tiles, skipping a row's keys past its position, and
+        the warps' states merge in warp order. A row's result is therefore the same bits
+        whatever the other tokens of the call (batch invariant); the bits may differ from
+        :func:`decode_attention`'s (another summation order). Safe under CUDA-graph
+        capture (no allocation given ``out``, no host synchronisation).
+
+    References:
+        Dao et al., "FlashAttention", 2022 (arXiv:2205.14135); Milakov & Gimelshein,
+        "Online normalizer calculation for softmax", 2018 (arXiv:1805.02867); Ainslie et
+        al., "GQA", 2023 (arXiv:2305.13245).
+    """
+    return _PREFILL_ATTENTION((q, k_cache, v_cache, positions, out), (scale,))

@@ -1,4 +1,5 @@
-"""float64 references of kernels_cu/attention.cu: rope_kv_append, decode_attention.
+"""float64 references of kernels_cu/attention.cu: rope_kv_append, decode_attention,
+prefill_attention.
 
 Each checks its arguments with its kernel's own checks (reference/_common.py) first.
 """
@@ -14,7 +15,7 @@ from cupykern.reference._common import check, f64, host
 from cupykern.ops import attention as _attention_ops
 from cupykern.reference.rope import apply_rope
 
-__all__ = ["decode_attention", "rope_kv_append"]
+__all__ = ["decode_attention", "prefill_attention", "rope_kv_append"]
 
 
 def rope_kv_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, *, is_neox=True, check_positions=True):
@@ -52,6 +53,19 @@ def decode_attention(q, k_cache, v_cache, positions, *, scale=None, out=None, wo
     defaults to ``1 / sqrt(head_dim)`` (Vaswani et al. 2017; GQA, arXiv:2305.13245)."""
     check("decode_attention", q=q, k_cache=k_cache, v_cache=v_cache, positions=positions, out=out, workspace=workspace,
           scale=scale)
+    return attend(q, k_cache, v_cache, positions, scale)
+
+
+def prefill_attention(q, k_cache, v_cache, positions, *, scale=None, out=None) -> np.ndarray:
+    """:func:`decode_attention`'s float64 math (the same result for any tokens), after
+    prefill_attention's own argument checks."""
+    check("prefill_attention", q=q, k_cache=k_cache, v_cache=v_cache, positions=positions, out=out, scale=scale)
+    return attend(q, k_cache, v_cache, positions, scale)
+
+
+def attend(q, k_cache, v_cache, positions, scale=None) -> np.ndarray:
+    """The attention of :func:`decode_attention` and :func:`prefill_attention` in float64,
+    without argument checks."""
     q, keys, values = f64(q), f64(k_cache), f64(v_cache)
     num_tokens, num_heads, head_dim = q.shape
     group = num_heads // keys.shape[1]

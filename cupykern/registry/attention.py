@@ -1,10 +1,11 @@
-"""Op specs of the attention family (rope_kv_append, decode_attention).
+"""Op specs of the attention family (rope_kv_append, decode_attention, prefill_attention).
 
 The size is head_dim (64 or 128). Without a model: Llama-3 8B's 32 query and 8
 key/value heads, rope_theta 500000; with a preset, its heads and rope constants. The
 cache holds CACHE_ROWS positions (more than decode_attention's one-split limit, so the
 split path and its combine run); positions are distinct (two tokens writing one cache
-row would race) and drawn below it.
+row would race) and drawn below it. prefill_attention's tokens are a prompt's: the
+consecutive positions 0 .. num_tokens - 1 of a cache of at least PREFILL_CACHE_ROWS rows.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from cupykern.registry import OpSpec, nbytes, random_device
 from cupykern.registry.rope import BASE, NUM_KV_HEADS, NUM_Q_HEADS, _host_cache
 
 CACHE_ROWS = 2048
+PREFILL_CACHE_ROWS = 512
 
 
 def _heads(model, head_dim):
@@ -104,4 +106,37 @@ DECODE_ATTENTION = OpSpec(
     token_inputs=("q", "positions"), min_size=64, size_multiple=64, sizes=attention.HEAD_DIMS,
 )
 
-SPECS = (ROPE_KV_APPEND, DECODE_ATTENTION)
+def _prefill_inputs(rng, num_tokens, head_dim, dtype, model=None):
+    import cupy
+
+    q_heads, kv_heads, _, _, _ = _heads(model, head_dim)
+    rows = max(PREFILL_CACHE_ROWS, num_tokens)
+    return {
+        "q": random_device(rng, (num_tokens, q_heads, head_dim), dtype),
+        "k_cache": random_device(rng, (rows, kv_heads, head_dim), dtype),
+        "v_cache": random_device(rng, (rows, kv_heads, head_dim), dtype),
+        "positions": cupy.arange(num_tokens, dtype=np.int32), "out": None,
+    }
+
+
+def _prefill_bytes(i) -> int:
+    """q read, out written, and the cache rows up to the largest position read once."""
+    import cupy
+
+    if i["positions"].size == 0:
+        return 2 * nbytes(i["q"])
+    length = min(int(cupy.max(i["positions"]).get()) + 1, i["k_cache"].shape[0])
+    row_bytes = 2 * i["k_cache"].shape[1] * i["k_cache"].shape[2] * i["k_cache"].itemsize
+    return 2 * nbytes(i["q"]) + max(0, length) * row_bytes
+
+
+PREFILL_ATTENTION = OpSpec(
+    name="prefill_attention", family="attention", size_name="head_dim", make_inputs=_prefill_inputs,
+    run=lambda i: (attention.prefill_attention(i["q"], i["k_cache"], i["v_cache"], i["positions"],
+                                               out=i.get("out")),),
+    reference=lambda i: (reference.prefill_attention(i["q"], i["k_cache"], i["v_cache"], i["positions"]),),
+    min_bytes=_prefill_bytes, output_dtypes=lambda i: (i["q"].dtype,), check_sizes=(128,), model_aware=True,
+    token_inputs=("q", "positions"), min_size=64, size_multiple=64, sizes=attention.HEAD_DIMS,
+)
+
+SPECS = (ROPE_KV_APPEND, DECODE_ATTENTION, PREFILL_ATTENTION)
