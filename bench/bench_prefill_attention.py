@@ -21,8 +21,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cupykern  # noqa: E402
-from bench.common import require_gpu  # noqa: E402
-from cupykern import _dtypes, launcher, plans, reference, timing, validation  # noqa: E402
+from bench.common import DEFAULT_SEED, require_gpu, save  # noqa: E402
+from cupykern import _dtypes, environment, launcher, plans, reference, sweep, timing, validation  # noqa: E402
 
 #: (label, num_tokens, num_heads, num_kv_heads, head_dim)
 SHAPES = (("smollm2-135m", 512, 9, 3, 64), ("llama-3.1-8b", 512, 32, 8, 128), ("llama-3.1-8b", 2048, 32, 8, 128))
@@ -38,12 +38,16 @@ def _fits(lanes: int, warps: int, head_dim: int) -> bool:
 @click.command(help=__doc__.splitlines()[0])
 @click.option("--variants", is_flag=True, help="also time other (lanes per row, warps) choices")
 @click.option("--dtype", "dtype_name", default="bf16", show_default=True)
-def main(variants, dtype_name) -> None:
+@click.option("--seed", default=DEFAULT_SEED, show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Also write the JSON here (it always goes to bench/results/).")
+def main(variants, dtype_name, seed, out_dir) -> None:
     require_gpu("bench_prefill_attention.py", "times prefill_attention")
     import cupy
 
     dtype = _dtypes.parse(dtype_name)
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
+    points = []
     saved = plans.PREFILL_ATTENTION_LANES_PER_ROW, plans.PREFILL_ATTENTION_WARPS
     print(f"{'shape':34s} {'kernel':28s} {'us/call':>9s}  check")
     for label, n, heads, kv_heads, head_dim in SHAPES:
@@ -75,9 +79,15 @@ def main(variants, dtype_name) -> None:
                 check = validation.compare_array(out[rows], want, dtype)
                 t = timing.time_graph(call, ops_per_graph=20)
                 print(f"{shape:34s} {name:28s} {t.median_us:9.1f}  {check.message}")
+                points.append({"model": label, "num_tokens": n, "num_heads": heads, "num_kv_heads": kv_heads,
+                               "head_dim": head_dim, "kernel": name, "median_us": t.median_us,
+                               "check_ok": check.ok, "check": check.message})
             finally:
                 plans.PREFILL_ATTENTION_LANES_PER_ROW, plans.PREFILL_ATTENTION_WARPS = saved
                 launcher.clear_caches()
+    result = {"format": sweep.RESULT_FORMAT, "suite": f"prefill_attention_{dtype_name}", "dtype": dtype_name,
+              "seed": seed, "points": points, "environment": environment.describe()}
+    print(f"wrote {save(result, Path(out_dir) if out_dir else None)}")
 
 
 if __name__ == "__main__":
