@@ -71,6 +71,76 @@ def test_matmul_nt_refuses_host_arrays(x, w, error):
         blas.matmul_nt(x, w)
 
 
+class _FakeCupyArray:
+    """What matmul_nt reads of a cupy.ndarray (shape, strides, dtype, ndim, data.ptr)."""
+
+    def __init__(self, shape, dtype=np.float16, ptr=1 << 20, strides=None):
+        from types import SimpleNamespace
+
+        self.shape, self.dtype, self.ndim = tuple(shape), np.dtype(dtype), len(shape)
+        item = self.dtype.itemsize
+        self.strides = (shape[1] * item, item) if strides is None else tuple(strides)
+        self.data = SimpleNamespace(ptr=ptr)
+
+
+@pytest.fixture
+def fake_cupy_arrays(monkeypatch):
+    """matmul_nt's argument checks on the CPU: _FakeCupyArray stands for cupy.ndarray, and
+    reaching cuBLAS (past every check) raises AssertionError."""
+    import cupy
+
+    def reached(stream):
+        raise AssertionError("the call reached cuBLAS")
+
+    monkeypatch.setattr(cupy, "ndarray", _FakeCupyArray)
+    monkeypatch.setattr(cupy.cuda, "get_current_stream", lambda: type("S", (), {"ptr": 0})())
+    monkeypatch.setattr(blas, "_handle", reached)
+    return _FakeCupyArray
+
+
+def test_matmul_nt_names_a_missing_x_or_w(fake_cupy_arrays):
+    w = fake_cupy_arrays((3, 4))
+    with pytest.raises(TypeError, match="x: expected a cupy.ndarray, got NoneType"):
+        blas.matmul_nt(None, w)
+    with pytest.raises(TypeError, match="w: expected a cupy.ndarray, got NoneType"):
+        blas.matmul_nt(w, None)
+
+
+def test_matmul_nt_refuses_out_overlapping_an_input(fake_cupy_arrays):
+    """cuBLAS would read x or w while writing out over it: refused, except column slices
+    of one buffer whose rows interleave."""
+    fa = fake_cupy_arrays
+    x, w = fa((4, 4), ptr=1 << 20), fa((4, 4), ptr=1 << 30)
+    for out, name in ((fa((4, 4), ptr=1 << 20), "x"), (fa((4, 4), ptr=1 << 30), "w"),
+                      (fa((4, 4), ptr=(1 << 20) + 30), "x"), (fa((4, 4), ptr=(1 << 30) - 2), "w")):
+        with pytest.raises(ValueError, match=f"out overlaps {name} in memory"):
+            blas.matmul_nt(x, w, out)
+    wide_x = fa((4, 4), ptr=1 << 20, strides=(16, 2))  # columns 0..3 of a (4, 8) buffer
+    with pytest.raises(ValueError, match="out overlaps x in memory"):  # columns 3..6: one shared
+        blas.matmul_nt(wide_x, w, fa((4, 4), ptr=(1 << 20) + 6, strides=(16, 2)))
+    with pytest.raises(AssertionError, match="reached cuBLAS"):  # columns 4..7: disjoint
+        blas.matmul_nt(wide_x, w, fa((4, 4), ptr=(1 << 20) + 8, strides=(16, 2)))
+
+
+def test_matmul_nt_refuses_sizes_past_cublas_int(fake_cupy_arrays):
+    """cublasGemmEx takes int sizes and leading dimensions: ctypes would wrap 2**32 + 64
+    to 64 (another row's data read, silently)."""
+    fa = fake_cupy_arrays
+    w, out = fa((4, 64), ptr=1 << 40), fa((2, 4), ptr=1 << 41)
+    with pytest.raises(ValueError, match="cuBLAS takes sizes and row strides up to 2147483647 elements, got x's "
+                                         "row stride 4294967360"):
+        blas.matmul_nt(fa((2, 64), strides=(2 * (2**32 + 64), 2)), w, out)
+    with pytest.raises(ValueError, match=r"got x.shape\[1\] 2147483648"):
+        blas.matmul_nt(fa((1, 2**31)), fa((1, 2**31), ptr=1 << 40), fa((1, 1), ptr=1 << 45))
+
+
+def test_matmul_nt_takes_one_row_of_any_row_stride(fake_cupy_arrays):
+    """``v[None]`` has row stride 0: one row needs none (cuBLAS gets in_features)."""
+    fa = fake_cupy_arrays
+    with pytest.raises(AssertionError, match="reached cuBLAS"):
+        blas.matmul_nt(fa((1, 64), strides=(0, 2)), fa((4, 64), ptr=1 << 40), fa((1, 4), ptr=1 << 41))
+
+
 # ----------------------------------------------------------------- GPU: cuBLAS through ctypes
 DTYPES = [_dtypes.float16, _dtypes.bfloat16]
 #: Largest relative rounding of one fp16 / bf16 output (half a unit in the last place, doubled).
@@ -145,6 +215,21 @@ def test_matmul_nt_refuses_bad_dtypes_and_layouts():
         blas.matmul_nt(cupy.zeros((2, 4), np.float16), cupy.zeros((3, 4), _dtypes.bfloat16))
     with pytest.raises(ValueError, match="x: expected a 2-d array with contiguous rows"):
         blas.matmul_nt(cupy.zeros((4, 2), np.float16).T, cupy.zeros((3, 4), np.float16))
+
+
+@pytest.mark.gpu
+def test_matmul_nt_refuses_out_over_an_input_and_takes_a_broadcast_row():
+    import cupy
+
+    x, w = _random((8, 8), np.float16, 8), _random((8, 8), np.float16, 9)
+    before = x.copy()
+    with pytest.raises(ValueError, match="out overlaps x in memory"):
+        blas.matmul_nt(x, w, out=x)
+    with pytest.raises(ValueError, match="out overlaps w in memory"):
+        blas.matmul_nt(x, w, out=w)
+    cupy.testing.assert_array_equal(x, before)
+    row = _random((8,), np.float16, 10)
+    _check_product(blas.matmul_nt(row[None], w), row[None].copy(), w)  # row stride 0
 
 
 @pytest.mark.gpu

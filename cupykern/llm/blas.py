@@ -35,6 +35,7 @@ _OP_N, _OP_T = 0, 1
 _CUDA_DATA_TYPE = {np.dtype(np.float16): 2, _dtypes.bfloat16: 14}  # CUDA_R_16F, CUDA_R_16BF
 _COMPUTE_32F = 68  # CUBLAS_COMPUTE_32F
 _GEMM_DEFAULT = -1  # CUBLAS_GEMM_DEFAULT
+_INT_MAX = 2**31 - 1  # cublasGemmEx's int arguments
 _ALPHA, _BETA = ctypes.c_float(1.0), ctypes.c_float(0.0)  # host scalars, read at call (capture) time
 
 _handles: dict = {}  # (device id, stream pointer) -> (handle, workspace memory)
@@ -87,11 +88,29 @@ def _handle(stream_ptr: int):
 
 
 def _row_stride(a, name: str) -> int:
-    """Elements between rows of a 2-d array whose rows are contiguous."""
+    """Elements between rows of a 2-d array whose rows are contiguous (a single row's
+    stride is ignored: ``v[None]`` has stride 0)."""
     item = a.dtype.itemsize
+    if a.shape[0] == 1 and a.strides[1] == item:
+        return a.shape[1]
     if a.strides[1] != item or a.strides[0] % item or a.strides[0] < a.shape[1] * item:
         raise ValueError(f"{name}: expected a 2-d array with contiguous rows, got strides {a.strides}")
     return a.strides[0] // item
+
+
+def _check_disjoint(out, ldo: int, name: str, a, lda: int) -> None:
+    """ValueError if ``out`` shares memory with input ``a`` (cuBLAS would read what it
+    writes), unless both are row views of one buffer whose rows interleave (column slices)."""
+    from cupykern import launcher
+
+    item = out.dtype.itemsize
+    out_lo, a_lo = out.data.ptr, a.data.ptr
+    out_hi = out_lo + ((out.shape[0] - 1) * ldo + out.shape[1]) * item
+    a_hi = a_lo + ((a.shape[0] - 1) * lda + a.shape[1]) * item
+    if out_lo < a_hi and a_lo < out_hi:
+        period = lda * item if lda == ldo and min(a.shape[0], out.shape[0]) > 1 else 0
+        launcher._check_interleaved(out_lo - a_lo, period, a.shape[1] * item, out.shape[1] * item,
+                                    f"out overlaps {name} in memory")
 
 
 def matmul_nt(x, w, out=None):
@@ -111,13 +130,14 @@ def matmul_nt(x, w, out=None):
 
     Raises:
         TypeError: a non-CuPy array, or dtypes that differ or are not float16/bfloat16.
-        ValueError: shapes that disagree, rows not contiguous, an empty dimension.
+        ValueError: shapes that disagree, rows not contiguous, an empty dimension, a
+            size or row stride past 2**31 - 1 elements, ``out`` overlapping x or w.
         RuntimeError: cuBLAS refused the call (its status).
     """
     import cupy
 
     for name, a in (("x", x), ("w", w), ("out", out)):
-        if a is not None and not isinstance(a, cupy.ndarray):
+        if (a is not None or name != "out") and not isinstance(a, cupy.ndarray):
             raise TypeError(f"{name}: expected a cupy.ndarray, got {type(a).__name__}")
     if x.dtype not in _CUDA_DATA_TYPE:
         raise TypeError(f"x: expected float16 or bfloat16, got {x.dtype}")
@@ -135,6 +155,14 @@ def matmul_nt(x, w, out=None):
     elif out.shape != (m, n):
         raise ValueError(f"out: expected shape {(m, n)}, got {out.shape}")
     ldx, ldw, ldo = _row_stride(x, "x"), _row_stride(w, "w"), _row_stride(out, "out")
+    # cublasGemmEx takes int sizes: ctypes would wrap a larger one silently.
+    for what, value in (("x.shape[0]", m), ("w.shape[0]", n), ("x.shape[1]", k), ("x's row stride", ldx),
+                        ("w's row stride", ldw), ("out's row stride", ldo)):
+        if value > _INT_MAX:
+            raise ValueError(f"x, w, out: cuBLAS takes sizes and row strides up to {_INT_MAX} elements, "
+                             f"got {what} {value}")
+    _check_disjoint(out, ldo, "x", x, ldx)
+    _check_disjoint(out, ldo, "w", w, ldw)
     stream = cupy.cuda.get_current_stream().ptr
     handle = _handle(stream)  # one per stream, its stream set once
     lib = _library()
