@@ -54,6 +54,21 @@ def test_chunks_cover_the_prompt_in_order(num_tokens, want):
     assert chunks(num_tokens) == want
 
 
+@pytest.mark.parametrize("num_tokens", [True, np.True_, 16.5, 2.0, "5", None])
+def test_bucket_for_and_chunks_refuse_what_is_not_an_int(num_tokens):
+    """A bool was a prompt of 1 token (bucket 16), 16.5 ran in bucket 32, chunks(2.5)
+    raised range()'s TypeError."""
+    for fn in (bucket_for, chunks):
+        with pytest.raises(ValueError, match="num_tokens: expected an int"):
+            fn(num_tokens)
+
+
+def test_chunks_refuse_a_negative_prompt_and_take_numpy_ints():
+    with pytest.raises(ValueError, match="num_tokens: expected an int >= 0, got -1"):
+        chunks(-1)  # was [], so prepare(-1) captured nothing and said nothing
+    assert chunks(np.int64(513)) == [(0, 512), (512, 1)] and bucket_for(np.int32(17)) == 32
+
+
 def test_prefill_graphs_need_the_kernel_ops():
     from types import SimpleNamespace
 

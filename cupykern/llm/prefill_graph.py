@@ -49,15 +49,25 @@ class _Graph(NamedTuple):
     hidden: object  # (bucket, hidden_size) output rows, final-normed
 
 
+def _check_count(num_tokens) -> None:
+    """ValueError unless ``num_tokens`` is an int (Python or NumPy; not a bool or a float)."""
+    if isinstance(num_tokens, (bool, np.bool_)) or not isinstance(num_tokens, (int, np.integer)):
+        raise ValueError(f"num_tokens: expected an int, got {num_tokens!r}")
+
+
 def bucket_for(num_tokens: int) -> int:
     """The rows of the graph that runs a chunk of ``num_tokens`` (1 .. ``BUCKETS[-1]``)."""
+    _check_count(num_tokens)
     if not 1 <= num_tokens <= BUCKETS[-1]:
         raise ValueError(f"num_tokens: expected 1 .. {BUCKETS[-1]}, got {num_tokens}")
     return next(b for b in BUCKETS if b >= num_tokens)
 
 
 def chunks(num_tokens: int) -> list[tuple[int, int]]:
-    """``(first, count)`` of the chunks a prompt of ``num_tokens`` runs in, in order."""
+    """``(first, count)`` of the chunks a prompt of ``num_tokens`` (an int >= 0) runs in, in order."""
+    _check_count(num_tokens)
+    if num_tokens < 0:
+        raise ValueError(f"num_tokens: expected an int >= 0, got {num_tokens!r}")
     size = BUCKETS[-1]
     return [(first, min(size, num_tokens - first)) for first in range(0, num_tokens, size)]
 
