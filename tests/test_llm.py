@@ -682,6 +682,52 @@ def test_graph_replay_refuses_bad_steps_and_an_unstarted_decoder():
     assert decoder.position is None
 
 
+class _DeviceIds:
+    """What start() sees of a CuPy prompt: len(), ``.get()``, and no implicit conversion."""
+
+    def __init__(self, values):
+        self._values = np.asarray(values)
+
+    def __len__(self):
+        return len(self._values)
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("Implicit conversion to a NumPy array is not allowed")
+
+    def get(self):
+        return self._values.copy()
+
+
+@pytest.mark.parametrize("prompt", [np.array([[3, 1, 4]]), _DeviceIds([3, 1, 4]), (3, 1, 4)])
+def test_graph_start_follows_the_tokens_it_prefilled(monkeypatch, prompt):
+    """A (1, n) prompt prefilled n tokens but set the position to 0 (len() of its rows)
+    and then failed writing the history; a device prompt was prefilled and then refused
+    by np.asarray: either way after the cache was written."""
+    import contextlib
+
+    import cupy
+
+    import cupykern
+
+    prefilled = []
+    decoder = _bare_graph_decoder(max_tokens=10)
+    decoder.cache.length = 5
+    decoder.stream = contextlib.nullcontext()
+    decoder.prefill = SimpleNamespace(run=lambda ids: prefilled.append(np.array(ids)) or "logits")
+    decoder.temperature, decoder.seed = 0.0, 0
+    decoder.positions = np.zeros(1, np.int32)
+    decoder.token = SimpleNamespace(get=lambda: np.array([7], np.int32))
+    decoder.history = np.zeros((1, 11), np.int32)
+    monkeypatch.setattr(cupykern, "sample_tokens", lambda logits, **kwargs: kwargs["out"])
+    monkeypatch.setattr(cupykern, "append_tokens", lambda token, positions, history: None)
+    monkeypatch.setattr(cupy, "asarray", np.asarray)
+    assert decoder.start(prompt) == 7
+    np.testing.assert_array_equal(prefilled[0], [3, 1, 4])
+    assert decoder.cache.length == 0  # reset for the prefill (whose stand-in does not advance it)
+    assert decoder.positions[0] == 2 and decoder.position == 3
+    np.testing.assert_array_equal(decoder.history[0, :4], [3, 1, 4, 0])
+
+
 # ----------------------------------------------------------------- GPU: the captured decode graph
 def _graph_decoder(device_weights, dtype_name, max_tokens, **kwargs):
     from cupykern.llm.decode_graph import GraphDecoder
@@ -784,6 +830,21 @@ def test_graph_sampling_is_reproduced_by_its_seed(device_weights):
     runs = [decode_graph.generate(_graph_decoder(device_weights, "fp16", 40, temperature=0.8, seed=s), PROMPT_IDS,
                                   24).new_ids for s in (5, 5, 6)]
     assert runs[0] == runs[1] and runs[0] != runs[2]
+
+
+@pytest.mark.gpu
+def test_graph_start_takes_a_device_or_2d_prompt_as_a_list(device_weights):
+    import cupy
+
+    decoder = _graph_decoder(device_weights, "fp16", len(PROMPT_IDS) + 4)
+    decoder.capture()
+    firsts = []
+    for prompt in (PROMPT_IDS, cupy.asarray(PROMPT_IDS, np.int32), np.array([PROMPT_IDS])):
+        firsts.append(decoder.start(prompt))
+        assert decoder.position == len(PROMPT_IDS) and decoder.cache.length == len(PROMPT_IDS)
+        assert decoder.history[0, :len(PROMPT_IDS)].get().tolist() == list(PROMPT_IDS)
+        firsts.append(int(decoder.replay(1)[0]))
+    assert firsts[0::2] == [firsts[0]] * 3 and firsts[1::2] == [firsts[1]] * 3
 
 
 @pytest.mark.gpu

@@ -285,20 +285,27 @@ class GraphDecoder:
         graphs (a bucket's captured now unless ``prefill.prepare`` did it) and picks the first new
         token on the device; sets the state for the first replay.
 
+        ``prompt_ids``: ints, host or device, as :meth:`PrefillGraphs.run` takes them
+        (flattened); the history and the position follow the tokens prefilled.
+
         Returns the first new token (read back: the host needs it anyway to stream it).
         """
         import cupy
 
         import cupykern
 
+        # Once, as the prefill reads them: len() of a (1, n) array or np.asarray of a
+        # CuPy one disagreed with what was prefilled (after the cache was written).
+        host_ids = np.asarray(prompt_ids.get() if hasattr(prompt_ids, "get") else prompt_ids, dtype=np.int64)
+        host_ids = host_ids.reshape(-1)
         self.cache.length = 0
         with self.stream:
-            logits = self.prefill.run(prompt_ids)
-            last = len(prompt_ids) - 1
+            logits = self.prefill.run(host_ids)
+            last = host_ids.shape[0] - 1
             self.positions[...] = last
             first = cupykern.sample_tokens(logits, temperature=self.temperature, seed=self.seed,
                                            positions=self.positions, out=self.token)
-            self.history[0, :last + 1] = cupy.asarray(np.asarray(prompt_ids, np.int32))
+            self.history[0, :last + 1] = cupy.asarray(host_ids.astype(np.int32))
             cupykern.append_tokens(first, self.positions, self.history)
             token = int(self.token.get()[0])
         _check_token(token, last)
