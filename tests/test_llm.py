@@ -297,6 +297,9 @@ def test_reference_forward_rejects_bad_tokens(ref_model):
         ref_model.forward([1, 2, 3], ref_model.new_cache(2))
     with pytest.raises(ValueError, match="at least one token"):
         ref_model.forward([], ref_model.new_cache(2))
+    for ids in ([1.7, 2.0], np.array([True, False]), np.array(["5"])):  # were 1, 2 / 1, 0 / 5
+        with pytest.raises(TypeError, match="token_ids: expected integer ids"):
+            ref_model.forward(ids, ref_model.new_cache(4))
 
 
 def test_generate_rejects_bad_arguments(ref_model):

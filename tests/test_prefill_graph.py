@@ -69,6 +69,38 @@ def test_chunks_refuse_a_negative_prompt_and_take_numpy_ints():
     assert chunks(np.int64(513)) == [(0, 512), (512, 1)] and bucket_for(np.int32(17)) == 32
 
 
+@pytest.mark.parametrize("ids", [[1.7, 2.0], np.array([True, False]), np.array(["5", "6"]), [2**70]])
+def test_prefill_graphs_run_refuses_ids_that_are_not_integers(ids):
+    """np.asarray(ids, dtype=int64) truncated 1.7 to 1, took bools as 0 and 1 and parsed
+    digit strings: a prompt of other tokens than given, silently."""
+    from types import SimpleNamespace
+
+    graphs = object.__new__(prefill_graph.PrefillGraphs)
+    graphs.cache = SimpleNamespace(length=0, max_tokens=8)
+    graphs.model = SimpleNamespace(config=SimpleNamespace(vocab_size=100))
+    graphs._graph = lambda bucket: pytest.fail("the prompt was taken")
+    with pytest.raises(TypeError, match="token_ids: expected integer ids"):
+        graphs.run(ids)
+    assert graphs.cache.length == 0
+
+
+def test_host_token_ids_flattens_integer_ids_of_any_int_dtype():
+    from cupykern.llm.reference import host_token_ids
+
+    for dtype in (np.int8, np.uint16, np.int32, np.uint32, np.int64):
+        got = host_token_ids(np.array([[3, 1, 4]], dtype))
+        assert got.dtype == np.int64 and got.tolist() == [3, 1, 4]
+    assert host_token_ids([]).shape == (0,)  # empty: check_tokens says "at least one token"
+    assert host_token_ids(SimpleIds()).tolist() == [7]
+
+
+class SimpleIds:
+    """A device array's stand-in: ``.get()`` gives the host copy."""
+
+    def get(self):
+        return np.array([7], np.int32)
+
+
 def test_prefill_graphs_need_the_kernel_ops():
     from types import SimpleNamespace
 

@@ -46,6 +46,7 @@ import numpy as np
 from cupykern.llm.generate import Generation, check_args
 from cupykern.llm.kv_cache import KVCache
 from cupykern.llm.prefill_graph import PrefillGraphs
+from cupykern.llm.reference import host_token_ids
 
 
 class NonFiniteLogits(ValueError):
@@ -296,8 +297,7 @@ class GraphDecoder:
 
         # Once, as the prefill reads them: len() of a (1, n) array or np.asarray of a
         # CuPy one disagreed with what was prefilled (after the cache was written).
-        host_ids = np.asarray(prompt_ids.get() if hasattr(prompt_ids, "get") else prompt_ids, dtype=np.int64)
-        host_ids = host_ids.reshape(-1)
+        host_ids = host_token_ids(prompt_ids)
         self.cache.length = 0
         with self.stream:
             logits = self.prefill.run(host_ids)

@@ -49,7 +49,7 @@ from cupykern.llm import blas
 from cupykern.llm.gguf_weights import LayerWeights, LlamaConfig, LlamaWeights, load_weights
 from cupykern.llm.kv_cache import KVCache
 from cupykern.llm.ops import KERNELS
-from cupykern.llm.reference import check_tokens
+from cupykern.llm.reference import check_tokens, host_token_ids
 from cupykern.llm.stage_timer import no_timer
 
 #: dtypes the GPU forward runs in.
@@ -202,13 +202,13 @@ class LlamaModel:
         Mutates: ``cache`` only.
 
         Raises:
+            TypeError: ids that are not integers (a float, bool or string array).
             ValueError: empty ``token_ids``, an id outside the vocabulary, or more
                 tokens than the cache holds.
         """
         import cupy
 
-        host_ids = np.asarray(token_ids.get() if hasattr(token_ids, "get") else token_ids, dtype=np.int64)
-        host_ids = host_ids.reshape(-1)
+        host_ids = host_token_ids(token_ids)
         start = cache.length
         check_tokens(host_ids, start, cache.max_tokens, self.config.vocab_size)
         num_tokens = host_ids.shape[0]

@@ -34,7 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from cupykern.llm.kv_cache import KVCache
-from cupykern.llm.reference import check_tokens
+from cupykern.llm.reference import check_tokens, host_token_ids
 
 #: Rows of the captured graphs: 16, then powers of two and their 1.5x, so from 32 rows up
 #: a bucket is at most 1.5x the one below it (padding at most a third of its rows); the
@@ -129,11 +129,11 @@ class PrefillGraphs:
         ``stream`` without waiting for it (the logits are ready when it is).
 
         Raises:
+            TypeError: ids that are not integers, as :meth:`~cupykern.llm.model.LlamaModel.forward`.
             ValueError: as :meth:`~cupykern.llm.model.LlamaModel.forward` (empty, ids out
                 of the vocabulary, more tokens than the cache holds).
         """
-        host_ids = np.asarray(token_ids.get() if hasattr(token_ids, "get") else token_ids, dtype=np.int64)
-        host_ids = host_ids.reshape(-1)
+        host_ids = host_token_ids(token_ids)
         start = self.cache.length
         check_tokens(host_ids, start, self.cache.max_tokens, self.model.config.vocab_size)
         last = None

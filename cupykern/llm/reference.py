@@ -92,11 +92,12 @@ class ReferenceLlama:
             float64 logits ``(num_tokens or 1, vocab_size)``.
 
         Raises:
+            TypeError: ids that are not integers (a float, bool or string array).
             ValueError: empty ``token_ids``, an id outside the vocabulary, or more
                 tokens than the cache holds.
         """
         cfg, w = self.config, self.weights
-        ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
+        ids = host_token_ids(token_ids)
         start = cache.length
         check_tokens(ids, start, cache.max_tokens, cfg.vocab_size)
         num_tokens = ids.shape[0]
@@ -136,6 +137,19 @@ class ReferenceLlama:
             logits = (x if all_logits else x[-1:]) @ w.lm_head.T
         cache.length = start + num_tokens
         return logits
+
+
+def host_token_ids(token_ids) -> np.ndarray:
+    """``token_ids`` (host or device, any shape) as a flat int64 NumPy array.
+
+    Raises:
+        TypeError: ids that are not integers (floats were truncated, bools taken as 0
+            and 1, digit strings parsed).
+    """
+    ids = np.asarray(token_ids.get() if hasattr(token_ids, "get") else token_ids)
+    if ids.size and ids.dtype.kind not in "iu":
+        raise TypeError(f"token_ids: expected integer ids, got dtype {ids.dtype}")
+    return ids.astype(np.int64).reshape(-1)
 
 
 def check_tokens(ids, start: int, max_tokens: int, vocab_size: int) -> None:
