@@ -12,6 +12,7 @@ with another prompt reads its new inputs.
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -73,10 +74,8 @@ def test_chunks_refuse_a_negative_prompt_and_take_numpy_ints():
 def test_prefill_graphs_run_refuses_ids_that_are_not_integers(ids):
     """np.asarray(ids, dtype=int64) truncated 1.7 to 1, took bools as 0 and 1 and parsed
     digit strings: a prompt of other tokens than given, silently."""
-    from types import SimpleNamespace
-
     graphs = object.__new__(prefill_graph.PrefillGraphs)
-    graphs.cache = SimpleNamespace(length=0, max_tokens=8)
+    graphs.cache, graphs._arrays = SimpleNamespace(length=0, max_tokens=8, k=[], v=[]), ()
     graphs.model = SimpleNamespace(config=SimpleNamespace(vocab_size=100))
     graphs._graph = lambda bucket: pytest.fail("the prompt was taken")
     with pytest.raises(TypeError, match="token_ids: expected integer ids"):
@@ -101,6 +100,48 @@ class SimpleIds:
         return np.array([7], np.int32)
 
 
+def _fake_model_and_cache(layers=2, rows=16, context_length=32):
+    from cupykern.llm.kv_cache import KVCache
+    from cupykern.llm.ops import KERNELS
+
+    config = SimpleNamespace(num_layers=2, context_length=context_length, vocab_size=100)
+    model = SimpleNamespace(ops=KERNELS, config=config)
+
+    def array(i):
+        return SimpleNamespace(shape=(rows, 3, 64), strides=(384, 128, 2), data=SimpleNamespace(ptr=(i + 1) << 20))
+
+    return model, KVCache([array(i) for i in range(layers)], [array(layers + i) for i in range(layers)])
+
+
+def test_prefill_graphs_refuse_a_cache_the_model_cannot_fill():
+    """A layer short: IndexError inside the warm-up; rows past the RoPE table: positions
+    there neither rotated nor written (rope_kv_append skips them in a graph), silently."""
+    model, short = _fake_model_and_cache(layers=1)
+    with pytest.raises(ValueError, match="cache: expected 2 layers of keys and values"):
+        prefill_graph.PrefillGraphs(model, short, stream=None)
+    model, long = _fake_model_and_cache(rows=33)
+    with pytest.raises(ValueError, match=r"cache: expected 1 \.\. 32 rows \(the model's context length\), got 33"):
+        prefill_graph.PrefillGraphs(model, long, stream=None)
+
+
+def test_prefill_graphs_refuse_another_cache_than_theirs():
+    """The graphs write the arrays captured: with graphs.cache swapped (or a layer's
+    array replaced) the prompt went to the old cache while the new one's length moved."""
+    model, cache = _fake_model_and_cache()
+    graphs = prefill_graph.PrefillGraphs(model, cache, stream=None)
+    graphs._graph = lambda bucket: pytest.fail("a graph was replayed or captured")
+    _, graphs.cache = _fake_model_and_cache()
+    graphs.cache.k[0].data.ptr = 99 << 20
+    for call in (lambda: graphs.run([1, 2, 3]), lambda: graphs.prepare(3)):
+        with pytest.raises(ValueError, match="cache: not the arrays these prefill graphs were made for"):
+            call()
+    assert graphs.cache.length == 0
+    graphs.cache = cache
+    cache.v[1] = SimpleNamespace(shape=(16, 3, 64), strides=(384, 128, 2), data=SimpleNamespace(ptr=98 << 20))
+    with pytest.raises(ValueError, match="cache: not the arrays"):
+        graphs.run([1])
+
+
 def test_prefill_graphs_need_the_kernel_ops():
     from types import SimpleNamespace
 
@@ -122,8 +163,6 @@ class _FakeCupyArray:
     """What matmul_nt reads of a cupy.ndarray (shape, strides, dtype, ndim, data.ptr)."""
 
     def __init__(self, shape, dtype=np.float16, ptr=1 << 20, strides=None):
-        from types import SimpleNamespace
-
         self.shape, self.dtype, self.ndim = tuple(shape), np.dtype(dtype), len(shape)
         item = self.dtype.itemsize
         self.strides = (shape[1] * item, item) if strides is None else tuple(strides)

@@ -81,8 +81,14 @@ class PrefillGraphs:
     (hidden + qkv + gate_up + intermediate)`` elements of the dtype, reused across
     buckets through the private pool) and inputs.
 
+    The graphs write the arrays ``cache`` holds now: another cache (or new arrays in
+    this one) needs another PrefillGraphs; :meth:`run` and :meth:`prepare` refuse it.
+
     Raises:
-        ValueError: a model without the fused kernel attention (``ops=PLAIN``).
+        ValueError: a model without the fused kernel attention (``ops=PLAIN``); a cache
+            without a key and value array per layer, or of more rows than the model's
+            context length (positions past its RoPE table would be neither rotated nor
+            written).
     """
 
     def __init__(self, model, cache: KVCache, stream):
@@ -90,14 +96,33 @@ class PrefillGraphs:
 
         if not model.ops.fused_attention:
             raise ValueError(f"model: prefill graphs need the kernel ops (fused attention), got {model.ops.name!r}")
+        cfg = model.config
+        if len(cache.k) != cfg.num_layers or len(cache.v) != cfg.num_layers:
+            raise ValueError(f"cache: expected {cfg.num_layers} layers of keys and values (model.new_cache), got "
+                             f"{len(cache.k)} and {len(cache.v)}")
+        if not 1 <= cache.max_tokens <= cfg.context_length:
+            raise ValueError(f"cache: expected 1 .. {cfg.context_length} rows (the model's context length), got "
+                             f"{cache.max_tokens}")
         self.model, self.cache, self.stream = model, cache, stream
+        self._arrays = self._cache_arrays()
         self._pool = cupy.cuda.MemoryPool()  # this object's arrays only: see the module docstring
         self._graphs: dict[int, _Graph] = {}
+
+    def _cache_arrays(self) -> tuple:
+        return tuple((a.data.ptr, a.shape, a.strides) for a in (*self.cache.k, *self.cache.v))
+
+    def _check_cache(self) -> None:
+        """ValueError unless :attr:`cache` holds the arrays it held at construction (the
+        ones the captured graphs write)."""
+        if self._cache_arrays() != self._arrays:
+            raise ValueError("cache: not the arrays these prefill graphs were made for (they would write the "
+                             "old ones); make a PrefillGraphs for the new cache")
 
     def prepare(self, num_tokens: int) -> float:
         """Captures the graphs a prompt of ``num_tokens`` needs (none if captured before).
         Returns the seconds it took. Moves no cache row."""
         t0 = time.perf_counter()
+        self._check_cache()
         for _, count in chunks(num_tokens):
             self._graph(bucket_for(count))
         return time.perf_counter() - t0
@@ -129,10 +154,12 @@ class PrefillGraphs:
         ``stream`` without waiting for it (the logits are ready when it is).
 
         Raises:
+            ValueError: :attr:`cache` holding other arrays than at construction.
             TypeError: ids that are not integers, as :meth:`~cupykern.llm.model.LlamaModel.forward`.
             ValueError: as :meth:`~cupykern.llm.model.LlamaModel.forward` (empty, ids out
                 of the vocabulary, more tokens than the cache holds).
         """
+        self._check_cache()
         host_ids = host_token_ids(token_ids)
         start = self.cache.length
         check_tokens(host_ids, start, self.cache.max_tokens, self.model.config.vocab_size)
