@@ -389,6 +389,26 @@ ROPE_HEADS_PER_THREAD = 4
 #: Decode-sized batches (fewer tokens than this many per SM) give each head its own
 #: slot instead, spreading the few tokens' work over more threads.
 ROPE_MIN_TOKENS_PER_SM = 4
+#: Kernel layout: "wide" (apply_rope_wide_kernel / qk_rms_norm_rope_wide_kernel: a
+#: thread requests all of its heads' q/k vectors before it waits on the position and
+#: cos/sin, and stores after) or "steps" (apply_rope_kernel / qk_rms_norm_rope_kernel:
+#: one head (16-byte vectors) or two between stores, one position -> cos/sin -> q/k
+#: -> store chain after another). Same bits either way (tests/test_rope.py).
+ROPE_LAYOUT = "wide"
+#: kHeadsPerThread choices of apply_rope_wide_kernel (compiled for each).
+ROPE_WIDE_HEADS_CHOICES = (2, 4)
+#: The wide layout's heads per thread: at prefill sizes (4: up to 128 bytes of q/k in
+#: flight per thread, 2 blocks of 256 an SM at ~120 registers) and at decode sizes
+#: (fewer than ROPE_MIN_TOKENS_PER_SM tokens per SM: 2, more threads on the few tokens).
+ROPE_WIDE_HEADS_PER_THREAD = 4
+ROPE_WIDE_DECODE_HEADS_PER_THREAD = 2
+#: qk_rms_norm_rope_wide_kernel's largest heads_per_thread (rope.cu::kRopeWideMaxHeads).
+ROPE_WIDE_MAX_HEADS = 4
+#: The wide layout's grid: 0 = a block per group of tokens_per_block tokens (the
+#: hardware hands out blocks as others finish); n >= 1 = at most n waves of resident
+#: blocks (ROPE_WIDE_BLOCKS_PER_SM an SM), walking the tokens grid-stride.
+ROPE_WIDE_GRID_WAVES = 0
+ROPE_WIDE_BLOCKS_PER_SM = 2
 
 
 def rope_vec_widths(dtype, *, fused_norm: bool) -> tuple[int, ...]:
@@ -421,6 +441,8 @@ class RopePlan:
     tokens_per_block: int
     grid: tuple[int, int, int]
     origin: str = "heuristic"  # the rope rule takes no overrides and has no tuned file
+    #: 0: the "steps" kernels; >= 1: the wide kernels, holding this many heads per thread.
+    heads_per_thread: int = 0
 
     kind = "rope"
     shared_mem_bytes = 0
@@ -463,6 +485,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     else:
         threads_per_head = min(units, ROPE_MAX_BLOCK_SIZE)
     few_tokens = num_tokens < ROPE_MIN_TOKENS_PER_SM * limits.sm_count
+    if rope_wide(fused_norm, units, (head_dim - rotary_dim) // vec_width, threads_per_head):
+        return _plan_rope_wide(num_tokens, num_heads, vec_width, threads_per_head, few_tokens, fused_norm, limits)
     heads_per_thread = 1 if few_tokens else ROPE_HEADS_PER_THREAD
     head_slots = max(1, min(-(-num_heads // heads_per_thread), ROPE_MAX_BLOCK_SIZE // threads_per_head))
     threads_per_token = threads_per_head * head_slots
@@ -473,6 +497,37 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     most = min(limits.max_threads_per_block, ROPE_MAX_BLOCK_SIZE)
     if plan.block_size > most:
         raise ValueError(f"rope block of {plan.block_size} threads exceeds {most}")
+    return plan
+
+
+def rope_wide(fused_norm: bool, units: int, pass_vecs: int, threads_per_head: int) -> bool:
+    """Whether plan_rope takes the wide kernels: ROPE_LAYOUT is "wide" and, for
+    qk_rms_norm_rope, each lane of a head's row group holds at most one unit and one
+    pass-through vector (the wide kernel keeps them in registers)."""
+    if ROPE_LAYOUT not in ("wide", "steps"):
+        raise ValueError(f"ROPE_LAYOUT must be 'wide' or 'steps', got {ROPE_LAYOUT!r}")
+    if ROPE_LAYOUT != "wide":
+        return False
+    return not fused_norm or (units <= threads_per_head and pass_vecs <= threads_per_head)
+
+
+def _plan_rope_wide(num_tokens: int, num_heads: int, vec_width: int, threads_per_head: int, few_tokens: bool,
+                    fused_norm: bool, limits: DeviceLimits) -> RopePlan:
+    heads_per_thread = ROPE_WIDE_DECODE_HEADS_PER_THREAD if few_tokens else ROPE_WIDE_HEADS_PER_THREAD
+    most = ROPE_WIDE_MAX_HEADS if fused_norm else max(ROPE_WIDE_HEADS_CHOICES)
+    if (heads_per_thread not in ROPE_WIDE_HEADS_CHOICES and not fused_norm) or not 1 <= heads_per_thread <= most:
+        raise ValueError(f"wide rope heads per thread must be one of {ROPE_WIDE_HEADS_CHOICES}"
+                         f"{'' if not fused_norm else f' or 1..{most}'}, got {heads_per_thread}")
+    head_slots = max(1, min(-(-num_heads // heads_per_thread), ROPE_MAX_BLOCK_SIZE // threads_per_head))
+    threads_per_token = threads_per_head * head_slots
+    tokens_per_block = max(1, min(ROPE_MAX_BLOCK_SIZE // threads_per_token, -(-num_tokens // limits.sm_count)))
+    blocks = max(1, -(-num_tokens // tokens_per_block))
+    if ROPE_WIDE_GRID_WAVES:
+        blocks = min(blocks, ROPE_WIDE_GRID_WAVES * ROPE_WIDE_BLOCKS_PER_SM * limits.sm_count)
+    plan = RopePlan(vec_width, threads_per_head, head_slots, tokens_per_block, (min(blocks, limits.max_grid_x), 1, 1),
+                    heads_per_thread=heads_per_thread)
+    if plan.block_size > min(limits.max_threads_per_block, ROPE_MAX_BLOCK_SIZE):
+        raise ValueError(f"rope block of {plan.block_size} threads exceeds {ROPE_MAX_BLOCK_SIZE}")
     return plan
 
 

@@ -405,3 +405,238 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize) qk_rms_norm_rope_kernel(
     }
   }
 }
+
+// ---------------------------------------------------------------- wide layout
+// apply_rope_wide_kernel and qk_rms_norm_rope_wide_kernel split the work as the kernels
+// above (a thread owns unit `lane` of every head_slots-th head of its slot), but hold
+// several heads at once (kHeadsPerThread for apply_rope, the launch argument
+// heads_per_thread <= kRopeWideMaxHeads for qk_rms_norm_rope): every q/k vector of those
+// heads is requested before the token's position is waited on, then the cos/sin of the
+// unit is loaded once and used for all of them, then they are stored. The kernels above
+// rotate one head (16-byte vectors) or two (8-byte) between stores, so a thread walking
+// 4 heads waited out position -> cos/sin -> 4 x (q/k load -> store) per token, with 32
+// bytes in flight; here it is position -> cos/sin, with the q/k loads (up to 128 bytes
+// a thread) overlapping that chain. Same per-element expressions (rotate_pairs, the same
+// sum-of-squares order and row group), so the bits are those of the kernels above.
+// Launch contract as above; qk_rms_norm_rope_wide_kernel takes heads_per_thread last.
+//
+// Heads qk_rms_norm_rope_wide_kernel's threads hold at most (heads_per_thread is a launch
+// argument there); cupykern/plans.py::ROPE_WIDE_MAX_HEADS mirrors it.
+constexpr int kRopeWideMaxHeads = 4;
+// Blocks of kRopeMaxBlockSize per SM apply_rope_wide_kernel's register budget allows:
+// ptxas needs ~120 registers for 4 heads of two 16-byte vectors (2 blocks: 64 KB of q/k
+// in flight per SM), fewer for 2 heads (3 blocks, 85 registers).
+// M-RoPE's element-wise cos/sin spill at 85 registers even with 2 heads: 2 blocks there too.
+template <int kHeadsPerThread, int kMropeLayout>
+constexpr int rope_wide_min_blocks() { return kHeadsPerThread >= 4 || kMropeLayout != 0 ? 2 : 3; }
+
+// kHeadsPerThread: heads a thread holds at once (cupykern/plans.py::ROPE_WIDE_HEADS_CHOICES).
+template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidth, int kMropeLayout,
+          int kHeadsPerThread>
+__global__ void __launch_bounds__(kRopeMaxBlockSize, rope_wide_min_blocks<kHeadsPerThread, kMropeLayout>()) apply_rope_wide_kernel(
+    T* q_out, T* k_out, const T* q, const T* k,
+    const TPos* __restrict__ positions, const TCache* __restrict__ cos_sin_cache,
+    int64_t num_tokens, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim,
+    int64_t rotary_dim, int64_t max_position, int64_t positions_stride,
+    int64_t q_token_stride, int64_t q_head_stride, int64_t k_token_stride, int64_t k_head_stride,
+    int64_t q_out_token_stride, int64_t q_out_head_stride, int64_t k_out_token_stride,
+    int64_t k_out_head_stride, int64_t cache_stride,
+    int threads_per_head, int head_slots, int tokens_per_block, int copy_unrotated,
+    int64_t positions_row_stride, int mrope_t, int mrope_h, int mrope_w) {
+  using V = Vec<T, kVecWidth>;
+  constexpr int kMaxHeads = kHeadsPerThread;
+  const RopeThread th(threads_per_head, head_slots);
+  if (th.tok_sub >= tokens_per_block) return;  // padding up to a whole warp
+  const int64_t half = rotary_dim / 2;
+  const int64_t units = half / kVecWidth;
+  const int64_t pass_vecs = (head_dim - rotary_dim) / kVecWidth;
+  const int64_t num_heads = num_q_heads + num_kv_heads;
+  const int64_t head_step = static_cast<int64_t>(kHeadsPerThread) * head_slots;
+
+  for (int64_t token = static_cast<int64_t>(blockIdx.x) * tokens_per_block + th.tok_sub; token < num_tokens;
+       token += static_cast<int64_t>(gridDim.x) * tokens_per_block) {
+    // Requested here, waited on only after this token's q/k loads are in flight.
+    const int64_t pos = static_cast<int64_t>(positions[token * positions_stride]);
+    int64_t pos_h = 0, pos_w = 0;
+    if constexpr (kMropeLayout != 0) {
+      pos_h = static_cast<int64_t>(positions[token * positions_stride + positions_row_stride]);
+      pos_w = static_cast<int64_t>(positions[token * positions_stride + 2 * positions_row_stride]);
+    }
+    const T* q_tok = q + token * q_token_stride;
+    const T* k_tok = k + token * k_token_stride;
+    T* q_out_tok = q_out + token * q_out_token_stride;
+    T* k_out_tok = k_out + token * k_out_token_stride;
+
+    for (int64_t u = th.lane; u < units; u += threads_per_head) {
+      int64_t lo, hi;
+      unit_offsets<kIsNeox, kVecWidth>(u, half, lo, hi);
+      for (int64_t h0 = th.slot; h0 < num_heads; h0 += head_step) {
+        V va[kMaxHeads], vb[kMaxHeads];
+#pragma unroll
+        for (int j = 0; j < kMaxHeads; ++j) {
+          const int64_t h = h0 + j * head_slots;
+          if (h < num_heads) {
+            const T* in = h < num_q_heads ? q_tok + h * q_head_stride : k_tok + (h - num_q_heads) * k_head_stride;
+            va[j] = load_vec<T, kVecWidth>(in + lo);
+            vb[j] = load_vec<T, kVecWidth>(in + hi);
+          }
+        }
+        bool valid = pos >= 0 && pos < max_position;
+        if constexpr (kMropeLayout != 0) {
+          valid = valid && pos_h >= 0 && pos_h < max_position && pos_w >= 0 && pos_w < max_position;
+        }
+        float c[kVecWidth], s[kVecWidth];
+        if (valid) {
+          const TCache* cs_row = cos_sin_cache + pos * cache_stride;
+          if constexpr (kMropeLayout == 0) {
+            load_cos_sin<TCache, kVecWidth>(cs_row, half, u, c, s);
+          } else {
+            load_cos_sin_mrope<TCache, kVecWidth, kMropeLayout>(cs_row, cos_sin_cache + pos_h * cache_stride,
+                                                                cos_sin_cache + pos_w * cache_stride, half, u,
+                                                                mrope_t, mrope_h, mrope_w, c, s);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < kMaxHeads; ++j) {
+          const int64_t h = h0 + j * head_slots;
+          if (h >= num_heads) break;
+          T* out = h < num_q_heads ? q_out_tok + h * q_out_head_stride
+                                   : k_out_tok + (h - num_q_heads) * k_out_head_stride;
+          if (!valid) {  // in place: not written; out of place: copied unchanged
+            if (copy_unrotated) {
+              store_vec<T, kVecWidth>(out + lo, va[j]);
+              store_vec<T, kVecWidth>(out + hi, vb[j]);
+            }
+            continue;
+          }
+          float a[kVecWidth], b[kVecWidth];
+#pragma unroll
+          for (int e = 0; e < kVecWidth; ++e) {
+            a[e] = to_float(va[j].elt[e]);
+            b[e] = to_float(vb[j].elt[e]);
+          }
+          rotate_pairs<kIsNeox, kVecWidth>(a, b, c, s);
+          store_rounded<T, kVecWidth>(out + lo, a);
+          store_rounded<T, kVecWidth>(out + hi, b);
+        }
+      }
+    }
+    // Out of place: copy the dims past rotary_dim (in place they are not touched).
+    if (copy_unrotated && pass_vecs > 0) {
+      for (int64_t h = th.slot; h < num_heads; h += head_slots) {
+        const bool is_q = h < num_q_heads;
+        const T* in = is_q ? q_tok + h * q_head_stride : k_tok + (h - num_q_heads) * k_head_stride;
+        T* out = is_q ? q_out_tok + h * q_out_head_stride : k_out_tok + (h - num_q_heads) * k_out_head_stride;
+        for (int64_t v = th.lane; v < pass_vecs; v += threads_per_head) {
+          store_vec<T, kVecWidth>(out + rotary_dim + v * kVecWidth,
+                                  load_vec<T, kVecWidth>(in + rotary_dim + v * kVecWidth));
+        }
+      }
+    }
+  }
+}
+
+// qk_rms_norm_rope, wide: needs units <= kThreadsPerHead and pass-through vectors <=
+// kThreadsPerHead (each lane holds at most one unit and one pass-through vector of a
+// head; cupykern/plans.py::plan_rope checks it), so a lane's sum of squares is its
+// unit's then its pass-through vector's, in the order of the kernel above. All threads
+// run the same token and head iterations (heads_per_thread is uniform) for the shuffles.
+template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidth, int kThreadsPerHead>
+__global__ void __launch_bounds__(kRopeMaxBlockSize) qk_rms_norm_rope_wide_kernel(
+    T* q, T* k, const T* __restrict__ q_weight, const T* __restrict__ k_weight,
+    const TPos* __restrict__ positions, const TCache* __restrict__ cos_sin_cache,
+    int64_t num_tokens, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim,
+    int64_t rotary_dim, int64_t max_position, int64_t positions_stride,
+    int64_t q_token_stride, int64_t q_head_stride, int64_t k_token_stride, int64_t k_head_stride,
+    int64_t cache_stride, float eps, int head_slots, int tokens_per_block, int heads_per_thread) {
+  using V = Vec<T, kVecWidth>;
+  constexpr int kMaxHeads = kRopeWideMaxHeads;
+  const RopeThread th(kThreadsPerHead, head_slots);
+  const int64_t half = rotary_dim / 2;
+  const int64_t units = half / kVecWidth;
+  const int64_t pass_vecs = (head_dim - rotary_dim) / kVecWidth;
+  const int64_t num_heads = num_q_heads + num_kv_heads;
+  const int64_t head_iters = (num_heads + head_slots - 1) / head_slots;
+  const float inv_head_dim = 1.0f / static_cast<float>(head_dim);
+  const bool has_unit = th.lane < units;
+  const bool has_pass = th.lane < pass_vecs;
+  int64_t lo, hi;
+  unit_offsets<kIsNeox, kVecWidth>(th.lane, half, lo, hi);
+  const int64_t p_off = rotary_dim + static_cast<int64_t>(th.lane) * kVecWidth;
+
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * tokens_per_block; base < num_tokens;
+       base += static_cast<int64_t>(gridDim.x) * tokens_per_block) {
+    const int64_t token = base + th.tok_sub;
+    const bool in_range = th.tok_sub < tokens_per_block && token < num_tokens;
+    const int64_t pos = in_range ? static_cast<int64_t>(positions[token * positions_stride]) : -1;
+
+    for (int64_t it0 = 0; it0 < head_iters; it0 += heads_per_thread) {
+      V xa[kMaxHeads], xb[kMaxHeads], xp[kMaxHeads];
+#pragma unroll
+      for (int j = 0; j < kMaxHeads; ++j) {
+        const int64_t h = th.slot + (it0 + j) * head_slots;
+        if (in_range && j < heads_per_thread && h < num_heads) {
+          const T* x = h < num_q_heads ? q + token * q_token_stride + h * q_head_stride
+                                       : k + token * k_token_stride + (h - num_q_heads) * k_head_stride;
+          if (has_unit) {
+            xa[j] = load_vec<T, kVecWidth>(x + lo);
+            xb[j] = load_vec<T, kVecWidth>(x + hi);
+          }
+          if (has_pass) xp[j] = load_vec<T, kVecWidth>(x + p_off);
+        }
+      }
+      const bool token_ok = pos >= 0 && pos < max_position;
+      float c[kVecWidth], s[kVecWidth];
+      if (token_ok && has_unit) load_cos_sin<TCache, kVecWidth>(cos_sin_cache + pos * cache_stride, half, th.lane, c, s);
+      float inv_rms[kMaxHeads];
+#pragma unroll
+      for (int j = 0; j < kMaxHeads; ++j) {
+        if (j >= heads_per_thread) break;  // uniform over the block
+        const bool active = token_ok && th.slot + (it0 + j) * head_slots < num_heads;
+        float sumsq = 0.0f;
+        if (active && has_unit) {
+#pragma unroll
+          for (int e = 0; e < kVecWidth; ++e) {
+            sumsq += to_float(xa[j].elt[e]) * to_float(xa[j].elt[e]);
+            sumsq += to_float(xb[j].elt[e]) * to_float(xb[j].elt[e]);
+          }
+        }
+        if (active && has_pass) {
+#pragma unroll
+          for (int e = 0; e < kVecWidth; ++e) sumsq += to_float(xp[j].elt[e]) * to_float(xp[j].elt[e]);
+        }
+        sumsq = warp_reduce<SumOp, kThreadsPerHead>(sumsq);
+        inv_rms[j] = rsqrtf(sumsq * inv_head_dim + eps);
+      }
+#pragma unroll
+      for (int j = 0; j < kMaxHeads; ++j) {
+        const int64_t h = th.slot + (it0 + j) * head_slots;
+        if (j >= heads_per_thread || !token_ok || h >= num_heads) break;
+        const bool is_q = h < num_q_heads;
+        T* x = is_q ? q + token * q_token_stride + h * q_head_stride
+                    : k + token * k_token_stride + (h - num_q_heads) * k_head_stride;
+        const T* w = is_q ? q_weight : k_weight;
+        if (has_unit) {
+          const V wa = load_vec<T, kVecWidth>(w + lo);
+          const V wb = load_vec<T, kVecWidth>(w + hi);
+          float a[kVecWidth], b[kVecWidth];
+#pragma unroll
+          for (int e = 0; e < kVecWidth; ++e) {
+            a[e] = to_float(xa[j].elt[e]) * inv_rms[j] * to_float(wa.elt[e]);
+            b[e] = to_float(xb[j].elt[e]) * inv_rms[j] * to_float(wb.elt[e]);
+          }
+          rotate_pairs<kIsNeox, kVecWidth>(a, b, c, s);
+          store_rounded<T, kVecWidth>(x + lo, a);
+          store_rounded<T, kVecWidth>(x + hi, b);
+        }
+        if (has_pass) {
+          const V wp = load_vec<T, kVecWidth>(w + p_off);
+          float y[kVecWidth];
+#pragma unroll
+          for (int e = 0; e < kVecWidth; ++e) y[e] = to_float(xp[j].elt[e]) * inv_rms[j] * to_float(wp.elt[e]);
+          store_rounded<T, kVecWidth>(x + p_off, y);
+        }
+      }
+    }
+  }
+}

@@ -195,7 +195,7 @@ def test_recording_reads_back_the_launched_plan(fake_gpu):
     assert isinstance(seen[1].plan, plans.ActivationPlan)
     # What a repeat of the launch needs besides: its dynamic shared memory and its template.
     assert seen[0].shared_mem == rope_plan.shared_mem_bytes
-    assert (seen[0].template.name, seen[1].template.name) == ("apply_rope_kernel", "act_and_mul_kernel")
+    assert (seen[0].template.name, seen[1].template.name) == ("apply_rope_wide_kernel", "act_and_mul_kernel")
     assert not seen[0].template.dependent_launch
 
 

@@ -38,10 +38,11 @@ BASE = 500000.0
 # ----------------------------------------------------------------- CPU: instantiations
 def test_rope_instantiation_count_is_bounded():
     exprs = families.instantiations()["rope.cu"]
-    # 60 apply_rope x 3 M-RoPE layouts (NeoX only for M-RoPE: 60 + 2 x 30) + 80 qk_rms_norm_rope
-    assert len(exprs) == len(set(exprs)) and len(exprs) <= 200
+    # steps kernels: 60 apply_rope x 3 M-RoPE layouts (NeoX only for M-RoPE: 60 + 2 x 30) + 80 qk_rms_norm_rope;
+    # wide kernels: the same x 2 heads-per-thread choices for apply_rope (240) + 80 qk_rms_norm_rope
+    assert len(exprs) == len(set(exprs)) and len(exprs) <= 520
     spaces = rope_ops.instantiations()
-    assert sorted(exprs) == sorted(spaces[rope_ops.APPLY_ROPE] + spaces[rope_ops.QK_RMS_NORM_ROPE])
+    assert sorted(exprs) == sorted(e for space in spaces.values() for e in space)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -308,8 +309,10 @@ def _qk_norm(*, q=DEFAULT, k=DEFAULT, q_weight=DEFAULT, k_weight=DEFAULT, positi
 def test_apply_rope_launch_in_place(is_neox):
     launch = _apply(is_neox=is_neox)
     plan = plans.plan_rope(4, 10, 128, 128, BF16, max_vec_width=8, fused_norm=False, limits=plans.H200_LIMITS)
-    assert launch.template is rope_ops.APPLY_ROPE and launch.plan == plan and plan.vec_width == 8
-    assert launch.template_args == ("__nv_bfloat16", "float", "long long", is_neox, 8, 0)
+    # the wide layout (plans.ROPE_LAYOUT), 2 heads a thread at decode sizes
+    assert launch.template is rope_ops.APPLY_ROPE_WIDE and launch.plan == plan and plan.vec_width == 8
+    assert plan.heads_per_thread == plans.ROPE_WIDE_DECODE_HEADS_PER_THREAD
+    assert launch.template_args == ("__nv_bfloat16", "float", "long long", is_neox, 8, 0, plan.heads_per_thread)
     assert launch.pointers == ("q", "k", "q", "k", "positions", "cos_sin_cache")
     assert launch.allocate == () and launch.returns == ("q", "k")
     assert launch.scalars == (4, 8, 2, 128, 128, 64, 1, 8 * 128, 128, 2 * 128, 128, 8 * 128, 128, 2 * 128, 128, 128,
@@ -410,14 +413,14 @@ def test_rope_intake_rejects_launch_overrides(prepare, key, value):
 def test_qk_rms_norm_rope_launch():
     launch = _qk_norm(eps=1e-5)
     plan = plans.plan_rope(4, 10, 128, 128, BF16, max_vec_width=8, fused_norm=True, limits=plans.H200_LIMITS)
-    assert launch.template is rope_ops.QK_RMS_NORM_ROPE and launch.plan == plan
+    assert launch.template is rope_ops.QK_RMS_NORM_ROPE_WIDE and launch.plan == plan and plan.heads_per_thread
     assert launch.template_args == ("__nv_bfloat16", "float", "long long", True, plan.vec_width, plan.threads_per_head)
     assert plan.threads_per_head in plans.ROPE_NORM_THREADS_PER_HEAD
     assert launch.pointers == ("q", "k", "q_weight", "k_weight", "positions", "cos_sin_cache")
     assert launch.allocate == () and launch.returns == ("q", "k")
     assert launch.scalars == (4, 8, 2, 128, 128, 64, 1, 8 * 128, 128, 2 * 128, 128, 128, np.float32(1e-5),
-                              plan.head_slots, plan.tokens_per_block)
-    assert [type(v) for v in launch.scalars] == [np.int64] * 12 + [np.float32] + [np.int32] * 2
+                              plan.head_slots, plan.tokens_per_block, plan.heads_per_thread)
+    assert [type(v) for v in launch.scalars] == [np.int64] * 12 + [np.float32] + [np.int32] * 3
     # A misaligned weight limits the vector width as q does.
     assert _qk_norm(k_weight=contiguous((128,), BF16, align=2)).plan.vec_width == 1
 
@@ -1170,7 +1173,7 @@ def test_mrope_reference_leaves_tokens_with_any_bad_row_unchanged(rng):
 def test_apply_rope_mrope_launch(interleaved, layout):
     section = (16, 24, 24)
     launch = _apply(mrope_section=section, mrope_interleaved=interleaved)
-    assert launch.template_args == ("__nv_bfloat16", "float", "long long", True, 8, layout)
+    assert launch.template_args[:6] == ("__nv_bfloat16", "float", "long long", True, 8, layout)
     # positions (3, 4) C-contiguous: token stride 1, row stride 4; the sections last.
     assert launch.scalars[6] == 1 and launch.scalars[20:] == (4, 16, 24, 24)
     assert [type(v) for v in launch.scalars[20:]] == [np.int64] + [np.int32] * 3
@@ -1182,7 +1185,7 @@ def test_apply_rope_mrope_launch(interleaved, layout):
     q4 = contiguous((2, 3, 8, 128), BF16)
     launch = _apply(q=q4, k=None, mrope_section=section)
     assert launch.scalars[0] == 6 and launch.scalars[6] == 1 and launch.scalars[20] == 6
-    assert _apply(mrope_section=section, inplace=False).template_args[-1] == 1
+    assert _apply(mrope_section=section, inplace=False).template_args[5] == 1
 
 
 @pytest.mark.parametrize("kwargs, message", [

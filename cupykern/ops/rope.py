@@ -12,6 +12,9 @@ __all__ = ["apply_rope", "qk_rms_norm_rope", "rope_cos_sin_cache"]
 
 APPLY_ROPE = KernelTemplate("rope.cu", "apply_rope_kernel")
 QK_RMS_NORM_ROPE = KernelTemplate("rope.cu", "qk_rms_norm_rope_kernel")
+#: The wide layout (plans.ROPE_LAYOUT "wide"): same math, several heads in flight per thread.
+APPLY_ROPE_WIDE = KernelTemplate("rope.cu", "apply_rope_wide_kernel")
+QK_RMS_NORM_ROPE_WIDE = KernelTemplate("rope.cu", "qk_rms_norm_rope_wide_kernel")
 
 #: Position dtypes -> TPos (never reinterpreted: each has its own instantiation).
 POSITION_TYPES = _dtypes.INDEX_C_TYPES
@@ -30,8 +33,10 @@ def _cache_dtypes(dtype) -> list:
 def instantiations() -> dict[KernelTemplate, list[str]]:
     """Every instantiation: dtype x cache dtype x position type x is_neox x vector width
     (x threads per head for qk_rms_norm_rope; x M-RoPE layout for apply_rope, the M-RoPE
-    layouts with the NeoX pairing only)."""
-    spaces: dict[KernelTemplate, list[str]] = {APPLY_ROPE: [], QK_RMS_NORM_ROPE: []}
+    layouts with the NeoX pairing only), of the "steps" kernels and of the wide ones
+    (apply_rope's also x heads per thread, plans.ROPE_WIDE_HEADS_CHOICES)."""
+    spaces: dict[KernelTemplate, list[str]] = {APPLY_ROPE: [], QK_RMS_NORM_ROPE: [], APPLY_ROPE_WIDE: [],
+                                               QK_RMS_NORM_ROPE_WIDE: []}
     for d in _dtypes.DTYPES:
         for c in _cache_dtypes(d):
             for p in POSITION_TYPES.values():
@@ -40,9 +45,12 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
                     for w in plans.rope_vec_widths(d, fused_norm=False):
                         for layout in (MROPE_LAYOUTS if neox else (MROPE_NONE,)):
                             spaces[APPLY_ROPE].append(APPLY_ROPE.expr(*lead, w, layout))
+                            for heads in plans.ROPE_WIDE_HEADS_CHOICES:
+                                spaces[APPLY_ROPE_WIDE].append(APPLY_ROPE_WIDE.expr(*lead, w, layout, heads))
                     for w in plans.rope_vec_widths(d, fused_norm=True):
                         for g in (plans.ROPE_NORM_THREADS_PER_HEAD if w > 1 else (32,)):
                             spaces[QK_RMS_NORM_ROPE].append(QK_RMS_NORM_ROPE.expr(*lead, w, g))
+                            spaces[QK_RMS_NORM_ROPE_WIDE].append(QK_RMS_NORM_ROPE_WIDE.expr(*lead, w, g))
     return spaces
 
 
@@ -228,9 +236,10 @@ def _prepare_apply_rope(a: launcher.Args) -> launcher.Launch:
     plan = plans.plan_rope(qh.num_tokens, qh.num_heads + num_kv_heads, qh.head_dim, rotary_dim, q.dtype,
                            max_vec_width=max_vec, fused_norm=False, limits=a.limits, overrides=a.overrides,
                            op="apply_rope")
+    targs = (_dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype), POSITION_TYPES[positions.dtype], is_neox,
+             plan.vec_width, layout)
     return launcher.Launch(
-        APPLY_ROPE, (_dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype), POSITION_TYPES[positions.dtype],
-                     is_neox, plan.vec_width, layout), plan,
+        *((APPLY_ROPE_WIDE, (*targs, plan.heads_per_thread)) if plan.heads_per_thread else (APPLY_ROPE, targs)), plan,
         pointers=(*names, "q", "k", "positions", "cos_sin_cache"),
         scalars=(*map(np.int64, (qh.num_tokens, qh.num_heads, num_kv_heads, qh.head_dim, rotary_dim, cache.shape[0],
                                  pos_stride, qh.token_stride, qh.head_stride, k_ts, k_hs, qo_ts, qo_hs, ko_ts, ko_hs,
@@ -259,14 +268,17 @@ def _prepare_qk_rms_norm_rope(a: launcher.Args) -> launcher.Launch:
     plan = plans.plan_rope(qh.num_tokens, qh.num_heads + kh.num_heads, qh.head_dim, rotary_dim, q.dtype,
                            max_vec_width=max_vec, fused_norm=True, limits=a.limits, overrides=a.overrides,
                            op="qk_rms_norm_rope")
+    wide = plan.heads_per_thread > 0
     return launcher.Launch(
-        QK_RMS_NORM_ROPE, (_dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype), POSITION_TYPES[positions.dtype],
-                           is_neox, plan.vec_width, plan.threads_per_head), plan,
+        QK_RMS_NORM_ROPE_WIDE if wide else QK_RMS_NORM_ROPE,
+        (_dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype), POSITION_TYPES[positions.dtype],
+         is_neox, plan.vec_width, plan.threads_per_head), plan,
         pointers=("q", "k", "q_weight", "k_weight", "positions", "cos_sin_cache"),
         scalars=(*map(np.int64, (qh.num_tokens, qh.num_heads, kh.num_heads, qh.head_dim, rotary_dim, cache.shape[0],
                                  pos_stride, qh.token_stride, qh.head_stride, kh.token_stride, kh.head_stride,
                                  cache_stride)),
-                 eps, np.int32(plan.head_slots), np.int32(plan.tokens_per_block)),
+                 eps, np.int32(plan.head_slots), np.int32(plan.tokens_per_block),
+                 *((np.int32(plan.heads_per_thread),) if wide else ())),
         returns=("q", "k"), disjoint=_qk_disjoint(qh, kh))
 
 

@@ -1,0 +1,236 @@
+"""RoPE kernel layouts (plans.ROPE_LAYOUT): the wide kernels against the "steps" ones.
+
+CPU: the planner's choice of layout and heads per thread, the fallback of
+qk_rms_norm_rope to the steps kernel where a lane would hold more than one unit, the
+wide kernels' register use. GPU (marked): every option of apply_rope and
+qk_rms_norm_rope gives the same bytes under every layout (the golden digests of
+tests/test_golden.py pin the default layout to the recorded outputs).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from cupykern import _dtypes, jit, launcher, plans
+from cupykern.ops import rope as rope_ops
+from tests.helpers import DTYPES, DTYPE_IDS
+
+BF16 = _dtypes.bfloat16
+#: (plan constants, id): today's kernels, and the wide ones with each choice the bench compares.
+LAYOUTS = [({"ROPE_LAYOUT": "steps"}, "steps"),
+           ({"ROPE_LAYOUT": "wide"}, "wide"),
+           ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_HEADS_PER_THREAD": 2, "ROPE_WIDE_DECODE_HEADS_PER_THREAD": 4},
+            "wide-swapped-heads"),
+           ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_GRID_WAVES": 1}, "wide-one-wave")]
+
+
+def _plan(num_tokens, head_dim=128, rotary_dim=128, dtype=BF16, fused_norm=False, max_vec=None):
+    return plans.plan_rope(num_tokens, 40, head_dim, rotary_dim, dtype,
+                           max_vec_width=max_vec or _dtypes.vec_width(dtype), fused_norm=fused_norm,
+                           limits=plans.H200_LIMITS)
+
+
+# ----------------------------------------------------------------- CPU: planner
+@pytest.mark.parametrize("fused_norm", [False, True])
+def test_wide_is_the_default_with_heads_by_batch_size(fused_norm):
+    assert plans.ROPE_LAYOUT == "wide"
+    assert _plan(16384, fused_norm=fused_norm).heads_per_thread == plans.ROPE_WIDE_HEADS_PER_THREAD == 4
+    assert _plan(4096, fused_norm=fused_norm).heads_per_thread == 4
+    assert _plan(1, fused_norm=fused_norm).heads_per_thread == plans.ROPE_WIDE_DECODE_HEADS_PER_THREAD == 2
+    assert _plan(64, fused_norm=fused_norm).heads_per_thread == 2
+
+
+@pytest.mark.parametrize("fused_norm", [False, True])
+def test_steps_layout_is_today_s_plan(monkeypatch, fused_norm):
+    monkeypatch.setattr(plans, "ROPE_LAYOUT", "steps")
+    for n in (1, 64, 4096, 16384):
+        plan = _plan(n, fused_norm=fused_norm)
+        assert plan.heads_per_thread == 0
+        assert (plan.threads_per_head, plan.head_slots) == ((8, 32) if n < 4 * 132 else (8, 10))
+
+
+@pytest.mark.parametrize("fused_norm", [False, True])
+def test_wide_keeps_the_row_group_and_vector_width(monkeypatch, fused_norm):
+    """qk_rms_norm_rope's bits depend on (vec_width, threads_per_head): the layouts agree on them."""
+    for head_dim, rotary_dim in ((64, 64), (128, 64), (128, 128), (256, 256), (80, 32)):
+        for dtype in DTYPES:
+            for max_vec in sorted(set(plans.rope_vec_widths(dtype, fused_norm=fused_norm))):
+                wide = _plan(4096, head_dim, rotary_dim, dtype, fused_norm, max_vec)
+                monkeypatch.setattr(plans, "ROPE_LAYOUT", "steps")
+                steps = _plan(4096, head_dim, rotary_dim, dtype, fused_norm, max_vec)
+                monkeypatch.setattr(plans, "ROPE_LAYOUT", "wide")
+                assert (wide.vec_width, wide.threads_per_head) == (steps.vec_width, steps.threads_per_head)
+
+
+def test_qk_norm_falls_back_to_steps_when_a_lane_holds_two_units():
+    # scalar path: 64 units of head_dim 128 over the 32 lanes of the row group
+    assert _plan(4096, fused_norm=True, max_vec=1).heads_per_thread == 0
+    assert _plan(4096, fused_norm=True, max_vec=8).heads_per_thread == 4
+    # apply_rope's wide kernel walks any number of units
+    assert _plan(4096, max_vec=1).heads_per_thread == 4
+
+
+def test_wide_grid_waves_cap_the_grid(monkeypatch):
+    assert _plan(16384).grid[0] == -(-16384 // _plan(16384).tokens_per_block)
+    monkeypatch.setattr(plans, "ROPE_WIDE_GRID_WAVES", 1)
+    assert _plan(16384).grid[0] == plans.ROPE_WIDE_BLOCKS_PER_SM * plans.H200_LIMITS.sm_count
+
+
+@pytest.mark.parametrize("name, value", [("ROPE_LAYOUT", "fast"), ("ROPE_WIDE_HEADS_PER_THREAD", 3)])
+def test_bad_layout_constants_are_refused(monkeypatch, name, value):
+    monkeypatch.setattr(plans, name, value)
+    with pytest.raises(ValueError, match="ROPE_LAYOUT" if name == "ROPE_LAYOUT" else "heads per thread"):
+        _plan(16384)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("num_tokens, fused_norm", [(1, False), (16384, False), (16384, True)])
+def test_wide_kernels_in_the_planned_shape_do_not_spill(dtype, num_tokens, fused_norm):
+    plan = _plan(num_tokens, dtype=dtype, fused_norm=fused_norm)
+    lead = (_dtypes.c_type(dtype), "float", "long long")
+    if fused_norm:
+        exprs = [rope_ops.QK_RMS_NORM_ROPE_WIDE.expr(*lead, neox, plan.vec_width, plan.threads_per_head)
+                 for neox in (True, False)]
+    else:
+        exprs = [rope_ops.APPLY_ROPE_WIDE.expr(*lead, neox, plan.vec_width, layout, plan.heads_per_thread)
+                 for neox, layout in ((True, 0), (False, 0), (True, 1), (True, 2))]
+    _, log = jit.nvrtc_compile("rope.cu", exprs, "90", ["--ptxas-options=-v"])
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
+    assert len(spills) == len(exprs) and not any(spills), log
+
+
+def test_every_planned_wide_instantiation_is_enumerated(monkeypatch):
+    exprs = set(rope_ops.instantiations()[rope_ops.APPLY_ROPE_WIDE])
+    for heads in plans.ROPE_WIDE_HEADS_CHOICES:
+        assert rope_ops.APPLY_ROPE_WIDE.expr("__nv_bfloat16", "float", "int", False, 1, 0, heads) in exprs
+    assert len(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE_WIDE]) == \
+        len(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE])
+
+
+# ----------------------------------------------------------------- GPU: same bytes under every layout
+def _under(constants: dict, call):
+    """``call()`` with plan constants set (launch caches emptied before and after)."""
+    saved = {name: getattr(plans, name) for name in constants}
+    try:
+        for name, value in constants.items():
+            setattr(plans, name, value)
+        launcher.clear_caches()
+        return call()
+    finally:
+        for name, value in saved.items():
+            setattr(plans, name, value)
+        launcher.clear_caches()
+
+
+def _bytes_under_layouts(make, run):
+    """{layout id: bytes of run(make())} for every layout of LAYOUTS (fresh inputs each)."""
+    import cupy
+
+    got = {}
+    for constants, name in LAYOUTS:
+        inputs = make()
+        outs = _under(constants, lambda: run(inputs))
+        got[name] = b"".join(cupy.asnumpy(o).tobytes() for o in outs if o is not None)
+    return got
+
+
+def _inputs(seed, num_tokens, hq, hkv, head_dim, rotary_dim, dtype, cache_dtype, pos_dtype, *, fused=False,
+            misalign=0, bad=False, mrope=False):
+    import cupy
+
+    from cupykern import rope_scaling
+
+    rng = np.random.default_rng(seed)
+    width = (hq + 2 * hkv) * head_dim
+    flat = cupy.asarray(rng.standard_normal(num_tokens * width + misalign, dtype=np.float32).astype(dtype))
+    if fused:  # views of one fused QKV buffer
+        buf = flat[misalign:].reshape(num_tokens, width)
+        q = buf[:, : hq * head_dim].reshape(num_tokens, hq, head_dim)
+        k = buf[:, hq * head_dim:(hq + hkv) * head_dim].reshape(num_tokens, hkv, head_dim)
+    else:
+        q = flat[: num_tokens * hq * head_dim].reshape(num_tokens, hq, head_dim).copy()
+        k = flat[num_tokens * hq * head_dim: num_tokens * (hq + hkv) * head_dim].reshape(num_tokens, hkv,
+                                                                                          head_dim).copy()
+    rows = 4096
+    cache = cupy.asarray(rope_scaling.cos_sin_table(rows, rotary_dim, 500000.0, dtype=np.dtype(cache_dtype)))
+    pos = rng.integers(0, rows, (3, num_tokens) if mrope else num_tokens).astype(pos_dtype)
+    if bad and num_tokens:
+        pos[..., 0] = -1
+        pos[..., -1] = rows
+    return dict(q=q, k=k, positions=cupy.asarray(pos), cos_sin_cache=cache,
+                q_weight=cupy.asarray((rng.standard_normal(head_dim) * 0.1 + 1).astype(dtype)),
+                k_weight=cupy.asarray((rng.standard_normal(head_dim) * 0.1 + 1).astype(dtype)))
+
+
+def _apply(i, **kw):
+    import cupykern
+
+    return cupykern.apply_rope(i["q"], i["k"], i["positions"], i["cos_sin_cache"], check_positions=False, **kw)
+
+
+def _qk(i, is_neox):
+    import cupykern
+
+    return cupykern.qk_rms_norm_rope(i["q"], i["k"], i["q_weight"], i["k_weight"], i["positions"],
+                                     i["cos_sin_cache"], 1e-6, is_neox=is_neox, check_positions=False)
+
+
+def _assert_same(got):
+    first = got["steps"]
+    assert len(first) > 0 or all(len(v) == 0 for v in got.values())
+    for name, value in got.items():
+        assert value == first, f"layout {name} differs from steps"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+@pytest.mark.parametrize("num_tokens", [1, 600])
+@pytest.mark.parametrize("head_dim, rotary_dim", [(128, 128), (128, 64), (80, 32)])
+@pytest.mark.parametrize("variant", ["plain", "out_of_place", "fused_misaligned", "cache_in_dtype_int32",
+                                     "bad_positions"])
+def test_apply_rope_layouts_give_the_same_bytes(dtype, is_neox, num_tokens, head_dim, rotary_dim, variant):
+    cache_dtype = dtype if variant == "cache_in_dtype_int32" else np.float32
+    pos_dtype = np.int32 if variant == "cache_in_dtype_int32" else np.int64
+    seed = num_tokens * 1000 + head_dim + rotary_dim
+
+    def make():
+        return _inputs(seed, num_tokens, 32, 8, head_dim, rotary_dim, dtype, cache_dtype, pos_dtype,
+                       fused=variant.startswith("fused"), misalign=int(variant == "fused_misaligned"),
+                       bad=variant in ("bad_positions", "out_of_place"))
+
+    inplace = variant != "out_of_place"
+    _assert_same(_bytes_under_layouts(make, lambda i: (*_apply(i, is_neox=is_neox, inplace=inplace), i["q"], i["k"])))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("interleaved", [False, True], ids=["sectioned", "interleaved"])
+@pytest.mark.parametrize("num_tokens", [1, 600])
+def test_mrope_layouts_give_the_same_bytes(interleaved, num_tokens):
+    def make():
+        return _inputs(5, num_tokens, 28, 4, 128, 128, BF16, np.float32, np.int64, mrope=True, bad=True)
+
+    section = (24, 20, 20) if interleaved else (16, 24, 24)
+    _assert_same(_bytes_under_layouts(make, lambda i: _apply(i, mrope_section=section,
+                                                             mrope_interleaved=interleaved)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+@pytest.mark.parametrize("num_tokens", [1, 600])
+@pytest.mark.parametrize("head_dim, rotary_dim", [(128, 128), (128, 64), (64, 32)])
+@pytest.mark.parametrize("variant", ["plain", "fused_misaligned", "cache_in_dtype_int32", "bad_positions"])
+def test_qk_rms_norm_rope_layouts_give_the_same_bytes(dtype, is_neox, num_tokens, head_dim, rotary_dim, variant):
+    cache_dtype = dtype if variant == "cache_in_dtype_int32" else np.float32
+    pos_dtype = np.int32 if variant == "cache_in_dtype_int32" else np.int64
+
+    def make():
+        return _inputs(num_tokens + head_dim, num_tokens, 16, 4, head_dim, rotary_dim, dtype, cache_dtype, pos_dtype,
+                       fused=variant.startswith("fused"), misalign=int(variant == "fused_misaligned"),
+                       bad=variant == "bad_positions")
+
+    _assert_same(_bytes_under_layouts(make, lambda i: _qk(i, is_neox)))
