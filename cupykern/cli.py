@@ -301,7 +301,8 @@ def _print_sweep(points: list, model_name: str, copy_gbps: float, seed: int, tun
               help="row kernels and activations: elements per access, 1 or 16 bytes' worth (8 for fp16/bf16, "
                    "4 for fp32)")
 @click.option("--vecs-per-thread", callback=_choice_list(plans.VECS_PER_THREAD_CHOICES, "vecs per thread"),
-              default=None, help="row kernels: register cache per thread")
+              default=None, help="row kernels: reduction-tree columns (leaves kept in registers) per thread; "
+                                 "by default the number threads_per_row needs")
 @click.option("--rows-per-block", callback=_pow2_list, default=None, help="row kernels: rows per block")
 @click.option("--repeat", type=click.IntRange(min=1), default=None,
               help="timed samples per point (cold-L2 calls, or graph replays for decode sizes) [default: 50 / 20]")

@@ -5,14 +5,18 @@ CuPy calls except reading a device's limits), so CPU tests check them against an
 H200's limits built by hand. The launcher (cupykern/launcher.py) calls them once per
 call signature and caches the result.
 
-Row kernels (norm, softmax, row_reduce) are split so that batch invariance holds by
-construction:
+Row kernels (norm, softmax, row_reduce and the quant family's norm ops) reduce each row
+with one fixed tree whose shape depends on the row size and dtype alone
+(kernels_cu/cupykern/reduce.cuh; :func:`tree_columns` here): 16-byte leaves, J columns,
+recursive halving. Any power-of-two ``threads_per_row`` P with ``vecs_per_thread`` A = J /
+P (or A = 1 and P >= J) computes that tree, so a row's bits do not depend on the layout,
+and the layout may follow the batch:
 
-* :class:`RowLayout` fixes how one row is reduced (threads per row, vector width; how
-  many vectors a thread keeps in registers does not change the order). It is chosen
-  by :func:`row_layout` from the row size, dtype and alignment only; no argument
-  mentions the number of rows, so a row's bits cannot depend on the batch.
-* :class:`RowPlan` adds what may vary with the batch: rows per block and the grid.
+* :class:`RowLayout` fixes how the threads of one row read it (threads per row, vector
+  width, tree columns per thread = leaves kept in registers). :func:`row_layout` chooses
+  it from the row size, dtype, alignment and num_rows: many threads per row at decode
+  sizes (one block streams the row), few at prefill sizes (several rows per block).
+* :class:`RowPlan` adds rows per block and the grid.
 
 The heuristics' constants are named below, each with the measurement behind it (or
 saying that there is none yet). Overrides (``launcher.overrides``, used by sweeps) come
@@ -35,17 +39,29 @@ MAX_BLOCK_SIZE = 1024
 VECS_PER_THREAD_CHOICES = (1, 2, 4, 8)
 THREADS_PER_ROW_CHOICES = tuple(2**i for i in range(11))  # 1 .. 1024
 
-#: Aim for this many 16-byte vectors per thread: enough loads in flight to cover
-#: memory latency without starving occupancy (FlashInfer and Quack use 4-8 x 16 B).
-TARGET_VECS_PER_THREAD = 4
-#: The heuristic stops at 128 threads per row and keeps at most 4 vectors per thread
-#: in registers (the rest of a long row is re-read from L1/L2). On the H200, 16384 x
-#: 8192 bf16 rms_norm ran at 91.5% of copy with 128 x 4, 91.1% with 256 x 4, 84.9%
-#: with 128 x 8 and 41.9% with 1024 x 1: more threads per row mean fewer rows in
-#: flight per SM and more time in barriers, a larger cache fewer resident blocks
-#: (bench/results/2026-11-29_sweep-layouts_NVIDIA-H200_c9ef6e6.json).
-HEURISTIC_MAX_THREADS_PER_ROW = 128
-HEURISTIC_MAX_CACHED_VECS = 4
+#: Bytes of one leaf of the row reduction tree: a 16-byte element group, 16 / itemsize
+#: elements (kernels_cu/cupykern/rows.cuh::leaf_width).
+LEAF_BYTES = 16
+#: Most columns of the tree (reduce.cuh::kMaxTreeColumns): 1024 threads x 2 columns. A
+#: 1024-thread block has at most 64 registers per thread, and 1024 x 4 (four leaves
+#: cached) spilled there with ptxas for sm_90 (rms_norm 14 bytes, layer_norm 16,
+#: fused_add_rms_norm 28); 1024 x 2 does not. Rows of more leaves fold several leaves
+#: per column, in order, and re-read the leaves past the first round.
+MAX_TREE_COLUMNS = 2048
+#: Up to this many rows a call is decode-sized: a block per row does not fill the GPU
+#: anyway, so each row gets many threads (DECODE_VECS_PER_THREAD leaves each): every
+#: load of the row is issued before the first barrier, and the row stays in registers.
+DECODE_MAX_ROWS = 64
+#: Tree columns per thread at decode sizes: 8192-element bf16 rows get 512 threads (16
+#: warps), 16384-element rows 1024 threads. Not yet tuned by a measurement in bench/results.
+DECODE_VECS_PER_THREAD = 2
+#: Tree columns per thread at prefill sizes (more rows than DECODE_MAX_ROWS): 4, so a
+#: 4096-element bf16 row gets 128 threads (the layout before the tree) and an
+#: 8192-element one 256. On the H200, 16384 x 8192 bf16 rms_norm ran at 91.1% of copy
+#: with 256 x 4 (every leaf in registers, the layout chosen now), 91.5% with the former
+#: 128 threads x 4 cached + 4 re-read (an order the tree does not allow), 84.9% with
+#: 128 x 8 and 41.9% with 1024 x 1 (bench/results/2026-11-29_sweep-layouts_NVIDIA-H200_c9ef6e6.json).
+PREFILL_VECS_PER_THREAD = 4
 #: Smallest block: rows narrower than this many threads share a block.
 MIN_BLOCK_SIZE = 128
 
@@ -108,7 +124,10 @@ def _pow2(n: int) -> bool:
 
 @dataclass(frozen=True)
 class RowLayout:
-    """How the threads of one row group read and reduce their row."""
+    """How the threads of one row group read and reduce their row: ``vecs_per_thread``
+    is the number of tree columns per thread (the leaves of the first round, kept in
+    registers between passes), fixed by the row size and ``threads_per_row``
+    (:func:`tree_vecs_per_thread`)."""
 
     threads_per_row: int
     vec_width: int
@@ -116,13 +135,8 @@ class RowLayout:
     warp_size: int = WARP_SIZE
 
     def template_args(self) -> tuple[int, int, int, int]:
-        """(kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize) of a two-pass row kernel."""
+        """(kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize) of a row kernel."""
         return (self.threads_per_row, self.vec_width, self.vecs_per_thread, self.warp_size)
-
-    def one_pass_template_args(self) -> tuple[int, int, int]:
-        """(kThreadsPerRow, kVecWidth, kWarpSize) of a one-pass row kernel (row_reduce),
-        which keeps nothing in registers between passes, so has no kVecsPerThread."""
-        return (self.threads_per_row, self.vec_width, self.warp_size)
 
 
 @dataclass(frozen=True)
@@ -169,18 +183,79 @@ def row_layouts(dtype) -> list[RowLayout]:
             for n in VECS_PER_THREAD_CHOICES]
 
 
-def row_layout(hidden_size: int, dtype, aligned: bool) -> RowLayout:
-    """Heuristic layout for rows of ``hidden_size`` elements of ``dtype``.
+def leaf_width(dtype) -> int:
+    """Elements of ``dtype`` per leaf of the reduction tree (8 for 16-bit dtypes, 4 for fp32)."""
+    return LEAF_BYTES // np.dtype(dtype).itemsize
 
-    16-byte vectors when ``aligned``; threads per row so that each thread holds about
-    TARGET_VECS_PER_THREAD vectors, up to HEURISTIC_MAX_THREADS_PER_ROW; a register
-    cache just large enough for the row, up to HEURISTIC_MAX_CACHED_VECS.
+
+def num_leaves(hidden_size: int, dtype) -> int:
+    """Leaves of a row of ``hidden_size`` elements (the last one may be partial)."""
+    return max(1, -(-hidden_size // leaf_width(dtype)))
+
+
+def tree_columns(hidden_size: int, dtype) -> int:
+    """J, the columns of the row's reduction tree: the leaf count rounded up to a power of
+    two, at most MAX_TREE_COLUMNS (reduce.cuh)."""
+    return min(_next_pow2(num_leaves(hidden_size, dtype)), MAX_TREE_COLUMNS)
+
+
+def _one_leaf_per_column(hidden_size: int, dtype) -> bool:
+    return tree_columns(hidden_size, dtype) == _next_pow2(num_leaves(hidden_size, dtype))
+
+
+def tree_fits(hidden_size: int, dtype, threads_per_row: int, vecs_per_thread: int) -> bool:
+    """Whether P threads with A columns each compute the row's tree: P * A = J always; for
+    a row of at most MAX_TREE_COLUMNS leaves (one leaf per column) also any P * A > J (the
+    extra columns hold the identity only, and halving over them is exact) and P * A = J / 2
+    (two leaves per column, folded in order: exactly the tree's first halving stage)."""
+    columns = tree_columns(hidden_size, dtype)
+    width = threads_per_row * vecs_per_thread
+    if _one_leaf_per_column(hidden_size, dtype):
+        return width >= columns or 2 * width == columns
+    return width == columns
+
+
+def tree_vecs_per_thread(hidden_size: int, dtype, threads_per_row: int) -> int:
+    """The planner's vecs_per_thread for ``threads_per_row``: J / P (every leaf of a row of
+    one leaf per column in registers), or 1 when P >= J; J / 2P when J / P is past the
+    compiled choices and the tree allows it (:func:`tree_fits`). A compiled layout only
+    if the result is in VECS_PER_THREAD_CHOICES."""
+    vecs = max(1, tree_columns(hidden_size, dtype) // threads_per_row)
+    if vecs > max(VECS_PER_THREAD_CHOICES) and _one_leaf_per_column(hidden_size, dtype):
+        vecs //= 2
+    return vecs
+
+
+def tree_threads_per_row(hidden_size: int, dtype) -> tuple[int, ...]:
+    """Every compiled threads_per_row that computes the row's tree with its
+    :func:`tree_vecs_per_thread`, up to 1024."""
+    return tuple(t for t in THREADS_PER_ROW_CHOICES
+                 if tree_vecs_per_thread(hidden_size, dtype, t) in VECS_PER_THREAD_CHOICES)
+
+
+def tree_layouts(hidden_size: int, dtype, aligned: bool) -> list[RowLayout]:
+    """Every layout the row kernels are compiled for that gives rows of ``hidden_size``
+    elements the tree's bits: each threads_per_row of :func:`tree_threads_per_row`, each
+    vector width the alignment allows."""
+    widths = sorted({1, _dtypes.vec_width(dtype)}) if aligned else [1]
+    return [RowLayout(t, v, tree_vecs_per_thread(hidden_size, dtype, t))
+            for t in tree_threads_per_row(hidden_size, dtype) for v in widths]
+
+
+def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int) -> RowLayout:
+    """Heuristic layout for ``num_rows`` rows of ``hidden_size`` elements of ``dtype``.
+
+    16-byte vectors when ``aligned``; DECODE_VECS_PER_THREAD tree columns per thread up
+    to DECODE_MAX_ROWS rows, PREFILL_VECS_PER_THREAD beyond (threads_per_row = J / that,
+    within the compiled range). Every choice computes the same tree, so the rows' bits
+    do not depend on ``num_rows``.
     """
     vec_width = _dtypes.vec_width(dtype) if aligned else 1
-    num_vecs = max(1, -(-hidden_size // vec_width))
-    threads = min(HEURISTIC_MAX_THREADS_PER_ROW, _next_pow2(-(-num_vecs // TARGET_VECS_PER_THREAD)))
-    vecs = min(HEURISTIC_MAX_CACHED_VECS, _next_pow2(-(-num_vecs // threads)))
-    return RowLayout(threads, vec_width, vecs)
+    columns = tree_columns(hidden_size, dtype)
+    per_thread = DECODE_VECS_PER_THREAD if num_rows <= DECODE_MAX_ROWS else PREFILL_VECS_PER_THREAD
+    fewest = max(1, columns // max(VECS_PER_THREAD_CHOICES))
+    threads = min(MAX_BLOCK_SIZE, max(fewest, columns // per_thread))
+    return RowLayout(threads, vec_width, tree_vecs_per_thread(hidden_size, dtype, threads))
 
 
 def default_rows_per_block(threads_per_row: int) -> int:
@@ -188,13 +263,12 @@ def default_rows_per_block(threads_per_row: int) -> int:
     return max(1, MIN_BLOCK_SIZE // threads_per_row)
 
 
-def validate(plan: RowPlan, dtype, aligned: bool, limits: DeviceLimits) -> RowPlan:
-    """Returns ``plan`` if it can run, else raises ValueError saying what is wrong."""
+def validate(plan: RowPlan, dtype, aligned: bool, limits: DeviceLimits, hidden_size: int) -> RowPlan:
+    """Returns ``plan`` if it can run on rows of ``hidden_size`` elements and gives them
+    the tree's bits, else raises ValueError saying what is wrong."""
     layout = plan.layout
     if layout.threads_per_row not in THREADS_PER_ROW_CHOICES:
         raise ValueError(f"threads_per_row must be one of {THREADS_PER_ROW_CHOICES}, got {layout.threads_per_row}")
-    if layout.vecs_per_thread not in VECS_PER_THREAD_CHOICES:
-        raise ValueError(f"vecs_per_thread must be one of {VECS_PER_THREAD_CHOICES}, got {layout.vecs_per_thread}")
     allowed = (1, _dtypes.vec_width(dtype)) if aligned else (1,)
     if layout.vec_width not in allowed:
         why = "" if aligned else " (the arrays are not 16-byte aligned)"
@@ -209,6 +283,19 @@ def validate(plan: RowPlan, dtype, aligned: bool, limits: DeviceLimits) -> RowPl
         raise ValueError(
             f"block size threads_per_row * rows_per_block = {block} must be a multiple of "
             f"{limits.warp_size} and at most {most}")
+    columns = tree_columns(hidden_size, dtype)
+    fits = tree_threads_per_row(hidden_size, dtype)
+    what = f"rows of {hidden_size} {_dtypes.short_name(dtype)} elements (a reduction tree of {columns} columns)"
+    if layout.threads_per_row not in fits:
+        raise ValueError(f"threads_per_row {layout.threads_per_row} cannot compute the tree of {what}: "
+                         f"threads_per_row must be one of {fits}")
+    if layout.vecs_per_thread not in VECS_PER_THREAD_CHOICES:
+        raise ValueError(f"vecs_per_thread must be one of {VECS_PER_THREAD_CHOICES}, got {layout.vecs_per_thread}")
+    if not tree_fits(hidden_size, dtype, layout.threads_per_row, layout.vecs_per_thread):
+        want = tree_vecs_per_thread(hidden_size, dtype, layout.threads_per_row)
+        more = " (or more, or half)" if _one_leaf_per_column(hidden_size, dtype) else ""
+        raise ValueError(f"vecs_per_thread must be {want}{more} with threads_per_row {layout.threads_per_row} for "
+                         f"{what}, got {layout.vecs_per_thread}")
     if not 1 <= plan.grid[0] <= limits.max_grid_x:
         raise ValueError(f"grid {plan.grid} exceeds the device limit {limits.max_grid_x}")
     return plan
@@ -223,8 +310,9 @@ def _tuned_plan(op: str, num_rows: int, hidden_size: int, dtype, aligned: bool,
                 limits: DeviceLimits) -> RowPlan | None:
     """The plan from the user's tuned file (cupykern/tuning.py) for ``op`` on this GPU, or
     None: no entry, a vectorised entry for unaligned rows, or a layout that does not
-    validate. A bucket's rows_per_block that does not validate gives way to the default
-    one, so whether the tuned layout applies never depends on ``num_rows``."""
+    validate (one written before the reduction tree may not compute it). A bucket's
+    rows_per_block that does not validate gives way to the default one, so whether the
+    tuned layout applies never depends on ``num_rows``."""
     entry = tuning.lookup(op, _dtypes.short_name(dtype), hidden_size, limits.name)
     if entry is None or (entry.vec_width > 1 and not aligned):
         return None
@@ -235,7 +323,7 @@ def _tuned_plan(op: str, num_rows: int, hidden_size: int, dtype, aligned: bool,
     for rows_per_block in dict.fromkeys((entry.rows_per_block_for(num_rows) or default, default)):
         try:
             return validate(RowPlan(layout, rows_per_block, _row_grid(num_rows, rows_per_block, limits), "tuned"),
-                            dtype, aligned, limits)
+                            dtype, aligned, limits, hidden_size)
         except ValueError:
             continue
     return None
@@ -248,13 +336,17 @@ ROW_OVERRIDE_KEYS = ("threads_per_row", "vec_width", "vecs_per_thread", "rows_pe
 
 def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: DeviceLimits,
               op: str | None = None, overrides: dict | None = None) -> RowPlan:
-    """Plan for a row kernel (rms_norm, fused_add_rms_norm, layer_norm, softmax, row_reduce).
+    """Plan for a row kernel (rms_norm, fused_add_rms_norm, layer_norm, softmax, row_reduce,
+    the quant family's norm ops).
 
-    ``overrides`` (keys :data:`ROW_OVERRIDE_KEYS`) replace the heuristic's choices; the
-    result is validated (ValueError). ``num_rows`` only sizes the grid. With ``op`` and
-    no override, an entry of the tuned file for (op, dtype, hidden_size,
-    ``limits.name``) is used first (origin ``"tuned"``; its layout is one per row size,
-    only rows_per_block follows num_rows); otherwise the heuristic above.
+    ``overrides`` (keys :data:`ROW_OVERRIDE_KEYS`) replace the heuristic's choices; a
+    threads_per_row without vecs_per_thread takes the tree's (:func:`tree_vecs_per_thread`),
+    a vecs_per_thread alone the threads_per_row that goes with it. The result is
+    validated (ValueError, also for a layout that would not compute the row's tree). With
+    ``op`` and no override, an entry of the tuned file for (op, dtype, hidden_size,
+    ``limits.name``) is used first (origin ``"tuned"``); otherwise the heuristic
+    :func:`row_layout`, which follows ``num_rows``. Every valid plan gives a row the same
+    bits.
     """
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     check_override_keys(overrides, ROW_OVERRIDE_KEYS, op or "a row kernel")
@@ -262,8 +354,17 @@ def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: 
         tuned = _tuned_plan(op, num_rows, hidden_size, dtype, aligned, limits)
         if tuned is not None:
             return tuned
-    layout = replace(row_layout(hidden_size, dtype, aligned),
-                     **{k: overrides[k] for k in ("threads_per_row", "vec_width", "vecs_per_thread") if k in overrides})
+    layout = row_layout(hidden_size, dtype, aligned, num_rows=num_rows)
+    threads, vecs = overrides.get("threads_per_row"), overrides.get("vecs_per_thread")
+    if threads is None and vecs in VECS_PER_THREAD_CHOICES:
+        threads = min(MAX_BLOCK_SIZE, max(1, tree_columns(hidden_size, dtype) // vecs))
+    elif threads is None and vecs is not None:
+        threads = layout.threads_per_row  # validate names the bad vecs_per_thread
+    if threads is not None:
+        layout = replace(layout, threads_per_row=threads,
+                         vecs_per_thread=vecs if vecs is not None else tree_vecs_per_thread(hidden_size, dtype, threads))
+    if "vec_width" in overrides:
+        layout = replace(layout, vec_width=overrides["vec_width"])
     rows_per_block = overrides.get("rows_per_block")
     block_size = overrides.get("block_size")
     if block_size is not None:
@@ -279,7 +380,7 @@ def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: 
         rows_per_block = default
     origin = "override" if overrides else "heuristic"
     return validate(RowPlan(layout, rows_per_block, _row_grid(num_rows, rows_per_block, limits), origin),
-                    dtype, aligned, limits)
+                    dtype, aligned, limits, hidden_size)
 
 
 # ----------------------------------------------------------------- activation family

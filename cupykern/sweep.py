@@ -242,45 +242,38 @@ def ignored_options(op: str, options: dict) -> list[str]:
     return [k for k, v in options.items() if v and k not in launch_options(op)]
 
 
-def candidate_configs(size: int, vec_width: int, *, vecs_choices=plans.VECS_PER_THREAD_CHOICES) -> list[dict]:
-    """The default ``--tune`` search space for rows of ``size`` elements read ``vec_width`` at a time.
+def candidate_configs(size: int, dtype, vec_width: int, *, vecs_choices=plans.VECS_PER_THREAD_CHOICES) -> list[dict]:
+    """The default ``--tune`` search space for rows of ``size`` elements of ``dtype`` read
+    ``vec_width`` at a time.
 
-    threads_per_row from the fewest that keep at most 32 vectors per thread to the most
-    that still give each thread one; vecs_per_thread (of ``vecs_choices``) up to what
-    the row needs; rows_per_block giving blocks of MIN_BLOCK_SIZE (the heuristic's) and
-    256 threads. Every dict has the keys threads_per_row, vec_width, vecs_per_thread
-    and rows_per_block.
+    Every threads_per_row that computes the row's reduction tree (plans.tree_threads_per_row)
+    with the vecs_per_thread that goes with it, when that is one of ``vecs_choices``;
+    rows_per_block giving blocks of MIN_BLOCK_SIZE (the heuristic's) and 256 threads.
+    Every dict has the keys threads_per_row, vec_width, vecs_per_thread and rows_per_block.
     """
-    num_vecs = max(1, -(-size // vec_width))
-    most_threads = 1 << max(0, (num_vecs - 1).bit_length())
-    fewest_threads = 1 << max(0, (-(-num_vecs // 32) - 1).bit_length())
     configs = []
-    for threads in plans.THREADS_PER_ROW_CHOICES:
-        if not fewest_threads <= threads <= most_threads:
+    for threads in plans.tree_threads_per_row(size, dtype):
+        v = plans.tree_vecs_per_thread(size, dtype, threads)
+        if v not in vecs_choices:
             continue
-        needed = 1 << max(0, (-(-num_vecs // threads) - 1).bit_length())
-        vecs = [v for v in vecs_choices if v <= max(needed, min(vecs_choices))]
         blocks = sorted({b for b in (plans.MIN_BLOCK_SIZE, 256, threads)
                          if b >= threads and b % plans.WARP_SIZE == 0 and b <= plans.max_block_size(threads)})
-        for v in vecs:
-            for block in blocks:
-                configs.append(dict(threads_per_row=threads, vec_width=vec_width, vecs_per_thread=v,
-                                    rows_per_block=block // threads))
+        for block in blocks:
+            configs.append(dict(threads_per_row=threads, vec_width=vec_width, vecs_per_thread=v,
+                                rows_per_block=block // threads))
     return configs
 
 
 def tune_configs(spec: OpSpec, size: int, dtype, *, model=None, seed: int = 0) -> list[dict]:
     """The launch configurations ``--tune`` measures for a row op: the op's own choice
     (``{}``) and :func:`candidate_configs` for the heuristic's vector width, each limited
-    to the options the op takes (row_reduce's one-pass kernel has no register cache, so
-    only the heuristic's vecs_per_thread, which its plan reports)."""
+    to the options the op takes (row_reduce does not take vecs_per_thread: its plan
+    derives it from threads_per_row, as for every row op)."""
     dtype = _dtypes.parse(dtype)
     aligned = size % _dtypes.vec_width(dtype) == 0  # the registry's inputs are fresh contiguous arrays
-    heuristic = plans.row_layout(size, dtype, aligned)
+    vec_width = _dtypes.vec_width(dtype) if aligned else 1
     takes = launch_options(spec.name)
-    vecs = plans.VECS_PER_THREAD_CHOICES if "vecs_per_thread" in takes else (heuristic.vecs_per_thread,)
-    configs = [{k: v for k, v in c.items() if k in takes}
-               for c in candidate_configs(size, heuristic.vec_width, vecs_choices=vecs)]
+    configs = [{k: v for k, v in c.items() if k in takes} for c in candidate_configs(size, dtype, vec_width)]
     return [{}] + configs
 
 

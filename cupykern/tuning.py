@@ -5,9 +5,10 @@
 One entry per (GPU name, op, dtype, row size) holds
 
 * one row layout (``threads_per_row``, ``vec_width``, ``vecs_per_thread``), chosen over
-  the whole num_tokens ladder, because the per-row reduction order must not depend on
-  the batch (``vecs_per_thread`` only sizes the register cache, it does not change
-  the order, but it is kept per entry too);
+  the whole num_tokens ladder (every layout that validates computes the row's one
+  reduction tree, kernels_cu/cupykern/reduce.cuh, so a per-bucket layout would keep the
+  bits too; the file does not hold one yet; an entry whose layout does not fit the
+  tree, e.g. one written before it, is ignored);
 * ``rows_per_block`` per num_tokens bucket, which may vary with the batch.
 
 File (JSON), at ``$CUPYKERN_TUNE_FILE`` if set, else ``tuned.json`` in the cupykern

@@ -17,11 +17,21 @@
 // (fused_add_rms_norm). Each element is read and written by the same thread, after
 // the row's reduction, so in-place use is race-free.
 //
+// Numerics: every row reduction (sum of squares, sum, sum of squared deviations) is the
+// row's fixed tree over 16-byte leaves (cupykern/reduce.cuh), so the bits depend on
+// hidden_size and T only, never on the layout the planner picks for num_tokens.
+//
 // Template parameters:
 //   T               float, __half, __nv_bfloat16
 //   kThreadsPerRow  1, 2, 4, ..., 1024: threads that share one row
 //   kVecWidth       1 or 16 / sizeof(T): elements per memory access
-//   kVecsPerThread  1, 2, 4, 8: vectors per thread kept in registers between passes
+//   kVecsPerThread  1, 2, 4, 8: tree columns per thread, A; the first round of A leaves
+//                   per thread stays in registers between passes. A layout matches the
+//                   row's tree when kThreadsPerRow * A = J = min(next_pow2(leaves),
+//                   2048), or A = 1 and kThreadsPerRow >= J; rows of at most 2048
+//                   leaves also with kThreadsPerRow * A > J or = J / 2 (cupykern/plans.py::
+//                   tree_fits; another A still reduces every element once, in another
+//                   order).
 //   kWarpSize       32
 // Launch contract (planned by cupykern/plans.py::plan_rows): 1-D block of
 // rows_per_block * kThreadsPerRow threads (a multiple of kWarpSize, at most 1024),
@@ -70,75 +80,71 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) layer_norm_k
     const T* __restrict__ bias,      // [hidden_size] or null (shift 0)
     int64_t num_rows, int64_t hidden_size, int64_t x_row_stride, int64_t out_row_stride,
     float eps) {
-  using V = Vec<T, kVecWidth>;
-  __shared__ float scratch[max_warps_per_block<kWarpSize>()];
+  constexpr int L = leaf_width<T>();
+  using V = Vec<T, L>;
+  __shared__ float scratch[tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>()];
   const RowGroup<kThreadsPerRow> g;
-  const int64_t num_vecs = hidden_size / kVecWidth;
-  const int64_t tail_start = num_vecs * kVecWidth;
   const float inv_n = 1.0f / static_cast<float>(hidden_size);
   V cache[kVecsPerThread];
+  float column[kVecsPerThread];
 
   for (int64_t base = g.first_base(); base < num_rows; base += g.base_step()) {
     const int64_t row = base + g.group;
     const bool active = row < num_rows;
-    const int64_t my_vecs = active ? num_vecs : 0;
-    const int64_t my_end = active ? hidden_size : 0;
+    // This lane's leaves of the row, f(slot, column, v, count) (cupykern/rows.cuh).
+    auto walk_leaves = [&](auto&& f) {
+      for_each_leaf<T, kThreadsPerRow, kVecsPerThread>(hidden_size, active, g.lane, f);
+    };
     const T* x_row = x + row * x_row_stride;
     T* out_row = out + row * out_row_stride;
-    auto vec_at = [&](int slot, int64_t v) -> V {
-      return slot >= 0 ? cache[slot] : load_vec<T, kVecWidth>(x_row + v * kVecWidth);
+    auto leaf_at = [&](int slot, int64_t v, int count) -> V {
+      return slot >= 0 ? cache[slot] : load_leaf<T, kVecWidth>(x_row, v, count);
     };
 
     // Pass 1: load into registers, sum -> mean.
-    float sum = 0.0f;
-    for_each_vec<kThreadsPerRow, kVecsPerThread>(my_vecs, g.lane, [&](int slot, int64_t v) {
-      const V a = load_vec<T, kVecWidth>(x_row + v * kVecWidth);
-      if (slot >= 0) cache[slot] = a;
 #pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) sum += to_float(a.elt[e]);
+    for (int a = 0; a < kVecsPerThread; ++a) column[a] = SumOp::identity();
+    walk_leaves([&](int slot, int col, int64_t v, int count) {
+      const V a = load_leaf<T, kVecWidth>(x_row, v, count);
+      if (slot >= 0) cache[slot] = a;
+      add_to_column<SumOp>(column, col, fold_leaf<SumOp, T>(a, count, [](float s, float e) {
+        return __fadd_rn(s, e);
+      }));
     });
-    for_each_tail<kThreadsPerRow>(tail_start, my_end, g.lane, [&](int64_t i) { sum += to_float(x_row[i]); });
-    const float mean = row_group_reduce<SumOp, kThreadsPerRow, kWarpSize>(sum, scratch) * inv_n;
+    const float mean = __fmul_rn(row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch),
+                                 inv_n);
 
     // Pass 2: sum of squared deviations from the mean (no E[x^2] - E[x]^2 cancellation).
-    float ssd = 0.0f;
-    for_each_vec<kThreadsPerRow, kVecsPerThread>(my_vecs, g.lane, [&](int slot, int64_t v) {
-      const V a = vec_at(slot, v);
 #pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) {
-        const float d = to_float(a.elt[e]) - mean;
-        ssd += d * d;
-      }
+    for (int a = 0; a < kVecsPerThread; ++a) column[a] = SumOp::identity();
+    walk_leaves([&](int slot, int col, int64_t v, int count) {
+      const V a = leaf_at(slot, v, count);
+      add_to_column<SumOp>(column, col, fold_leaf<SumOp, T>(a, count, [&](float s, float e) {
+        const float d = __fsub_rn(e, mean);
+        return __fmaf_rn(d, d, s);
+      }));
     });
-    for_each_tail<kThreadsPerRow>(tail_start, my_end, g.lane, [&](int64_t i) {
-      const float d = to_float(x_row[i]) - mean;
-      ssd += d * d;
-    });
-    const float rstd = rsqrtf(row_group_reduce<SumOp, kThreadsPerRow, kWarpSize>(ssd, scratch) * inv_n + eps);
+    const float ssd = row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch);
+    const float rstd = rsqrtf(__fmaf_rn(ssd, inv_n, eps));
 
     // Pass 3: normalise, scale, shift, round once, store.
-    for_each_vec<kThreadsPerRow, kVecsPerThread>(my_vecs, g.lane, [&](int slot, int64_t v) {
-      const V a = vec_at(slot, v);
-      float y[kVecWidth];
+    walk_leaves([&](int slot, int, int64_t v, int count) {
+      const V a = leaf_at(slot, v, count);
+      float y[L];
 #pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) y[e] = (to_float(a.elt[e]) - mean) * rstd;
+      for (int e = 0; e < L; ++e) y[e] = __fmul_rn(__fsub_rn(to_float(a.elt[e]), mean), rstd);
       if (weight != nullptr) {
-        const V w = load_vec<T, kVecWidth>(weight + v * kVecWidth);
+        const V w = load_leaf<T, kVecWidth>(weight, v, count);
 #pragma unroll
-        for (int e = 0; e < kVecWidth; ++e) y[e] *= to_float(w.elt[e]);
+        for (int e = 0; e < L; ++e) y[e] = __fmul_rn(y[e], to_float(w.elt[e]));
       }
       if (bias != nullptr) {
-        const V b = load_vec<T, kVecWidth>(bias + v * kVecWidth);
+        const V b = load_leaf<T, kVecWidth>(bias, v, count);
 #pragma unroll
-        for (int e = 0; e < kVecWidth; ++e) y[e] += to_float(b.elt[e]);
+        for (int e = 0; e < L; ++e) y[e] = __fadd_rn(y[e], to_float(b.elt[e]));
       }
-      store_rounded<T, kVecWidth>(out_row + v * kVecWidth, y);
-    });
-    for_each_tail<kThreadsPerRow>(tail_start, my_end, g.lane, [&](int64_t i) {
-      float y = (to_float(x_row[i]) - mean) * rstd;
-      if (weight != nullptr) y *= to_float(weight[i]);
-      if (bias != nullptr) y += to_float(bias[i]);
-      out_row[i] = from_float<T>(y);
+      emit_leaf<T, kVecWidth>(v, count, y, [&](int64_t i, const auto& yy) { store_rounded<T>(out_row + i, yy); },
+                              [&](int64_t i, float yy) { out_row[i] = from_float<T>(yy); });
     });
   }
 }

@@ -79,6 +79,8 @@ struct StoreE4m3fnPerTokenRows {
              for (int e = 0; e < static_cast<int>(sizeof(y) / sizeof(y[0])); ++e) absmax = MaxOp::apply(absmax, fabsf(y[e]));
            },
            [&](int64_t, float y) { absmax = MaxOp::apply(absmax, fabsf(y)); });
+    // The max of |y| is exact in any order (no signed zeros; a NaN y comes from arithmetic,
+    // so every NaN is the one canonical NaN), so the layout's own order gives the same bits.
     absmax = row_group_reduce<MaxOp, kThreadsPerRow, kWarpSize>(absmax, scratch);
     // Written as comparisons so that a NaN maximum stays NaN (fminf/fmaxf would drop it).
     float s = absmax > scale_ub ? scale_ub : absmax;

@@ -8,9 +8,14 @@
 // x_row_stride elements apart; out is float32 [num_rows], out_stride elements apart.
 // Mutates `out` only.
 //
+// The reduction is the row's fixed tree over 16-byte leaves (cupykern/reduce.cuh), so
+// the bits do not depend on the layout; lane 0, which holds the tree's root exactly,
+// writes it.
+//
 // Template parameters: kOp (kRowSum, kRowSumSq, kRowMax, kRowMin below; cupykern/ops/
 // row_reduce.py names the same values K_SUM, K_SUMSQ, K_MAX, K_MIN); T, kThreadsPerRow,
-// kVecWidth, kWarpSize as in norm.cu (one pass, so nothing is kept in registers).
+// kVecWidth, kVecsPerThread (tree columns per thread; one pass, so no leaf is kept in
+// registers), kWarpSize as in norm.cu.
 // Launch contract: norm.cu's (cupykern/plans.py::plan_rows).
 #include <cupykern/vec.cuh>
 #include <cupykern/reduce.cuh>
@@ -26,42 +31,44 @@ constexpr int kRowMin = 3;
 
 template <int kOp> struct RowReduceOp;
 template <> struct RowReduceOp<kRowSum> : SumOp {
-  __device__ __forceinline__ static float term(float v) { return v; }
+  __device__ __forceinline__ static float step(float s, float v) { return __fadd_rn(s, v); }
 };
 template <> struct RowReduceOp<kRowSumSq> : SumOp {
-  __device__ __forceinline__ static float term(float v) { return v * v; }
+  __device__ __forceinline__ static float step(float s, float v) { return __fmaf_rn(v, v, s); }
 };
 template <> struct RowReduceOp<kRowMax> : MaxOp {
-  __device__ __forceinline__ static float term(float v) { return v; }
+  __device__ __forceinline__ static float step(float s, float v) { return apply(s, v); }
 };
 template <> struct RowReduceOp<kRowMin> : MinOp {
-  __device__ __forceinline__ static float term(float v) { return v; }
+  __device__ __forceinline__ static float step(float s, float v) { return apply(s, v); }
 };
 
-template <int kOp, typename T, int kThreadsPerRow, int kVecWidth, int kWarpSize>
+template <int kOp, typename T, int kThreadsPerRow, int kVecWidth, int kVecsPerThread, int kWarpSize>
 __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) row_reduce_kernel(
     float* out,                      // [num_rows], out_stride apart
     const T* x,                      // [num_rows, hidden_size]
     int64_t num_rows, int64_t hidden_size, int64_t x_row_stride, int64_t out_stride,
     float scale) {
   using Op = RowReduceOp<kOp>;
-  __shared__ float scratch[max_warps_per_block<kWarpSize>()];
+  __shared__ float scratch[tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>()];
   const RowGroup<kThreadsPerRow> g;
-  const int64_t num_vecs = hidden_size / kVecWidth;
 
   for (int64_t base = g.first_base(); base < num_rows; base += g.base_step()) {
     const int64_t row = base + g.group;
     const bool active = row < num_rows;
+    // This lane's leaves of the row, f(slot, column, v, count) (cupykern/rows.cuh).
+    auto walk_leaves = [&](auto&& f) {
+      for_each_leaf<T, kThreadsPerRow, kVecsPerThread>(hidden_size, active, g.lane, f);
+    };
     const T* x_row = x + row * x_row_stride;
-    float acc = Op::identity();
-    for_each_vec<kThreadsPerRow, 0>(active ? num_vecs : 0, g.lane, [&](int, int64_t v) {
-      const Vec<T, kVecWidth> a = load_vec<T, kVecWidth>(x_row + v * kVecWidth);
+    float column[kVecsPerThread];
 #pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) acc = Op::apply(acc, Op::term(to_float(a.elt[e])));
+    for (int a = 0; a < kVecsPerThread; ++a) column[a] = Op::identity();
+    walk_leaves([&](int, int col, int64_t v, int count) {
+      const Vec<T, leaf_width<T>()> a = load_leaf<T, kVecWidth>(x_row, v, count);
+      add_to_column<Op>(column, col, fold_leaf<Op, T>(a, count, [](float s, float e) { return Op::step(s, e); }));
     });
-    for_each_tail<kThreadsPerRow>(num_vecs * kVecWidth, active ? hidden_size : 0, g.lane,
-                                  [&](int64_t i) { acc = Op::apply(acc, Op::term(to_float(x_row[i]))); });
-    acc = row_group_reduce<Op, kThreadsPerRow, kWarpSize>(acc, scratch);
-    if (active && g.lane == 0) out[row * out_stride] = acc * scale;
+    const float acc = row_tree_reduce<Op, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch);
+    if (active && g.lane == 0) out[row * out_stride] = __fmul_rn(acc, scale);
   }
 }

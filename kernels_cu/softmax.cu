@@ -15,9 +15,13 @@
 // *_row_stride elements apart (64-bit offsets). Mutates `out` only (it may be x when
 // TOut == T).
 //
+// The row maximum and the sum of exponentials are the row's fixed trees over 16-byte
+// leaves of T (cupykern/reduce.cuh), so the bits do not depend on the layout.
+//
 // Template parameters: T (input) and TOut (output): float, __half, __nv_bfloat16;
-// kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize as in norm.cu. The launch
-// contract is norm.cu's (cupykern/plans.py::plan_rows).
+// kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize as in norm.cu (kVecWidth and the
+// leaves count elements of T). The launch contract is norm.cu's
+// (cupykern/plans.py::plan_rows).
 #include <cupykern/vec.cuh>
 #include <cupykern/reduce.cuh>
 #include <cupykern/rows.cuh>
@@ -32,58 +36,59 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) softmax_kern
     const T* x,                      // [num_rows, hidden_size]
     int64_t num_rows, int64_t hidden_size, int64_t x_row_stride, int64_t out_row_stride,
     float inv_temperature) {
-  using V = Vec<T, kVecWidth>;
+  constexpr int L = leaf_width<T>();
+  using V = Vec<T, L>;
   constexpr bool kFastMath = sizeof(TOut) == 2;
-  __shared__ float scratch[max_warps_per_block<kWarpSize>()];
+  __shared__ float scratch[tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>()];
   const RowGroup<kThreadsPerRow> g;
-  const int64_t num_vecs = hidden_size / kVecWidth;
-  const int64_t tail_start = num_vecs * kVecWidth;
   V cache[kVecsPerThread];
+  float column[kVecsPerThread];
 
   for (int64_t base = g.first_base(); base < num_rows; base += g.base_step()) {
     const int64_t row = base + g.group;
     const bool active = row < num_rows;
-    const int64_t my_vecs = active ? num_vecs : 0;
-    const int64_t my_end = active ? hidden_size : 0;
+    // This lane's leaves of the row, f(slot, column, v, count) (cupykern/rows.cuh).
+    auto walk_leaves = [&](auto&& f) {
+      for_each_leaf<T, kThreadsPerRow, kVecsPerThread>(hidden_size, active, g.lane, f);
+    };
     const T* x_row = x + row * x_row_stride;
     TOut* out_row = out + row * out_row_stride;
-    auto vec_at = [&](int slot, int64_t v) -> V {
-      return slot >= 0 ? cache[slot] : load_vec<T, kVecWidth>(x_row + v * kVecWidth);
+    auto leaf_at = [&](int slot, int64_t v, int count) -> V {
+      return slot >= 0 ? cache[slot] : load_leaf<T, kVecWidth>(x_row, v, count);
     };
 
     // Pass 1: load into registers, row maximum (NaN-propagating).
-    float row_max = MaxOp::identity();
-    for_each_vec<kThreadsPerRow, kVecsPerThread>(my_vecs, g.lane, [&](int slot, int64_t v) {
-      const V a = load_vec<T, kVecWidth>(x_row + v * kVecWidth);
-      if (slot >= 0) cache[slot] = a;
 #pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) row_max = MaxOp::apply(row_max, to_float(a.elt[e]));
+    for (int a = 0; a < kVecsPerThread; ++a) column[a] = MaxOp::identity();
+    walk_leaves([&](int slot, int col, int64_t v, int count) {
+      const V a = load_leaf<T, kVecWidth>(x_row, v, count);
+      if (slot >= 0) cache[slot] = a;
+      add_to_column<MaxOp>(column, col, fold_leaf<MaxOp, T>(a, count, [](float s, float e) {
+        return MaxOp::apply(s, e);
+      }));
     });
-    for_each_tail<kThreadsPerRow>(tail_start, my_end, g.lane,
-                                  [&](int64_t i) { row_max = MaxOp::apply(row_max, to_float(x_row[i])); });
-    row_max = row_group_reduce<MaxOp, kThreadsPerRow, kWarpSize>(row_max, scratch);
+    const float row_max = row_tree_reduce<MaxOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch);
+    auto exp_at = [&](float e) { return exp_of<kFastMath>(__fmul_rn(__fsub_rn(e, row_max), inv_temperature)); };
 
     // Pass 2: sum of exponentials.
-    float sum = 0.0f;
-    for_each_vec<kThreadsPerRow, kVecsPerThread>(my_vecs, g.lane, [&](int slot, int64_t v) {
-      const V a = vec_at(slot, v);
 #pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) sum += exp_of<kFastMath>((to_float(a.elt[e]) - row_max) * inv_temperature);
+    for (int a = 0; a < kVecsPerThread; ++a) column[a] = SumOp::identity();
+    walk_leaves([&](int slot, int col, int64_t v, int count) {
+      const V a = leaf_at(slot, v, count);
+      add_to_column<SumOp>(column, col, fold_leaf<SumOp, T>(a, count, [&](float s, float e) {
+        return __fadd_rn(s, exp_at(e));
+      }));
     });
-    for_each_tail<kThreadsPerRow>(tail_start, my_end, g.lane,
-                                  [&](int64_t i) { sum += exp_of<kFastMath>((to_float(x_row[i]) - row_max) * inv_temperature); });
-    const float inv_sum = 1.0f / row_group_reduce<SumOp, kThreadsPerRow, kWarpSize>(sum, scratch);
+    const float inv_sum = 1.0f / row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch);
 
     // Pass 3: normalise, round once, store.
-    for_each_vec<kThreadsPerRow, kVecsPerThread>(my_vecs, g.lane, [&](int slot, int64_t v) {
-      const V a = vec_at(slot, v);
-      float y[kVecWidth];
+    walk_leaves([&](int slot, int, int64_t v, int count) {
+      const V a = leaf_at(slot, v, count);
+      float y[L];
 #pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) y[e] = exp_of<kFastMath>((to_float(a.elt[e]) - row_max) * inv_temperature) * inv_sum;
-      store_rounded<TOut, kVecWidth>(out_row + v * kVecWidth, y);
-    });
-    for_each_tail<kThreadsPerRow>(tail_start, my_end, g.lane, [&](int64_t i) {
-      out_row[i] = from_float<TOut>(exp_of<kFastMath>((to_float(x_row[i]) - row_max) * inv_temperature) * inv_sum);
+      for (int e = 0; e < L; ++e) y[e] = __fmul_rn(exp_at(to_float(a.elt[e])), inv_sum);
+      emit_leaf<T, kVecWidth>(v, count, y, [&](int64_t i, const auto& yy) { store_rounded<TOut>(out_row + i, yy); },
+                              [&](int64_t i, float yy) { out_row[i] = from_float<TOut>(yy); });
     });
   }
 }

@@ -1,8 +1,9 @@
 """GPU: every op's outputs are bit for bit those of the commit that wrote the digests.
 
 ``tests/data/golden_outputs.json`` holds SHA-256 digests of fixed-seed outputs through
-the public API (tests/golden_outputs.py), written on the GPU it names by the commit
-before the launch path was rewritten. On that GPU kind the default plans must give
+the public API (tests/golden_outputs.py), written on the GPU it names by an earlier
+commit (re-recorded, with the command in tests/golden_outputs.py, by a commit that
+changes bits on purpose, e.g. the row reduction tree of issue 11). On that GPU kind the default plans must give
 the same bytes (other GPUs may differ in the 16-bit fast-math intrinsics, so the test
 is skipped there).
 """

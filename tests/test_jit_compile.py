@@ -82,11 +82,12 @@ def test_source_inlines_headers_once():
 @pytest.mark.parametrize("hidden_size", [4096, 8192, 16384, 65536])
 @pytest.mark.parametrize("dtype", _dtypes.DTYPES, ids=_dtypes.short_name)
 def test_heuristic_layouts_do_not_spill(hidden_size, dtype):
-    """The layouts the planner picks for common sizes keep their register cache in registers."""
+    """The layouts the planner picks for common sizes, at decode and prefill sizes, keep
+    their register cache in registers."""
     from cupykern.ops import norm
 
-    layout = plans.row_layout(hidden_size, dtype, aligned=True)
-    exprs = [t.expr(_dtypes.c_type(dtype), *layout.template_args())
+    layouts = {plans.row_layout(hidden_size, dtype, aligned=True, num_rows=n) for n in (1, 4096)}
+    exprs = [t.expr(_dtypes.c_type(dtype), *layout.template_args()) for layout in sorted(layouts, key=str)
              for t in (norm.RMS_NORM, norm.FUSED_ADD_RMS_NORM, norm.LAYER_NORM)]
     _, log = jit.nvrtc_compile("norm.cu", exprs, "90", ["--ptxas-options=-v"])
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]

@@ -49,12 +49,12 @@ def test_rms_norm_launches_with_the_kernel_argument_order(fake_gpu):
     assert cupykern.rms_norm(x, w, 1e-5, out=out) is out
     (launch,) = fake_gpu
     assert launch.template.name == "rms_norm_kernel"
-    assert launch.template_args == ("__nv_bfloat16", 128, 8, 4, 32)  # the heuristic layout of 4096 bf16
+    assert launch.template_args == ("__nv_bfloat16", 256, 8, 2, 32)  # the decode layout of 4096 bf16
     assert launch.args[:3] == (out, x, w)
     assert [type(a) for a in launch.args[3:7]] == [np.int64] * 4
     assert launch.args[3:7] == (3, 4096, 4096, 4096)
     assert launch.args[7] == np.float32(1e-5) and launch.args[8] == np.float32(0.0)
-    assert launch.grid == (3, 1, 1) and launch.block == (128, 1, 1)
+    assert launch.grid == (3, 1, 1) and launch.block == (256, 1, 1)
 
 
 def test_second_call_with_the_same_signature_hits_the_cache(fake_gpu, monkeypatch):
@@ -151,8 +151,8 @@ def test_zero_rows_launch_nothing(fake_gpu):
 
 def test_overrides_reach_the_plan_and_the_key(fake_gpu, monkeypatch):
     prepared = _counting(monkeypatch, "rms_norm")
-    x, w = FakeArray((8, 4096), bf16), FakeArray((4096,), bf16, ptr=1 << 22)
-    out = FakeArray((8, 4096), bf16, ptr=1 << 23)
+    x, w = FakeArray((100, 4096), bf16), FakeArray((4096,), bf16, ptr=1 << 22)  # prefill: 128 threads per row
+    out = FakeArray((100, 4096), bf16, ptr=1 << 23)
     cupykern.rms_norm(x, w, out=out)
     with launcher.overrides(block_size=256):  # 128 threads per row: 2 rows per block
         cupykern.rms_norm(x, w, out=out)

@@ -497,9 +497,10 @@ def test_more_than_65535_rows(rng):
 @pytest.mark.parametrize("hidden", [5, 4096, 8192, 65536])
 @pytest.mark.parametrize("op", ["rms_norm", "fused_add_rms_norm", "layer_norm", "softmax"])
 def test_batch_invariance(rng, op, hidden):
-    """A row alone and inside 4096 rows gives identical bits."""
+    """A row alone and inside 4096 rows (65 for the widest) gives identical bits: the
+    decode and the prefill layout compute the same reduction tree."""
     dtype = _dtypes.bfloat16
-    rows = 4096 if hidden <= 8192 else 64
+    rows = 4096 if hidden <= 8192 else plans.DECODE_MAX_ROWS + 1
     x, w = _rms_inputs(rng, rows, hidden, dtype)
     residual = random_device(rng, (rows, hidden), dtype)
 
@@ -520,17 +521,19 @@ def test_batch_invariance(rng, op, hidden):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("threads_per_row", [1, 32, 64, 256, 1024])
-@pytest.mark.parametrize("vecs_per_thread", [1, 8])
-def test_overridden_layouts_stay_correct(rng, threads_per_row, vecs_per_thread):
-    """Every layout a sweep may choose computes the same function."""
+@pytest.mark.parametrize("threads_per_row", [32, 64, 256, 1024])
+@pytest.mark.parametrize("wider", [False, True])
+def test_overridden_layouts_stay_correct(rng, threads_per_row, wider):
+    """Every layout a sweep may choose computes the same function (3000 bf16: 375 leaves,
+    a tree of 512 columns; ``wider``: 8 columns per thread, more than the tree needs)."""
     dtype = _dtypes.bfloat16
     x, w = _rms_inputs(rng, 300, 3000, dtype)
     rows_per_block = max(1, 32 // threads_per_row)
-    with launcher.overrides(threads_per_row=threads_per_row, vecs_per_thread=vecs_per_thread,
-                          rows_per_block=rows_per_block):
+    vecs = 8 if wider else plans.tree_vecs_per_thread(3000, dtype, threads_per_row)
+    with launcher.overrides(threads_per_row=threads_per_row, vecs_per_thread=vecs, rows_per_block=rows_per_block):
         got = cupykern.rms_norm(x, w)
     assert_close(got, reference.rms_norm(x, w), dtype, seed=rng.seed)
+    np.testing.assert_array_equal(got.get().view(np.uint8), cupykern.rms_norm(x, w).get().view(np.uint8))
 
 
 @pytest.mark.gpu

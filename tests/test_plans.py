@@ -30,11 +30,16 @@ def test_plan_rows_is_valid_and_compiled(hidden_size, dtype, aligned):
 
 
 @pytest.mark.parametrize("hidden_size", HIDDEN_SIZES)
-def test_row_layout_does_not_depend_on_num_rows(hidden_size):
-    """Batch invariance by construction: only rows_per_block and the grid vary with rows."""
-    layouts = {plans.plan_rows(n, hidden_size, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS).layout
-               for n in (1, 7, 64, 4097, 100_000)}
-    assert len(layouts) == 1
+def test_row_layouts_at_every_num_rows_compute_the_tree(hidden_size):
+    """Batch invariance by construction: the layout follows num_rows, but every layout the
+    planner picks computes the row's one reduction tree (tests/test_reduction_tree.py)."""
+    plans_ = [plans.plan_rows(n, hidden_size, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
+              for n in (1, 7, 64, 4097, 100_000)]
+    for plan in plans_:
+        layout = plan.layout
+        assert plans.tree_fits(hidden_size, _dtypes.bfloat16, layout.threads_per_row, layout.vecs_per_thread)
+    if hidden_size >= 64:
+        assert len({p.layout for p in plans_}) == 2  # decode and prefill
 
 
 def test_large_row_counts_fit_the_grid():
@@ -44,22 +49,23 @@ def test_large_row_counts_fit_the_grid():
 
 
 def test_row_layout_heuristic_examples():
-    # 8192 bf16 = 1024 vectors: 128 threads, 4 vectors each cached, 4 re-read.
-    assert plans.row_layout(8192, _dtypes.bfloat16, True) == plans.RowLayout(128, 8, 4)
-    # 1024 bf16 = 128 vectors: 32 threads x 4 vectors, 4 rows per 128-thread block.
-    plan = plans.plan_rows(10, 1024, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
+    # 8192 bf16 = 1024 leaves: at prefill 256 threads x 4 leaves, all in registers; at
+    # decode 512 x 2.
+    assert plans.row_layout(8192, _dtypes.bfloat16, True, num_rows=4096) == plans.RowLayout(256, 8, 4)
+    assert plans.row_layout(8192, _dtypes.bfloat16, True, num_rows=1) == plans.RowLayout(512, 8, 2)
+    # 1024 bf16 = 128 leaves: 32 threads x 4 leaves, 4 rows per 128-thread block.
+    plan = plans.plan_rows(100, 1024, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
     assert plan.layout == plans.RowLayout(32, 8, 4) and plan.rows_per_block == 4
-    # Unaligned rows fall back to scalar accesses.
-    assert plans.row_layout(8192, _dtypes.bfloat16, False).vec_width == 1
-    # Tiny rows share a 128-thread block.
+    # Unaligned rows fall back to scalar accesses (the same leaves).
+    assert plans.row_layout(8192, _dtypes.bfloat16, False, num_rows=1).vec_width == 1
+    # Tiny rows share a 128-thread block: 5 fp32 = 2 leaves, one thread holds both.
     plan = plans.plan_rows(100, 5, _dtypes.float32, aligned=False, limits=H200_LIMITS)
-    assert plan.layout.threads_per_row == 2 and plan.rows_per_block == 64
+    assert plan.layout.threads_per_row == 1 and plan.rows_per_block == 128
 
 
 def test_row_layout_template_args():
     layout = plans.RowLayout(64, 8, 2)
     assert layout.template_args() == (64, 8, 2, 32)
-    assert layout.one_pass_template_args() == (64, 8, 32)  # row_reduce keeps no register cache
 
 
 @pytest.mark.parametrize("choices, message", [
@@ -90,7 +96,7 @@ def test_plan_rows_overrides_are_a_dict():
         plans.plan_rows(4, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, threads_per_row=64)
 
 
-@pytest.mark.parametrize("threads_per_row, block_size", [(32, 256), (64, 256), (256, 256), (128, 128), (1, 32)])
+@pytest.mark.parametrize("threads_per_row, block_size", [(32, 256), (64, 256), (256, 256), (128, 128), (32, 32)])
 def test_block_size_override_sets_rows_per_block(threads_per_row, block_size):
     """A row op takes block_size = threads_per_row x rows_per_block (sweeps' --block-size)."""
     plan = plans.plan_rows(1000, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS,
@@ -101,7 +107,7 @@ def test_block_size_override_sets_rows_per_block(threads_per_row, block_size):
 
 
 def test_block_size_override_with_the_heuristic_layout():
-    layout = plans.row_layout(4096, _dtypes.bfloat16, True)
+    layout = plans.row_layout(4096, _dtypes.bfloat16, True, num_rows=1000)
     plan = plans.plan_rows(1000, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS,
                            overrides={"block_size": 256})
     assert plan.layout == layout and plan.rows_per_block == 256 // layout.threads_per_row
@@ -167,7 +173,7 @@ def test_rope_plan_fields():
 
 
 def test_row_and_activation_plan_fields():
-    row = plans.plan_rows(10, 1024, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
+    row = plans.plan_rows(100, 1024, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
     assert row.fields() == {**dict.fromkeys(plans.PLAN_FIELDS), "plan_kind": "rows", "origin": "heuristic",
                             "grid": row.grid[0], "block_size": 128, "threads_per_row": 32, "vec_width": 8,
                             "vecs_per_thread": 4, "rows_per_block": 4}

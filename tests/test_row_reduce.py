@@ -63,8 +63,8 @@ def test_kop_constants_match_the_kernel():
     assert named == {"kRowSum": m.K_SUM, "kRowSumSq": m.K_SUMSQ, "kRowMax": m.K_MAX, "kRowMin": m.K_MIN}
     found = {named.get(k, k): (base, term.strip()) for k, base, term in re.findall(
         r"struct RowReduceOp<(\w+)> : (\w+) \{[^}]*?return ([^;]+);", text)}
-    assert found == {m.K_SUM: ("SumOp", "v"), m.K_SUMSQ: ("SumOp", "v * v"), m.K_MAX: ("MaxOp", "v"),
-                     m.K_MIN: ("MinOp", "v")}
+    assert found == {m.K_SUM: ("SumOp", "__fadd_rn(s, v)"), m.K_SUMSQ: ("SumOp", "__fmaf_rn(v, v, s)"),
+                     m.K_MAX: ("MaxOp", "apply(s, v)"), m.K_MIN: ("MinOp", "apply(s, v)")}
 
 
 # ----------------------------------------------------------------- CPU: intake spec and plan
@@ -88,7 +88,7 @@ def test_row_reduce_launch(op):
     launch = _prepare(op)
     plan = plans.plan_rows(4, 1000, _dtypes.float16, aligned=True, limits=plans.H200_LIMITS, op="row_reduce")
     assert launch.template is row_reduce_ops.ROW_REDUCE and launch.plan == plan
-    assert launch.template_args == (row_reduce_ops.OPS[op], "__half", *plan.layout.one_pass_template_args())
+    assert launch.template_args == (row_reduce_ops.OPS[op], "__half", *plan.layout.template_args())
     assert launch.pointers == ("out", "x")
     assert launch.allocate == (("out", (4,), np.float32),) and launch.returns == "out"
     scale = np.float32(1 / 1000) if op == "mean" else np.float32(1.0)

@@ -142,8 +142,8 @@ def test_tuned_entry_is_skipped_when_it_cannot_apply(tune_file):
     assert plan.origin == "tuned" and plan.layout.threads_per_row == 64
     # Overrides win over the tuned entry.
     plan = plans.plan_rows(8, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm",
-                           overrides={"rows_per_block": 2})
-    assert plan.origin == "override" and plan.layout == plans.row_layout(4096, _dtypes.bfloat16, True)
+                           overrides={"rows_per_block": 1})
+    assert plan.origin == "override" and plan.layout == plans.row_layout(4096, _dtypes.bfloat16, True, num_rows=8)
     # An entry that does not validate (a hand-edited file) falls back to the heuristic.
     tuning.save([entry(threads_per_row=48)])
     plan = plans.plan_rows(8, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")

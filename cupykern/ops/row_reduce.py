@@ -18,8 +18,8 @@ OPS = {"sum": K_SUM, "mean": K_SUM, "sumsq": K_SUMSQ, "max": K_MAX, "min": K_MIN
 
 
 def _layouts(dtype):
-    """The one-pass kernel's layouts: threads per row and vector width (no register cache)."""
-    return sorted({lay.one_pass_template_args() for lay in plans.row_layouts(dtype)})
+    """The kernel's layouts: threads per row, vector width, tree columns per thread."""
+    return [lay.template_args() for lay in plans.row_layouts(dtype)]
 
 
 def instantiations() -> dict[KernelTemplate, list[str]]:
@@ -43,7 +43,7 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
                            op="row_reduce", overrides=a.overrides)
     scale = np.float32(1.0 / rows.hidden_size) if op == "mean" else np.float32(1.0)
     return launcher.Launch(
-        ROW_REDUCE, (OPS[op], _dtypes.c_type(x.dtype), *plan.layout.one_pass_template_args()), plan,
+        ROW_REDUCE, (OPS[op], _dtypes.c_type(x.dtype), *plan.layout.template_args()), plan,
         pointers=("out", "x"),
         scalars=(np.int64(rows.num_rows), np.int64(rows.hidden_size), np.int64(rows.row_stride), np.int64(out_stride),
                  scale),
@@ -51,7 +51,8 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
         disjoint=(launcher.Disjoint("x", "out"),))
 
 
-#: One pass: nothing is kept in registers between passes, so no vecs_per_thread.
+#: One pass, nothing kept in registers: vecs_per_thread (the tree's columns per thread)
+#: only ever follows threads_per_row, so it is not offered.
 LAUNCH_OPTIONS = tuple(k for k in plans.ROW_OVERRIDE_KEYS if k != "vecs_per_thread")
 
 _ROW_REDUCE = launcher.Op("row_reduce", arrays=("x", "out"), scalars=("op",), prepare=_prepare, plan_kind="rows",

@@ -1,11 +1,41 @@
-// cupykern/reduce.cuh: warp and row-group reductions in fp32.
+// cupykern/reduce.cuh: row reductions in fp32 whose order is fixed by the row size alone.
 //
-// A "row group" is the kThreadsPerRow consecutive threads of a block that own one
-// row. Groups of up to one warp reduce with __shfl_xor_sync inside the warp;
-// larger groups reduce each warp, then combine the per-warp partials through
-// shared memory. The order of every combination is fixed by kThreadsPerRow and
-// kWarpSize alone, so a row's result does not depend on how many rows the block
-// or the grid holds (batch invariance).
+// The reduction tree (issue 11's design; cupykern/plans.py mirrors every number):
+//   leaves   A row of hidden_size elements of T is num_leaves = ceil(hidden_size / L)
+//            leaves, one per 16-byte element group (L = 16 / sizeof(T): 8 for fp16 and
+//            bf16, 4 for fp32; the last leaf may be partial). A leaf is defined per
+//            element group, not per memory access, so the scalar path (kVecWidth = 1)
+//            folds the same elements in the same order as the vector path. A leaf's
+//            value is Op::identity() combined with its elements' terms in element order.
+//   columns  J = min(next_pow2(num_leaves), kMaxTreeColumns) columns; leaf v belongs to
+//            column v % J. A column's value is the identity combined with its leaves in
+//            increasing v (rows of at most kMaxTreeColumns leaves have one leaf per column).
+//   tree     The J column values, padded with the identity, are combined by recursive
+//            halving: x[j] <- x[j] op x[j + h] for all j < h, for h = J/2, J/4, ..., 1;
+//            the root is x[0]. A pairwise tree (Blelloch-style, "Prefix sums and their
+//            applications", 1990), so the error grows with log2(J), not with J.
+//
+// Why every layout gives the same bits. A row group of P threads (a power of two) with
+// A = kVecsPerThread columns per thread and P * A = J (or A = 1 and P >= J) lets lane i
+// own columns i, i + P, ..., i + (A - 1) P: it visits leaves i, i + P, i + 2P, ... in
+// order (coalesced: the group reads P consecutive leaves at a time), visit m going to
+// register column m % A, which is column (i + mP) % J of the tree. The halving stages
+// with h >= P combine columns j and j + h of the same lane (registers a and a + h/P);
+// the stages with 32 <= h < P combine the same lane of two warps (per-lane partials in
+// shared memory: warp w of the group holds columns 32w + l + aP, so the halving over w
+// comes before the halving over the lane); the stages with h < 32 are the butterfly
+// __shfl_xor_sync(h), h = min(P, 32)/2 ... 1, whose lane 0 combines exactly x[j] op
+// x[j + h]. So every (P, A) with P * A = J executes the same operations on the same
+// operands. A row of at most kMaxTreeColumns leaves (one leaf per column) also allows
+// P * A > J (the extra columns hold the identity) and P * A = J / 2 (a column then folds
+// leaves j and j + J/2 in order: the first halving stage). So a row's bits depend on hidden_size and T only: the planner may choose
+// the layout from num_tokens (decode rows get many threads, prefill rows few) and the
+// result stays bitwise batch-invariant ("batch invariance" as in Thinking Machines Lab,
+// "Defeating Nondeterminism in LLM Inference", 2025). Padding is exact: -0.0 + x = x for
+// every x (so SumOp's identity is -0.0, not +0.0) and max(-inf, x) = x. Lanes other than
+// 0 combine (x[j + h], x[j]); the sum is commutative bit for bit, the NaN-propagating
+// max/min are not (signed zeros, NaN payloads), so those broadcast lane 0's root.
+// tests/test_reduction_tree.py emulates every layout's schedule in NumPy and checks it.
 //
 // Every thread of the block must call these functions the same number of times:
 // threads whose row index is past the end still take part, with the identity.
@@ -16,23 +46,33 @@ namespace cupykern {
 // NVRTC has no <math.h>; +inf spelled by its bits.
 __device__ __forceinline__ float positive_infinity() { return __int_as_float(0x7f800000); }
 
+// Most columns of the tree (cupykern/plans.py::MAX_TREE_COLUMNS): 1024 threads per row
+// times 2 columns each. A 1024-thread block gets at most 64 registers per thread, and
+// 4 columns (4 leaves cached) spilled there; 512 x 4 and 256 x 8 reach the same width.
+constexpr int kMaxTreeColumns = 2048;
+
 struct SumOp {
-  __device__ __forceinline__ static float identity() { return 0.0f; }
-  __device__ __forceinline__ static float apply(float a, float b) { return a + b; }
+  static constexpr bool kCommutative = true;
+  // -0.0, the exact identity of IEEE addition (+0.0 + -0.0 is +0.0).
+  __device__ __forceinline__ static float identity() { return -0.0f; }
+  __device__ __forceinline__ static float apply(float a, float b) { return __fadd_rn(a, b); }
 };
 // max/min propagate NaN as NumPy does (fmaxf/fminf would drop it, so a row with a
 // NaN would report a finite extreme).
 struct MaxOp {
+  static constexpr bool kCommutative = false;
   __device__ __forceinline__ static float identity() { return -positive_infinity(); }
   __device__ __forceinline__ static float apply(float a, float b) { return (a > b || a != a) ? a : b; }
 };
 struct MinOp {
+  static constexpr bool kCommutative = false;
   __device__ __forceinline__ static float identity() { return positive_infinity(); }
   __device__ __forceinline__ static float apply(float a, float b) { return (a < b || a != a) ? a : b; }
 };
 
 // Butterfly reduction over aligned groups of kGroupWidth lanes (a power of two,
-// 1..kWarpSize); every lane of a group ends with the group's result.
+// 1..kWarpSize), offsets kGroupWidth / 2 down to 1; every lane of a group ends with the
+// group's result (lane 0 of the group with exactly the halving tree's root).
 template <typename Op, int kGroupWidth, int kWarpSize = 32>
 __device__ __forceinline__ float warp_reduce(float v) {
   static_assert((kGroupWidth & (kGroupWidth - 1)) == 0 && kGroupWidth <= kWarpSize,
@@ -46,9 +86,12 @@ __device__ __forceinline__ float warp_reduce(float v) {
 
 template <int kWarpSize> constexpr int max_warps_per_block() { return 1024 / kWarpSize; }
 
-// Reduces v over the row group of kThreadsPerRow threads; every thread of the group
-// gets the result. `scratch` holds one float per warp of the block; it is free again
-// when the function returns (the trailing barrier guards its reuse).
+// Reduces v over the row group of kThreadsPerRow threads in an order that depends on
+// kThreadsPerRow; every thread of the group gets the result. Only for reductions whose
+// result does not depend on the order (the max of values without signed zeros or NaN
+// payloads, as quant.cu's max |y|); row_tree_reduce is the layout-independent one.
+// `scratch` holds one float per warp of the block; it is free again when the function
+// returns (the trailing barrier guards its reuse).
 template <typename Op, int kThreadsPerRow, int kWarpSize = 32>
 __device__ __forceinline__ float row_group_reduce(float v, float* scratch) {
   if constexpr (kThreadsPerRow <= kWarpSize) {
@@ -60,14 +103,65 @@ __device__ __forceinline__ float row_group_reduce(float v, float* scratch) {
     v = warp_reduce<Op, kWarpSize, kWarpSize>(v);
     if (lane == 0) scratch[warp] = v;
     __syncthreads();
-    // Every thread combines its group's partials in the same fixed order, so all
-    // threads of the row see bit-identical results.
     const int first = (warp / kWarpsPerRow) * kWarpsPerRow;
     float r = scratch[first];
 #pragma unroll
     for (int w = 1; w < kWarpsPerRow; ++w) r = Op::apply(r, scratch[first + w]);
     __syncthreads();
     return r;
+  }
+}
+
+// x_h[j] of the recursive halving over the kCount values s[0], s[kStride], ...:
+// x_kCount[j] = s[j], x_h[j] = x_2h[j] op x_2h[j + h]; the root is x_1[0]. Evaluated
+// depth first, so few values are live at once (a 1024-thread row keeps its register
+// cache live across this, in at most 64 registers).
+template <typename Op, int kCount, int kHalf, int kStride>
+__device__ __forceinline__ float halving_subtree(const float* s, int j) {
+  if constexpr (kHalf == kCount) {
+    return s[j * kStride];
+  } else {
+    return Op::apply(halving_subtree<Op, kCount, 2 * kHalf, kStride>(s, j),
+                     halving_subtree<Op, kCount, 2 * kHalf, kStride>(s, j + kHalf));
+  }
+}
+
+// Floats of shared memory row_tree_reduce needs for a block of at most kMaxBlock threads.
+template <int kThreadsPerRow, int kMaxBlock>
+constexpr int tree_scratch_floats() { return kThreadsPerRow > 32 ? kMaxBlock : 32; }
+
+// The tree's root for the row group of kThreadsPerRow threads, each holding its
+// kColumns column values (register a = column lane + a * kThreadsPerRow, see above);
+// every thread of the group gets the root. `scratch` holds one float per thread of the
+// block when kThreadsPerRow > kWarpSize (tree_scratch_floats); it is free again when the
+// function returns.
+template <typename Op, int kThreadsPerRow, int kColumns, int kWarpSize = 32>
+__device__ __forceinline__ float row_tree_reduce(float (&column)[kColumns], float* scratch) {
+  static_assert((kColumns & (kColumns - 1)) == 0, "columns per thread must be a power of two");
+  // Stages h >= kThreadsPerRow: registers a and a + h / kThreadsPerRow of this lane.
+#pragma unroll
+  for (int half = kColumns / 2; half > 0; half >>= 1) {
+#pragma unroll
+    for (int a = 0; a < half; ++a) column[a] = Op::apply(column[a], column[a + half]);
+  }
+  float v = column[0];
+  if constexpr (kThreadsPerRow <= kWarpSize) {
+    v = warp_reduce<Op, kThreadsPerRow, kWarpSize>(v);
+    if constexpr (!Op::kCommutative) v = __shfl_sync(0xffffffffu, v, 0, kThreadsPerRow);
+    return v;
+  } else {
+    // Stages kWarpSize <= h < kThreadsPerRow: lane l of warp w of the group holds column
+    // w * kWarpSize + l; halve over w with the per-lane partials in shared memory.
+    constexpr int kWarpsPerRow = kThreadsPerRow / kWarpSize;
+    const int lane = threadIdx.x % kWarpSize;
+    const int first = (threadIdx.x / kThreadsPerRow) * kThreadsPerRow + lane;
+    scratch[threadIdx.x] = v;
+    __syncthreads();
+    v = halving_subtree<Op, kWarpsPerRow, 1, kWarpSize>(scratch + first, 0);
+    v = warp_reduce<Op, kWarpSize, kWarpSize>(v);
+    if constexpr (!Op::kCommutative) v = __shfl_sync(0xffffffffu, v, 0, kWarpSize);
+    __syncthreads();
+    return v;
   }
 }
 

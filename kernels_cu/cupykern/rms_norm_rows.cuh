@@ -3,19 +3,21 @@
 //   y = x / sqrt(mean(x^2) + eps) * (weight + weight_offset)     (fp32)
 //   kFusedAdd: residual <- round_T(x + residual) first, and y normalises that sum.
 //
-// The body walks the rows (rows.cuh), accumulates the sum of squares, reduces it over
-// the row group (reduce.cuh), and hands the row's values y to an epilogue, which
-// decides what is written: StoreRounded (y rounded once to T: rms_norm,
-// fused_add_rms_norm) or the FP8 epilogues of quant.cu. Everything up to the epilogue
-// is one code path, so every output of one row sees the same y bits.
+// The body walks the rows leaf by leaf (rows.cuh), folds the sum of squares into
+// kVecsPerThread register columns and reduces them with the row's fixed tree
+// (reduce.cuh: the bits depend on hidden_size and T, not on the layout), and hands the
+// row's values y to an epilogue, which decides what is written: StoreRounded (y rounded
+// once to T: rms_norm, fused_add_rms_norm) or the FP8 epilogues of quant.cu. Everything
+// up to the epilogue is one code path, so every output of one row sees the same y bits.
 //
 // Epilogue contract: epilogue(row, active, lane, scratch, each_y) is called once per
 // row by every thread of the block (active is false for the threads of a row past the
 // end, which must still join any row_group_reduce); each_y(vec_fn, tail_fn) visits
-// this thread's elements of the row: vec_fn(i, y) for each full vector (float
-// y[kVecWidth], elements i .. i + kVecWidth - 1), tail_fn(i, y) for each element of the
-// scalar tail. each_y may be called more than once (a first pass for a row maximum);
-// each call gives the same values (from the register cache, or read again).
+// this thread's elements of the row: vec_fn(i, y) for each whole leaf on the vector
+// path (float y[L], L = 16 / sizeof(T), elements i .. i + L - 1, 16-byte aligned),
+// tail_fn(i, y) for each element otherwise (the scalar path, a partial last leaf).
+// each_y may be called more than once (a first pass for a row maximum); each call gives
+// the same values (from the register cache, or read again).
 #pragma once
 #include <cupykern/vec.cuh>
 #include <cupykern/reduce.cuh>
@@ -45,68 +47,61 @@ __device__ __forceinline__ void rms_norm_rows(
     const T* __restrict__ weight,    // [hidden_size]
     int64_t num_rows, int64_t hidden_size, int64_t x_row_stride, int64_t residual_row_stride,
     float eps, float weight_offset) {
-  using V = Vec<T, kVecWidth>;
-  __shared__ float scratch[max_warps_per_block<kWarpSize>()];
+  constexpr int L = leaf_width<T>();
+  using V = Vec<T, L>;
+  __shared__ float scratch[tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>()];
   const RowGroup<kThreadsPerRow> g;
-  const int64_t num_vecs = hidden_size / kVecWidth;
-  const int64_t tail_start = num_vecs * kVecWidth;
   V cache[kVecsPerThread];
 
   for (int64_t base = g.first_base(); base < num_rows; base += g.base_step()) {
     const int64_t row = base + g.group;
     const bool active = row < num_rows;
+    // This lane's leaves of the row, f(slot, column, v, count) (cupykern/rows.cuh).
+    auto walk_leaves = [&](auto&& f) {
+      for_each_leaf<T, kThreadsPerRow, kVecsPerThread>(hidden_size, active, g.lane, f);
+    };
     const T* x_row = x + row * x_row_stride;
     T* res_row = kFusedAdd ? residual + row * residual_row_stride : nullptr;
-    // The value that gets normalised: x, or the rounded sum x + residual.
-    auto input_vec = [&](int64_t v) -> V {
-      V a = load_vec<T, kVecWidth>(x_row + v * kVecWidth);
+    // The value that gets normalised: x, or the rounded sum x + residual (stored back).
+    auto input_leaf = [&](int64_t v, int count) -> V {
+      V a = load_leaf<T, kVecWidth>(x_row, v, count);
       if constexpr (kFusedAdd) {
-        const V r = load_vec<T, kVecWidth>(res_row + v * kVecWidth);
+        const V r = load_leaf<T, kVecWidth>(res_row, v, count);
 #pragma unroll
-        for (int e = 0; e < kVecWidth; ++e) a.elt[e] = from_float<T>(to_float(a.elt[e]) + to_float(r.elt[e]));
-        store_vec<T, kVecWidth>(res_row + v * kVecWidth, a);
+        for (int e = 0; e < L; ++e) a.elt[e] = from_float<T>(__fadd_rn(to_float(a.elt[e]), to_float(r.elt[e])));
+        store_leaf<T, kVecWidth>(res_row, v, count, a);
       }
       return a;
     };
-    auto input_scalar = [&](int64_t i) -> float {
-      if constexpr (kFusedAdd) {
-        const T s = from_float<T>(to_float(x_row[i]) + to_float(res_row[i]));
-        res_row[i] = s;
-        return to_float(s);
-      }
-      return to_float(x_row[i]);
-    };
 
-    // Pass 1: load (and add), keep in registers, accumulate the sum of squares.
-    float sumsq = 0.0f;
-    for_each_vec<kThreadsPerRow, kVecsPerThread>(active ? num_vecs : 0, g.lane, [&](int slot, int64_t v) {
-      const V a = input_vec(v);
-      if (slot >= 0) cache[slot] = a;
+    // Pass 1: load (and add), keep the first round in registers, fold x^2 per column.
+    float column[kVecsPerThread];
 #pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) sumsq += to_float(a.elt[e]) * to_float(a.elt[e]);
+    for (int a = 0; a < kVecsPerThread; ++a) column[a] = SumOp::identity();
+    walk_leaves([&](int slot, int col, int64_t v, int count) {
+      const V a = input_leaf(v, count);
+      if (slot >= 0) cache[slot] = a;
+      add_to_column<SumOp>(column, col, fold_leaf<SumOp, T>(a, count, [](float s, float e) {
+        return __fmaf_rn(e, e, s);
+      }));
     });
-    for_each_tail<kThreadsPerRow>(tail_start, active ? hidden_size : 0, g.lane, [&](int64_t i) {
-      const float a = input_scalar(i);
-      sumsq += a * a;
-    });
-    sumsq = row_group_reduce<SumOp, kThreadsPerRow, kWarpSize>(sumsq, scratch);
+    const float sumsq = row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch);
     const float inv_rms = rsqrtf(sumsq / static_cast<float>(hidden_size) + eps);
 
-    // Pass 2 (each call of each_y): scale by inv_rms and the (offset) weight. Values
-    // past the register cache are read again (from `residual` for the fused op, which
-    // now holds the rounded sum this thread wrote).
+    // Pass 2 (each call of each_y): scale by inv_rms and the (offset) weight. Leaves past
+    // the register cache are read again (from `residual` for the fused op, which now
+    // holds the rounded sum this thread wrote).
     const T* again_row = kFusedAdd ? res_row : x_row;
     auto each_y = [&](auto&& vec_fn, auto&& tail_fn) {
-      for_each_vec<kThreadsPerRow, kVecsPerThread>(active ? num_vecs : 0, g.lane, [&](int slot, int64_t v) {
-        const V a = slot >= 0 ? cache[slot] : load_vec<T, kVecWidth>(again_row + v * kVecWidth);
-        const V w = load_vec<T, kVecWidth>(weight + v * kVecWidth);
-        float y[kVecWidth];
+      walk_leaves([&](int slot, int, int64_t v, int count) {
+        const V a = slot >= 0 ? cache[slot] : load_leaf<T, kVecWidth>(again_row, v, count);
+        const V w = load_leaf<T, kVecWidth>(weight, v, count);
+        float y[L];
 #pragma unroll
-        for (int e = 0; e < kVecWidth; ++e) y[e] = to_float(a.elt[e]) * inv_rms * (to_float(w.elt[e]) + weight_offset);
-        vec_fn(v * kVecWidth, y);
-      });
-      for_each_tail<kThreadsPerRow>(tail_start, active ? hidden_size : 0, g.lane, [&](int64_t i) {
-        tail_fn(i, to_float(again_row[i]) * inv_rms * (to_float(weight[i]) + weight_offset));
+        for (int e = 0; e < L; ++e) {
+          y[e] = __fmul_rn(__fmul_rn(to_float(a.elt[e]), inv_rms), __fadd_rn(to_float(w.elt[e]), weight_offset));
+        }
+        emit_leaf<T, kVecWidth>(v, count, y, vec_fn, tail_fn);
       });
     };
     epilogue(row, active, g.lane, scratch, each_y);

@@ -1,16 +1,19 @@
-// cupykern/rows.cuh: how a row-group of threads walks its row.
+// cupykern/rows.cuh: how a row group of threads walks its row, leaf by leaf.
 //
-// A row of hidden_size elements is num_vecs = hidden_size / kVecWidth vectors plus a
-// scalar tail of hidden_size % kVecWidth elements. Lane `lane` of the row group owns
-// vectors lane, lane + kThreadsPerRow, lane + 2 * kThreadsPerRow, ... in that order,
-// whatever kVecsPerThread is, so the per-thread accumulation order (and with it the
-// row's bits) depends on kThreadsPerRow and kVecWidth only.
+// A row of hidden_size elements of T is num_leaves = ceil(hidden_size / L) leaves of
+// L = 16 / sizeof(T) elements (the last one may be partial): the leaves of the reduction
+// tree (cupykern/reduce.cuh). A leaf is read with one 16-byte access when kVecWidth == L
+// and the leaf is whole, else element by element; either way the kernel sees the same
+// Vec<T, L> (elements past the row's end are zero and are not folded).
 //
-// The first kVecsPerThread vectors of a thread are visited with a compile-time slot
-// index, so a kernel can keep them in a register array (`cache[slot]`) and reuse them
-// in a later pass without reading memory again; vectors past that (rows larger than
-// kThreadsPerRow * kVecsPerThread vectors) get slot -1 and are read again.
+// Lane `lane` of the row group owns leaves lane, lane + kThreadsPerRow, lane + 2 *
+// kThreadsPerRow, ... and visits them in that order; visit m goes to register column
+// m % kColumns. The first round (m < kColumns) is visited with a compile-time slot
+// index m, so a kernel can keep those leaves in a register array (`cache[slot]`) and
+// reuse them in a later pass without reading memory again; later rounds (rows of more
+// than kThreadsPerRow * kColumns leaves) get slot -1 and are read again.
 #pragma once
+#include <cupykern/vec.cuh>
 
 namespace cupykern {
 
@@ -20,6 +23,119 @@ namespace cupykern {
 template <int kThreadsPerRow>
 constexpr int max_block_size() { return kThreadsPerRow > 256 ? kThreadsPerRow : 256; }
 
+// Elements of T per leaf: one 16-byte element group (cupykern/plans.py::leaf_width).
+template <typename T>
+constexpr int leaf_width() { return 16 / static_cast<int>(sizeof(T)); }
+
+// Leaf v of `row` (count elements of it in the row); the rest of the Vec is zero.
+template <typename T, int kVecWidth>
+__device__ __forceinline__ Vec<T, leaf_width<T>()> load_leaf(const T* row, int64_t v, int count) {
+  constexpr int L = leaf_width<T>();
+  if constexpr (kVecWidth == L) {
+    if (count == L) return load_vec<T, L>(row + v * L);
+  }
+  Vec<T, L> a;
+#pragma unroll
+  for (int e = 0; e < L; ++e) a.elt[e] = e < count ? row[v * L + e] : from_float<T>(0.0f);
+  return a;
+}
+
+template <typename T, int kVecWidth>
+__device__ __forceinline__ void store_leaf(T* row, int64_t v, int count, const Vec<T, leaf_width<T>()>& a) {
+  constexpr int L = leaf_width<T>();
+  if constexpr (kVecWidth == L) {
+    if (count == L) {
+      store_vec<T, L>(row + v * L, a);
+      return;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < L; ++e) {
+    if (e < count) row[v * L + e] = a.elt[e];
+  }
+}
+
+// Hands the values y of leaf v (count elements of it in the row) to an epilogue:
+// vec_fn(i, y) once for a whole leaf on the vector path (float y[L], elements i ..
+// i + L - 1, 16-byte aligned in the row), else tail_fn(i, y[e]) per element.
+template <typename T, int kVecWidth, typename VecFn, typename TailFn>
+__device__ __forceinline__ void emit_leaf(int64_t v, int count, const float (&y)[leaf_width<T>()], VecFn&& vec_fn,
+                                          TailFn&& tail_fn) {
+  constexpr int L = leaf_width<T>();
+  if constexpr (kVecWidth == L) {
+    if (count == L) {
+      vec_fn(v * L, y);
+      return;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < L; ++e) {
+    if (e < count) tail_fn(v * L + e, y[e]);
+  }
+}
+
+// A leaf's value: Op::identity() combined with step(s, x) over its elements in order,
+// x the element as float (count of them; all L when the leaf is whole). The same code
+// for every layout and both access paths, so a leaf's bits depend on its elements only.
+template <typename Op, typename T, typename Step>
+__device__ __forceinline__ float fold_leaf(const Vec<T, leaf_width<T>()>& a, int count, Step&& step) {
+  constexpr int L = leaf_width<T>();
+  float s = Op::identity();
+  if (count == L) {
+#pragma unroll
+    for (int e = 0; e < L; ++e) s = step(s, to_float(a.elt[e]));
+  } else {
+#pragma unroll
+    for (int e = 0; e < L; ++e) {
+      if (e < count) s = step(s, to_float(a.elt[e]));
+    }
+  }
+  return s;
+}
+
+// column[col] <- Op(column[col], value). For the whole leaves col is a compile-time
+// constant once for_each_leaf is unrolled, so this is one operation; for the partial
+// leaf it is kColumns predicated ones, and the array never needs a dynamic index.
+template <typename Op, int kColumns>
+__device__ __forceinline__ void add_to_column(float (&column)[kColumns], int col, float value) {
+#pragma unroll
+  for (int a = 0; a < kColumns; ++a) {
+    if (a == col) column[a] = Op::apply(column[a], value);
+  }
+}
+
+// Visits this lane's leaves of a row of hidden_size elements (see the header):
+// f(slot, column, v, count). Whole leaves come first, with count = L (a constant, so the
+// callee's vector path is straight-line code); a partial last leaf (count < L) comes
+// last, which is its place in its column's order too (it has the row's largest index),
+// with slot -1 and a runtime column: callers update columns with add_to_column, which
+// keeps the register array statically indexed either way.
+template <typename T, int kThreadsPerRow, int kColumns, typename F>
+__device__ __forceinline__ void for_each_leaf(int64_t hidden_size, bool active, int lane, F&& f) {
+  constexpr int L = leaf_width<T>();
+  const int64_t num_whole = active ? hidden_size / L : 0;
+#pragma unroll
+  for (int a = 0; a < kColumns; ++a) {
+    const int64_t v = lane + static_cast<int64_t>(a) * kThreadsPerRow;
+    if (v < num_whole) f(a, a, v, L);
+  }
+  constexpr int64_t kRound = static_cast<int64_t>(kColumns) * kThreadsPerRow;
+  for (int64_t first = lane + kRound; first < num_whole; first += kRound) {
+#pragma unroll
+    for (int a = 0; a < kColumns; ++a) {
+      const int64_t v = first + static_cast<int64_t>(a) * kThreadsPerRow;
+      if (v < num_whole) f(-1, a, v, L);
+    }
+  }
+  const int rest = active ? static_cast<int>(hidden_size - num_whole * L) : 0;
+  if (rest != 0 && lane == num_whole % kThreadsPerRow) {
+    f(-1, static_cast<int>((num_whole / kThreadsPerRow) % kColumns), num_whole, rest);
+  }
+}
+
+// Vector-by-vector walk of rope.cu's heads (no reduction tree there: a head's row group
+// is fixed by head_dim): lane owns vectors lane, lane + kThreadsPerRow, ... in order;
+// the first kVecsPerThread get a compile-time slot, later ones slot -1.
 template <int kThreadsPerRow, int kVecsPerThread, typename F>
 __device__ __forceinline__ void for_each_vec(int64_t num_vecs, int lane, F&& f) {
 #pragma unroll
@@ -27,18 +143,11 @@ __device__ __forceinline__ void for_each_vec(int64_t num_vecs, int lane, F&& f) 
     const int64_t v = lane + static_cast<int64_t>(slot) * kThreadsPerRow;
     if (v < num_vecs) f(slot, v);
   }
-  // Unrolled so that several loads of the re-read part are in flight at once.
 #pragma unroll 4
   for (int64_t v = lane + static_cast<int64_t>(kVecsPerThread) * kThreadsPerRow; v < num_vecs;
        v += kThreadsPerRow) {
     f(-1, v);
   }
-}
-
-// Visits the scalar tail [first, hidden_size): at most kVecWidth - 1 elements.
-template <int kThreadsPerRow, typename F>
-__device__ __forceinline__ void for_each_tail(int64_t first, int64_t hidden_size, int lane, F&& f) {
-  for (int64_t i = first + lane; i < hidden_size; i += kThreadsPerRow) f(i);
 }
 
 // Position of the calling thread in the block's row groups. Blocks walk the rows
