@@ -498,17 +498,24 @@ ROPE_MIN_TOKENS_PER_SM = 4
 ROPE_LAYOUT = "wide"
 #: kHeadsPerThread choices of apply_rope_wide_kernel (compiled for each).
 ROPE_WIDE_HEADS_CHOICES = (2, 4)
-#: The wide layout's heads per thread: at prefill sizes (4: up to 128 bytes of q/k in
-#: flight per thread, 2 blocks of 256 an SM at ~120 registers) and at decode sizes
-#: (fewer than ROPE_MIN_TOKENS_PER_SM tokens per SM: 2, more threads on the few tokens).
-ROPE_WIDE_HEADS_PER_THREAD = 4
+#: The wide layout's heads per thread at prefill sizes, apply_rope and qk_rms_norm_rope,
+#: and at decode sizes (fewer than ROPE_MIN_TOKENS_PER_SM tokens per SM: more threads on
+#: the few tokens). Measured (bench_rope.py --variants, llama-3.1-8b bf16, H200, cold L2,
+#: bench/results/NOTES.md item 15): apply_rope at 16,384 tokens 112 us with 2 heads (a
+#: block per token, 160 threads) against 159 us with 4 (3 tokens a block); qk_rms_norm_rope
+#: 110 us with 4 against 135 us with 2; at 1-64 tokens 2 heads beat 4 (2.1 against 2.3 us).
+ROPE_WIDE_HEADS_PER_THREAD = 2
+ROPE_WIDE_NORM_HEADS_PER_THREAD = 4
 ROPE_WIDE_DECODE_HEADS_PER_THREAD = 2
 #: qk_rms_norm_rope_wide_kernel's largest heads_per_thread (rope.cu::kRopeWideMaxHeads).
 ROPE_WIDE_MAX_HEADS = 4
-#: The wide layout's grid: 0 = a block per group of tokens_per_block tokens (the
-#: hardware hands out blocks as others finish); n >= 1 = at most n waves of resident
-#: blocks (ROPE_WIDE_BLOCKS_PER_SM an SM), walking the tokens grid-stride.
+#: The wide layout's grid, apply_rope and qk_rms_norm_rope: 0 = a block per group of
+#: tokens_per_block tokens (the hardware hands out blocks as others finish); n >= 1 = at
+#: most n waves of resident blocks (ROPE_WIDE_BLOCKS_PER_SM an SM), walking the tokens
+#: grid-stride. Measured as above: qk_rms_norm_rope at 16,384 tokens 101 us in 2 waves
+#: against 110 us in a block per 3 tokens; apply_rope 170 us against 159 us (4 heads).
 ROPE_WIDE_GRID_WAVES = 0
+ROPE_WIDE_NORM_GRID_WAVES = 2
 ROPE_WIDE_BLOCKS_PER_SM = 2
 
 
@@ -614,7 +621,11 @@ def rope_wide(fused_norm: bool, units: int, pass_vecs: int, threads_per_head: in
 
 def _plan_rope_wide(num_tokens: int, num_heads: int, vec_width: int, threads_per_head: int, few_tokens: bool,
                     fused_norm: bool, limits: DeviceLimits) -> RopePlan:
-    heads_per_thread = ROPE_WIDE_DECODE_HEADS_PER_THREAD if few_tokens else ROPE_WIDE_HEADS_PER_THREAD
+    if few_tokens:
+        heads_per_thread = ROPE_WIDE_DECODE_HEADS_PER_THREAD
+    else:
+        heads_per_thread = ROPE_WIDE_NORM_HEADS_PER_THREAD if fused_norm else ROPE_WIDE_HEADS_PER_THREAD
+    waves = ROPE_WIDE_NORM_GRID_WAVES if fused_norm else ROPE_WIDE_GRID_WAVES
     most = ROPE_WIDE_MAX_HEADS if fused_norm else max(ROPE_WIDE_HEADS_CHOICES)
     if (heads_per_thread not in ROPE_WIDE_HEADS_CHOICES and not fused_norm) or not 1 <= heads_per_thread <= most:
         raise ValueError(f"wide rope heads per thread must be one of {ROPE_WIDE_HEADS_CHOICES}"
@@ -623,8 +634,8 @@ def _plan_rope_wide(num_tokens: int, num_heads: int, vec_width: int, threads_per
     threads_per_token = threads_per_head * head_slots
     tokens_per_block = max(1, min(ROPE_MAX_BLOCK_SIZE // threads_per_token, -(-num_tokens // limits.sm_count)))
     blocks = max(1, -(-num_tokens // tokens_per_block))
-    if ROPE_WIDE_GRID_WAVES:
-        blocks = min(blocks, ROPE_WIDE_GRID_WAVES * ROPE_WIDE_BLOCKS_PER_SM * limits.sm_count)
+    if waves:
+        blocks = min(blocks, waves * ROPE_WIDE_BLOCKS_PER_SM * limits.sm_count)
     plan = RopePlan(vec_width, threads_per_head, head_slots, tokens_per_block, (min(blocks, limits.max_grid_x), 1, 1),
                     heads_per_thread=heads_per_thread)
     if plan.block_size > min(limits.max_threads_per_block, ROPE_MAX_BLOCK_SIZE):

@@ -163,8 +163,11 @@ __device__ __forceinline__ void rotate_pairs(float (&a)[kVecWidth], float (&b)[k
     const int i1 = kIsNeox ? e : 2 * e;
     const int i2 = kIsNeox ? kVecWidth + e : 2 * e + 1;
     const float x1 = z[i1], x2 = z[i2];
-    z[i1] = x1 * c[e] - x2 * s[e];
-    z[i2] = x2 * c[e] + x1 * s[e];
+    // Rounding spelled out: left to the compiler, which product fuses into the FMA
+    // differed between kernels holding the same pair (the wide and steps layouts gave
+    // different bits for fp32), and the layouts must agree bit for bit.
+    z[i1] = __fmaf_rn(x1, c[e], -__fmul_rn(x2, s[e]));
+    z[i2] = __fmaf_rn(x2, c[e], __fmul_rn(x1, s[e]));
   }
 #pragma unroll
   for (int e = 0; e < kVecWidth; ++e) {
@@ -361,15 +364,15 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize) qk_rms_norm_rope_kernel(
         }
 #pragma unroll
         for (int e = 0; e < kVecWidth; ++e) {
-          sumsq += to_float(va.elt[e]) * to_float(va.elt[e]);
-          sumsq += to_float(vb.elt[e]) * to_float(vb.elt[e]);
+          sumsq = __fmaf_rn(to_float(va.elt[e]), to_float(va.elt[e]), sumsq);
+          sumsq = __fmaf_rn(to_float(vb.elt[e]), to_float(vb.elt[e]), sumsq);
         }
       });
       for_each_vec<kThreadsPerHead, 1>(active ? pass_vecs : 0, th.lane, [&](int slot, int64_t v) {
         const V vp = load_vec<T, kVecWidth>(x + rotary_dim + v * kVecWidth);
         if (slot >= 0) cache_p[0] = vp;
 #pragma unroll
-        for (int e = 0; e < kVecWidth; ++e) sumsq += to_float(vp.elt[e]) * to_float(vp.elt[e]);
+        for (int e = 0; e < kVecWidth; ++e) sumsq = __fmaf_rn(to_float(vp.elt[e]), to_float(vp.elt[e]), sumsq);
       });
       sumsq = warp_reduce<SumOp, kThreadsPerHead>(sumsq);
       const float inv_rms = rsqrtf(sumsq * inv_head_dim + eps);
@@ -597,13 +600,13 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize) qk_rms_norm_rope_wide_kerne
         if (active && has_unit) {
 #pragma unroll
           for (int e = 0; e < kVecWidth; ++e) {
-            sumsq += to_float(xa[j].elt[e]) * to_float(xa[j].elt[e]);
-            sumsq += to_float(xb[j].elt[e]) * to_float(xb[j].elt[e]);
+            sumsq = __fmaf_rn(to_float(xa[j].elt[e]), to_float(xa[j].elt[e]), sumsq);
+            sumsq = __fmaf_rn(to_float(xb[j].elt[e]), to_float(xb[j].elt[e]), sumsq);
           }
         }
         if (active && has_pass) {
 #pragma unroll
-          for (int e = 0; e < kVecWidth; ++e) sumsq += to_float(xp[j].elt[e]) * to_float(xp[j].elt[e]);
+          for (int e = 0; e < kVecWidth; ++e) sumsq = __fmaf_rn(to_float(xp[j].elt[e]), to_float(xp[j].elt[e]), sumsq);
         }
         sumsq = warp_reduce<SumOp, kThreadsPerHead>(sumsq);
         inv_rms[j] = rsqrtf(sumsq * inv_head_dim + eps);

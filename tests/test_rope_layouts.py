@@ -22,9 +22,9 @@ BF16 = _dtypes.bfloat16
 #: (plan constants, id): today's kernels, and the wide ones with each choice the bench compares.
 LAYOUTS = [({"ROPE_LAYOUT": "steps"}, "steps"),
            ({"ROPE_LAYOUT": "wide"}, "wide"),
-           ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_HEADS_PER_THREAD": 2, "ROPE_WIDE_DECODE_HEADS_PER_THREAD": 4},
-            "wide-swapped-heads"),
-           ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_GRID_WAVES": 1}, "wide-one-wave")]
+           ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_HEADS_PER_THREAD": 4, "ROPE_WIDE_NORM_HEADS_PER_THREAD": 2,
+             "ROPE_WIDE_DECODE_HEADS_PER_THREAD": 4}, "wide-swapped-heads"),
+           ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_GRID_WAVES": 1, "ROPE_WIDE_NORM_GRID_WAVES": 0}, "wide-waves-swapped")]
 
 
 def _plan(num_tokens, head_dim=128, rotary_dim=128, dtype=BF16, fused_norm=False, max_vec=None):
@@ -37,8 +37,10 @@ def _plan(num_tokens, head_dim=128, rotary_dim=128, dtype=BF16, fused_norm=False
 @pytest.mark.parametrize("fused_norm", [False, True])
 def test_wide_is_the_default_with_heads_by_batch_size(fused_norm):
     assert plans.ROPE_LAYOUT == "wide"
-    assert _plan(16384, fused_norm=fused_norm).heads_per_thread == plans.ROPE_WIDE_HEADS_PER_THREAD == 4
-    assert _plan(4096, fused_norm=fused_norm).heads_per_thread == 4
+    prefill_heads = plans.ROPE_WIDE_NORM_HEADS_PER_THREAD if fused_norm else plans.ROPE_WIDE_HEADS_PER_THREAD
+    assert prefill_heads == (4 if fused_norm else 2)
+    assert _plan(16384, fused_norm=fused_norm).heads_per_thread == prefill_heads
+    assert _plan(4096, fused_norm=fused_norm).heads_per_thread == prefill_heads
     assert _plan(1, fused_norm=fused_norm).heads_per_thread == plans.ROPE_WIDE_DECODE_HEADS_PER_THREAD == 2
     assert _plan(64, fused_norm=fused_norm).heads_per_thread == 2
 
@@ -70,13 +72,19 @@ def test_qk_norm_falls_back_to_steps_when_a_lane_holds_two_units():
     assert _plan(4096, fused_norm=True, max_vec=1).heads_per_thread == 0
     assert _plan(4096, fused_norm=True, max_vec=8).heads_per_thread == 4
     # apply_rope's wide kernel walks any number of units
-    assert _plan(4096, max_vec=1).heads_per_thread == 4
+    assert _plan(4096, max_vec=1).heads_per_thread == plans.ROPE_WIDE_HEADS_PER_THREAD
 
 
 def test_wide_grid_waves_cap_the_grid(monkeypatch):
+    # apply_rope: a block per group of tokens; qk_rms_norm_rope: ROPE_WIDE_NORM_GRID_WAVES waves
     assert _plan(16384).grid[0] == -(-16384 // _plan(16384).tokens_per_block)
+    resident = plans.ROPE_WIDE_BLOCKS_PER_SM * plans.H200_LIMITS.sm_count
+    assert _plan(16384, fused_norm=True).grid[0] == plans.ROPE_WIDE_NORM_GRID_WAVES * resident
     monkeypatch.setattr(plans, "ROPE_WIDE_GRID_WAVES", 1)
-    assert _plan(16384).grid[0] == plans.ROPE_WIDE_BLOCKS_PER_SM * plans.H200_LIMITS.sm_count
+    monkeypatch.setattr(plans, "ROPE_WIDE_NORM_GRID_WAVES", 0)
+    assert _plan(16384).grid[0] == resident
+    plan = _plan(16384, fused_norm=True)
+    assert plan.grid[0] == -(-16384 // plan.tokens_per_block)
 
 
 @pytest.mark.parametrize("name, value", [("ROPE_LAYOUT", "fast"), ("ROPE_WIDE_HEADS_PER_THREAD", 3)])
