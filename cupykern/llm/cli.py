@@ -125,7 +125,7 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
     (weights, KV cache, and the peak bytes CuPy's memory pool held during the run) and
     the time per stage: of the graph's launches by replay with the graph, else of the
     eager forward between CUDA events (norm, rope, activation, matmul, attention). Needs
-    a CUDA GPU unless --reference.
+    a CUDA GPU and cuBLAS (the llm extra's nvidia-cublas wheel) unless --reference.
     """
     from rich.console import Console
 
@@ -146,6 +146,13 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
     if missing:  # before a 98 MB download that could not be read
         raise click.ClickException(f"`cupykern generate` needs the llm extra: pip install 'cupykern[llm]' (missing: "
                                    f"{', '.join(missing)})")
+    if not reference:  # the GPU forward's matmuls: cuBLAS, loaded through ctypes (cupykern/llm/blas.py)
+        from cupykern.llm import blas
+
+        try:
+            blas.load()
+        except (ImportError, OSError) as exc:
+            raise click.ClickException(f"`cupykern generate` needs cuBLAS for its matmuls. {exc}") from None
     try:
         path = model_path or fetch.fetch_model("smollm2", log=lambda m: console.print(m))
         reader = gguf_weights.open_reader(path)
