@@ -200,12 +200,16 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
 
     if not reference:
         # Throwaway steps first, so the tokens/s below exclude first-use compiles (NVRTC,
-        # CuPy's elementwise kernels) and cuBLAS start-up: a two-token prefill (the causal
-        # mask's kernels; a 5-token prompt's prefill read 933 ms without it on the H200)
-        # and a one-token decode.
-        warm = model.new_cache(3)
-        model.forward(prompt_ids[:2], warm)
+        # CuPy's elementwise kernels) and cuBLAS start-up (a 5-token prompt's prefill read
+        # 933 ms without them on the H200): the whole prompt's prefill, so that the timed
+        # one loads no kernel (prefill_attention from ops.PREFILL_ATTENTION_MIN_TOKENS
+        # tokens, decode_attention below; the planner's instantiations for this many rows;
+        # the plain ops' causal mask), then a one-token decode step, into a cache of the
+        # generation's rows (decode_attention splits one past 1024 rows: other kernels).
+        warm = model.new_cache(len(prompt_ids) + max_new_tokens)
+        model.forward(prompt_ids, warm)
         model.forward(prompt_ids[:1], warm)
+        del warm  # its blocks go back to the pool for the generation's cache
     use_graph = graph and not reference and ops_name == "cupykern"
     if use_graph:
         from cupykern.llm import decode_graph
