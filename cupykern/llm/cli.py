@@ -221,7 +221,8 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
             raise click.ClickException(str(exc)) from None
         capture_s = decoder.capture()
         prefill_capture_s = decoder.prefill.prepare(len(prompt_ids))
-        console.print(f"[dim]decode step captured as one CUDA graph in {capture_s * 1e3:.0f} ms "
+        console.print(f"[dim]decode step captured as CUDA graphs of 1 and {decoder.steps_per_graph} steps in "
+                      f"{capture_s * 1e3:.0f} ms "
                       f"(warm-up step included; {'dependent' if decoder.pdl else 'plain'} launches); the prompt's "
                       f"prefill graph in {prefill_capture_s * 1e3:.0f} ms[/dim]")
     sys.stdout.write(prompt if not chat else "")
