@@ -126,6 +126,55 @@ def test_rope_kv_append_intake_checks_caches_and_flags():
             attention._prepare_rope_kv_append(prepare_args("rope_kv_append", **dict(values, **{name: bad})))
 
 
+_Q_SHAPE = r"q: expected shape \(num_tokens, num_heads, head_dim\), got "
+
+
+@pytest.mark.parametrize("q", [
+    contiguous((5, 8 * 64), np.float16),  # the heads not split out of a (T, H * D) row
+    contiguous((1, 5, 8, 64), np.float16),  # (batch, seq_len, ...), which _arrays.heads takes
+    Sig((1, 5, 8, 64), (5 * 8 * 128, 8 * 128, 128, 4), np.dtype(np.float16), 0),  # and head_dim not unit-stride
+    contiguous((1, 5, 8, 64), np.float32),  # a float32 q against float16 caches
+])
+@pytest.mark.parametrize("op", ["decode_attention", "prefill_attention", "rope_kv_append"])
+def test_attention_ops_refuse_a_q_that_is_not_3d_naming_its_shape(op, q):
+    """q's dimension count is checked before its head geometry: a 2-d or 4-d q gets the
+    one shape these ops take, not a stride, dtype or (batch, seq_len, ...) message."""
+    k = contiguous((5, 2, 64), np.float16)
+    values = dict(q=q, k_cache=contiguous((100, 2, 64), np.float16), v_cache=contiguous((100, 2, 64), np.float16),
+                  positions=contiguous((5,), np.int32))
+    if op == "rope_kv_append":
+        values.update(k=k, v=k, cos_sin_cache=contiguous((100, 64), np.float32), is_neox=True)
+    else:
+        values.update(out=None, scale=None, **({"workspace": None} if op == "decode_attention" else {}))
+    prepare = {"decode_attention": attention._prepare_decode_attention,
+               "prefill_attention": attention._prepare_prefill_attention,
+               "rope_kv_append": attention._prepare_rope_kv_append}[op]
+    with pytest.raises(ValueError, match=_Q_SHAPE + re.escape(str(tuple(q.shape)))):
+        prepare(prepare_args(op, **values))
+
+
+@pytest.mark.parametrize("op", ["decode_attention", "prefill_attention"])
+@pytest.mark.parametrize("shape", [(5, 8 * 64), (1, 5, 8, 64)])
+def test_reference_attention_refuses_a_q_that_is_not_3d_as_the_kernels(op, shape):
+    """The float64 references run the kernels' intake: the same message for a 2-d or 4-d q."""
+    cache = np.zeros((100, 2, 64))
+    with pytest.raises(ValueError, match=_Q_SHAPE + re.escape(str(shape))):
+        getattr(reference, op)(np.zeros(shape), cache, cache, np.arange(5))
+
+
+def test_rope_kv_append_refuses_k_and_v_that_are_not_3d():
+    values = dict(q=contiguous((2, 4, 64), np.float16), k=contiguous((2, 2, 64), np.float16),
+                  v=contiguous((2, 2, 64), np.float16), positions=contiguous((2,), np.int64),
+                  cos_sin_cache=contiguous((10, 64), np.float32), k_cache=contiguous((10, 2, 64), np.float16),
+                  v_cache=contiguous((10, 2, 64), np.float16), is_neox=True)
+    for name, shape in (("k", (2, 128)), ("v", (1, 2, 2, 64)), ("k_cache", (1, 10, 2, 64)), ("v_cache", (10, 128))):
+        expected = ({"k": "(2, num_kv_heads, 64)", "v": "(2, num_kv_heads, 64)"}.get(name)
+                    or "(max_tokens, num_kv_heads, head_dim)")
+        with pytest.raises(ValueError, match=re.escape(f"{name}: expected shape {expected}, got {shape}")):
+            attention._prepare_rope_kv_append(prepare_args("rope_kv_append",
+                                                           **dict(values, **{name: contiguous(shape, np.float16)})))
+
+
 def test_reference_attention_of_one_position_is_its_value():
     rng = np.random.default_rng(0)
     q = rng.standard_normal((1, 4, 64))

@@ -366,6 +366,7 @@ REPO = Path(__file__).resolve().parent.parent
     (["bench/bench_host_overhead.py", "--profile", "bogus"], "unknown op 'bogus'"),
     (["bench/bench_norm.py", "--seed", "x"], "--seed"),
     (["bench/bench_rope.py", "--quick"], "No such option"),
+    (["bench/bench_prefill_attention.py", "--dtype", "int8"], "'int8' is not one of 'bf16', 'fp16', 'fp32'"),
 ])
 def test_bench_scripts_reject_bad_arguments(args, message):
     import subprocess

@@ -426,6 +426,25 @@ def test_cli_generate_without_gpu_exits_nonzero():
     assert "no GPU" in result.output and "--reference" in result.output
 
 
+def test_cli_generate_without_cublas_says_what_to_install(monkeypatch):
+    """On a GPU without cuBLAS, generate stops before the download and the model load
+    with one message naming the package, not an ImportError/OSError traceback."""
+    from cupykern import environment
+    from cupykern.llm import blas
+
+    def missing():
+        raise OSError("cuBLAS (libcublas.so.13) could not be loaded: install the llm extra, pip install "
+                      "'cupykern[llm]' (it brings cuBLAS as the nvidia-cublas==13.* wheel)")
+
+    monkeypatch.setattr(environment, "gpu_problem", lambda: None)
+    monkeypatch.setattr(blas, "load", missing)
+    monkeypatch.setattr(fetch, "fetch_model", lambda *a, **k: pytest.fail("fetched the model first"))
+    result = CliRunner().invoke(cli.generate_command, ["hi", "--max-new-tokens", "2"])
+    assert result.exit_code == 1 and not isinstance(result.exception, (ImportError, OSError)), result.output
+    assert "Error: `cupykern generate` needs cuBLAS for its matmuls. cuBLAS (libcublas.so.13)" in result.output
+    assert "pip install 'cupykern[llm]'" in result.output and "nvidia-cublas==13.*" in result.output
+
+
 def test_cli_generate_reference_streams_llama_cpp_tokens(model_file):
     result = CliRunner().invoke(cli.generate_command, ["--reference", "--max-new-tokens", "4", "--model",
                                                        str(model_file)])

@@ -227,6 +227,37 @@ def test_matmul_nt_takes_one_row_of_any_row_stride(fake_cupy_arrays):
         blas.matmul_nt(fa((1, 64), strides=(0, 2)), fa((4, 64), ptr=1 << 40), fa((1, 4), ptr=1 << 41))
 
 
+@pytest.mark.parametrize("error", [ImportError, OSError])
+def test_a_missing_cublas_says_what_to_install(monkeypatch, error):
+    """Loading cuBLAS (CuPy's binding, then the soname) can fail with ImportError (not
+    found) or OSError (found, not loadable): the same type comes back, naming the llm
+    extra and the nvidia-cublas wheel (pyproject.toml), with the loader's words."""
+    import cupy
+
+    def fail(major):
+        raise error(f"No such file: libcublas.so.{major}")
+
+    monkeypatch.setattr(cupy.cuda.runtime, "runtimeGetVersion", lambda: 13020)
+    monkeypatch.setattr(blas, "_open", fail)
+    with pytest.raises(error) as info:
+        blas._library.__wrapped__()  # past the cache of an earlier successful load
+    message = str(info.value)
+    assert message.startswith("cuBLAS (libcublas.so.13) could not be loaded: install the llm extra, "
+                              "pip install 'cupykern[llm]'")
+    assert "nvidia-cublas==13.*" in message and "No such file: libcublas.so.13" in message
+    assert "nvidia-cublas-cu12" in blas._install_hint(12)  # CUDA 12's wheel had the suffix
+
+
+def test_the_llm_extra_brings_cublas():
+    """cuBLAS is loaded through ctypes, so no import pulls it in: the llm extra must."""
+    tomllib = pytest.importorskip("tomllib")
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    assert "nvidia-cublas==13.*" in project["optional-dependencies"]["llm"]
+    assert any(d.startswith("cupy-cuda13x") for d in project["dependencies"])  # CUDA 13: the wheel's major
+
+
 # ----------------------------------------------------------------- GPU: cuBLAS through ctypes
 DTYPES = [_dtypes.float16, _dtypes.bfloat16]
 #: Largest relative rounding of one fp16 / bf16 output (half a unit in the last place, doubled).

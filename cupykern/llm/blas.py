@@ -12,7 +12,11 @@ captured graph keeps their addresses.
 
 The products are ``cublasGemmEx`` with fp16/bf16 inputs and output and fp32 accumulation
 (``CUBLAS_COMPUTE_32F``, as CuPy uses for half precision), row-major arrays passed as
-their column-major transposes. Linux only (``libcublas.so.<major>``).
+their column-major transposes. Linux only (``libcublas.so.<major>``, CUDA 13 with
+cupy-cuda13x): the ``nvidia-cublas`` wheel of the ``llm`` extra (``pip install
+'cupykern[llm]'``) puts it in ``nvidia/cu13/lib`` of site-packages, where CuPy finds it
+through cuda-pathfinder (then conda, then the system loader: ``LD_LIBRARY_PATH``, a CUDA
+toolkit). Importing this module loads nothing; the first product does.
 
 Source: cuBLAS API reference, ``cublasGemmEx``, ``cublasSetWorkspace`` and "CUDA Graphs
 Support" (CUDA 12-13).
@@ -41,15 +45,40 @@ _ALPHA, _BETA = ctypes.c_float(1.0), ctypes.c_float(0.0)  # host scalars, read a
 _handles: dict = {}  # (device id, stream pointer) -> (handle, workspace memory)
 
 
-@lru_cache(maxsize=None)
-def _library():
-    """libcublas with the signatures used here. CuPy's binding loads the library (its
-    soname carries CUDA's major version), so the same copy is found by name."""
-    import cupy
+def _open(major: int):
+    """libcublas.so.<major>, loaded as CuPy loads it: importing CuPy's binding has
+    cuda-pathfinder find the library (and libcublasLt) in the NVIDIA wheels of
+    site-packages (``nvidia/cu13/lib`` of ``nvidia-cublas``; CUDA 12's
+    ``nvidia/cublas/lib``), conda, or the system loader's path, and load it; opening the
+    soname then returns that copy. ImportError or OSError if it cannot."""
     from cupy_backends.cuda.libs import cublas  # noqa: F401  (loads libcublas.so.<major>)
 
+    return ctypes.CDLL(f"libcublas.so.{major}")
+
+
+def _install_hint(major: int) -> str:
+    """What to install for libcublas.so.<major> (the pip name changed with CUDA 13)."""
+    wheel = f"nvidia-cublas=={major}.*" if major >= 13 else f"nvidia-cublas-cu{major}"
+    return (f"install the llm extra, pip install 'cupykern[llm]' (it brings cuBLAS as the {wheel} wheel), or "
+            f"{wheel} alone, or put a CUDA {major} toolkit's libcublas.so.{major} on LD_LIBRARY_PATH")
+
+
+@lru_cache(maxsize=None)
+def _library():
+    """libcublas with the signatures used here (:func:`_open`: the copy CuPy uses).
+
+    Raises:
+        ImportError, OSError: libcublas.so.<major> cannot be found or loaded; the message
+            says what to install (:func:`_install_hint`).
+    """
+    import cupy
+
     major = cupy.cuda.runtime.runtimeGetVersion() // 1000
-    lib = ctypes.CDLL(f"libcublas.so.{major}")
+    try:
+        lib = _open(major)
+    except (ImportError, OSError) as exc:
+        raise type(exc)(f"cuBLAS (libcublas.so.{major}) could not be loaded: {_install_hint(major)}.\n"
+                        f"The loader said: {exc}") from exc
     handle_p, void_p, i32, f_p = ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p
     signatures = {
         "cublasCreate_v2": [ctypes.POINTER(ctypes.c_void_p)],
@@ -62,6 +91,16 @@ def _library():
         function = getattr(lib, name)
         function.restype, function.argtypes = ctypes.c_int, argtypes
     return lib
+
+
+def load() -> None:
+    """Loads cuBLAS now, as the first :func:`matmul_nt` would, so that a missing library is
+    reported before any work (``cupykern generate`` calls it before the model loads).
+
+    Raises:
+        ImportError, OSError: as :func:`matmul_nt` (the message says what to install).
+    """
+    _library()
 
 
 def _check(status: int, what: str) -> None:
@@ -133,6 +172,9 @@ def matmul_nt(x, w, out=None):
         ValueError: shapes that disagree, rows not contiguous, an empty dimension, a
             size or row stride past 2**31 - 1 elements, ``out`` overlapping x or w.
         RuntimeError: cuBLAS refused the call (its status).
+        ImportError, OSError: cuBLAS (``libcublas.so.<major>``) cannot be found or loaded
+            (on the first call; after the argument checks): the message says what to
+            install, ``pip install 'cupykern[llm]'`` (the ``nvidia-cublas`` wheel).
     """
     import cupy
 

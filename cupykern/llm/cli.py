@@ -125,7 +125,7 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
     (weights, KV cache, and the peak bytes CuPy's memory pool held during the run) and
     the time per stage: of the graph's launches by replay with the graph, else of the
     eager forward between CUDA events (norm, rope, activation, matmul, attention). Needs
-    a CUDA GPU unless --reference.
+    a CUDA GPU and cuBLAS (the llm extra's nvidia-cublas wheel) unless --reference.
     """
     from rich.console import Console
 
@@ -146,6 +146,13 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
     if missing:  # before a 98 MB download that could not be read
         raise click.ClickException(f"`cupykern generate` needs the llm extra: pip install 'cupykern[llm]' (missing: "
                                    f"{', '.join(missing)})")
+    if not reference:  # the GPU forward's matmuls: cuBLAS, loaded through ctypes (cupykern/llm/blas.py)
+        from cupykern.llm import blas
+
+        try:
+            blas.load()
+        except (ImportError, OSError) as exc:
+            raise click.ClickException(f"`cupykern generate` needs cuBLAS for its matmuls. {exc}") from None
     try:
         path = model_path or fetch.fetch_model("smollm2", log=lambda m: console.print(m))
         reader = gguf_weights.open_reader(path)
@@ -193,12 +200,16 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
 
     if not reference:
         # Throwaway steps first, so the tokens/s below exclude first-use compiles (NVRTC,
-        # CuPy's elementwise kernels) and cuBLAS start-up: a two-token prefill (the causal
-        # mask's kernels; a 5-token prompt's prefill read 933 ms without it on the H200)
-        # and a one-token decode.
-        warm = model.new_cache(3)
-        model.forward(prompt_ids[:2], warm)
+        # CuPy's elementwise kernels) and cuBLAS start-up (a 5-token prompt's prefill read
+        # 933 ms without them on the H200): the whole prompt's prefill, so that the timed
+        # one loads no kernel (prefill_attention from ops.PREFILL_ATTENTION_MIN_TOKENS
+        # tokens, decode_attention below; the planner's instantiations for this many rows;
+        # the plain ops' causal mask), then a one-token decode step, into a cache of the
+        # generation's rows (decode_attention splits one past 1024 rows: other kernels).
+        warm = model.new_cache(len(prompt_ids) + max_new_tokens)
+        model.forward(prompt_ids, warm)
         model.forward(prompt_ids[:1], warm)
+        del warm  # its blocks go back to the pool for the generation's cache
     use_graph = graph and not reference and ops_name == "cupykern"
     if use_graph:
         from cupykern.llm import decode_graph
@@ -210,7 +221,8 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
             raise click.ClickException(str(exc)) from None
         capture_s = decoder.capture()
         prefill_capture_s = decoder.prefill.prepare(len(prompt_ids))
-        console.print(f"[dim]decode step captured as one CUDA graph in {capture_s * 1e3:.0f} ms "
+        console.print(f"[dim]decode step captured as CUDA graphs of 1 and {decoder.steps_per_graph} steps in "
+                      f"{capture_s * 1e3:.0f} ms "
                       f"(warm-up step included; {'dependent' if decoder.pdl else 'plain'} launches); the prompt's "
                       f"prefill graph in {prefill_capture_s * 1e3:.0f} ms[/dim]")
     sys.stdout.write(prompt if not chat else "")

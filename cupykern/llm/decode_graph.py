@@ -1,4 +1,9 @@
-"""The decode step of a llama model captured once as a CUDA graph and replayed per token.
+"""The decode step of a llama model captured once as CUDA graphs and replayed, one step per token.
+
+:meth:`GraphDecoder.capture` records the step, then builds a graph of one step and one
+of ``steps_per_graph`` (8) steps in a row: a batch of replays launches the second (eight
+tokens a launch) and the first for the remainder; :func:`generate` queues ``read_every``
+(16) steps at a time and reads their tokens while the next batch runs.
 
 One step, for the token at position ``p`` (device state: ``positions[0] = p``, ``token[0]``):
 
@@ -55,7 +60,8 @@ class NonFiniteLogits(ValueError):
 
 class GraphDecoder:
     """Decode steps of ``model`` (a :class:`~cupykern.llm.model.LlamaModel`) for up to
-    ``max_tokens`` positions, as one captured CUDA graph.
+    ``max_tokens`` positions, as captured CUDA graphs of the step (one step a replay, and
+    ``steps_per_graph`` steps a replay).
 
     Parameters:
         model: the GPU model (fp16 or bf16 weights).

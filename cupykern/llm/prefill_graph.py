@@ -15,7 +15,7 @@ longer than the largest bucket run in chunks of it, each attending to the cache 
 chunks before it wrote. The logits of the prompt's last token come from its row after
 the replay (one float32 product, as the eager forward's).
 
-What capture forbids decides the rest (``../shared/DECODE.md``): cuBLAS goes through
+What capture forbids decides the rest: cuBLAS goes through
 :mod:`~cupykern.llm.blas`; every kernel is loaded by a warm-up run of the bucket first;
 arrays made during capture come from this object's own memory pool, which nothing else
 allocates from, and the graph's inputs and output are held as long as the graph, so no
@@ -76,6 +76,20 @@ class PrefillGraphs:
     """Prefills into ``cache`` for ``model`` (a :class:`~cupykern.llm.model.LlamaModel`
     with the kernel ops) by graph replays on ``stream``; a bucket's graph is captured the
     first time a prompt needs it, or ahead by :meth:`prepare`.
+
+    Parameters:
+        model: the GPU model (fp16 or bf16 weights) with the kernel ops (``ops=KERNELS``:
+            its attention is the fused kernels, which take padding rows).
+        cache: the :class:`~cupykern.llm.kv_cache.KVCache` the prompts are written into
+            (``model.new_cache(max_tokens)``), at most the model's context length in rows;
+            the graphs hold its arrays' addresses.
+        stream: the ``cupy.cuda.Stream`` the graphs are captured and replayed on, and the
+            inputs copied on; a stream of your own, not the default one
+            (``cupy.cuda.Stream.null``): CUDA cannot begin a capture on the legacy
+            default stream. Best ``cupy.cuda.Stream(non_blocking=True)``, as
+            :class:`~cupykern.llm.decode_graph.GraphDecoder` makes: while a blocking
+            stream captures, work queued on the default stream would depend on the
+            capture implicitly, which CUDA refuses (``cudaErrorStreamCaptureImplicit``).
 
     Device memory held: per bucket ``b`` captured, its activations (about ``b x
     (hidden + qkv + gate_up + intermediate)`` elements of the dtype, reused across

@@ -54,14 +54,23 @@ def _positions(sig, num_tokens: int) -> _arrays.Sig:
     return _arrays.index_vector(sig, "positions", num_tokens)
 
 
+def _heads3(sig, name: str, shape: str) -> _arrays.Heads:
+    """The head geometry of a 3-d attention array, its dimension count checked first:
+    :func:`cupykern._arrays.heads` also takes 4-d ``(batch, seq_len, heads, head_dim)``,
+    which these ops do not, so a 2-d or 4-d array is told the one ``shape`` they take
+    (e.g. ``"(num_tokens, num_heads, head_dim)"``). TypeError if it is missing."""
+    sig = _arrays.required(sig, name, f"a device array {shape}")
+    if len(sig.shape) != 3:
+        raise ValueError(f"{name}: expected shape {shape}, got {tuple(sig.shape)}")
+    return _arrays.heads(sig, name)
+
+
 def _cache(sig, name: str, dtype, num_kv_heads: int, head_dim: int,
            what: str = "the dtype of q") -> tuple[_arrays.Sig, _arrays.Heads]:
     """A KV cache ``(max_tokens, num_kv_heads, head_dim)`` of ``dtype`` with distinct heads
     (``what`` says where the dtype comes from)."""
-    cache = _arrays.heads(sig, name)
+    cache = _heads3(sig, name, "(max_tokens, num_kv_heads, head_dim)")
     _arrays.check_dtype(sig, dtype, name, what)
-    if len(sig.shape) != 3:
-        raise ValueError(f"{name}: expected shape (max_tokens, num_kv_heads, head_dim), got {tuple(sig.shape)}")
     if (cache.num_heads, cache.head_dim) != (num_kv_heads, head_dim):
         raise ValueError(f"{name}: expected shape (max_tokens, {num_kv_heads}, {head_dim}), got {tuple(sig.shape)}")
     _arrays.distinct_heads(cache, name)
@@ -89,14 +98,12 @@ def _check_cache_positions(positions, max_position: int) -> None:
 
 
 def _prepare_rope_kv_append(a: launcher.Args) -> launcher.Launch:
-    q, qh = a.q, _arrays.heads(a.q, "q")
-    if len(q.shape) != 3:
-        raise ValueError(f"q: expected shape (num_tokens, num_heads, head_dim), got {tuple(q.shape)}")
-    k, kh = a.k, _arrays.heads(a.k, "k")
-    v, vh = a.v, _arrays.heads(a.v, "v")
+    q, qh = a.q, _heads3(a.q, "q", "(num_tokens, num_heads, head_dim)")
+    k, kh = a.k, _heads3(a.k, "k", f"({qh.num_tokens}, num_kv_heads, {qh.head_dim})")
+    v, vh = a.v, _heads3(a.v, "v", f"({qh.num_tokens}, num_kv_heads, {qh.head_dim})")
     for name, sig, h in (("k", k, kh), ("v", v, vh)):
         _arrays.check_dtype(sig, q.dtype, name, "the dtype of q")
-        if len(sig.shape) != 3 or h.num_tokens != qh.num_tokens or h.head_dim != qh.head_dim:
+        if h.num_tokens != qh.num_tokens or h.head_dim != qh.head_dim:
             raise ValueError(f"{name}: expected shape ({qh.num_tokens}, num_kv_heads, {qh.head_dim}), got "
                              f"{tuple(sig.shape)}")
     if vh.num_heads != kh.num_heads:
@@ -166,9 +173,7 @@ def _attention_intake(a: launcher.Args, op: str, max_tokens: int | None) -> _Att
     """The argument checks decode_attention and prefill_attention share (``op`` names the
     op in messages; ``max_tokens``: the most tokens it takes, None for no limit)."""
     q = a.q
-    qh = _arrays.heads(q, "q")
-    if len(q.shape) != 3:
-        raise ValueError(f"q: expected shape (num_tokens, num_heads, head_dim), got {tuple(q.shape)}")
+    qh = _heads3(q, "q", "(num_tokens, num_heads, head_dim)")  # before heads(), which also takes 4-d arrays
     if qh.head_dim not in HEAD_DIMS:
         raise ValueError(f"q: head_dim {qh.head_dim} is not supported; expected one of {HEAD_DIMS}")
     kc_sig = _arrays.required(a.k_cache, "k_cache", "a device array (max_tokens, num_kv_heads, head_dim)")
