@@ -176,6 +176,23 @@ __device__ __forceinline__ void rotate_pairs(float (&a)[kVecWidth], float (&b)[k
   }
 }
 
+// apply_rope's step for one head's unit: widens the pair vectors to fp32, rotates them
+// (rotate_pairs) and stores them rounded at out + lo and out + hi.
+template <bool kIsNeox, typename T, int kVecWidth>
+__device__ __forceinline__ void rotate_and_store(T* out, int64_t lo, int64_t hi, const Vec<T, kVecWidth>& va,
+                                                 const Vec<T, kVecWidth>& vb, const float (&c)[kVecWidth],
+                                                 const float (&s)[kVecWidth]) {
+  float a[kVecWidth], b[kVecWidth];
+#pragma unroll
+  for (int e = 0; e < kVecWidth; ++e) {
+    a[e] = to_float(va.elt[e]);
+    b[e] = to_float(vb.elt[e]);
+  }
+  rotate_pairs<kIsNeox, kVecWidth>(a, b, c, s);
+  store_rounded<T, kVecWidth>(out + lo, a);
+  store_rounded<T, kVecWidth>(out + hi, b);
+}
+
 // Where the calling thread sits: token tok_sub of the block, head slot, lane in the head.
 struct RopeThread {
   int tok_sub, slot, lane;
@@ -279,15 +296,7 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, kRopeMinBlocksPerSm) apply_
             store_vec<T, kVecWidth>(out[j] + hi, vb[j]);
             continue;
           }
-          float a[kVecWidth], b[kVecWidth];
-#pragma unroll
-          for (int e = 0; e < kVecWidth; ++e) {
-            a[e] = to_float(va[j].elt[e]);
-            b[e] = to_float(vb[j].elt[e]);
-          }
-          rotate_pairs<kIsNeox, kVecWidth>(a, b, c, s);
-          store_rounded<T, kVecWidth>(out[j] + lo, a);
-          store_rounded<T, kVecWidth>(out[j] + hi, b);
+          rotate_and_store<kIsNeox>(out[j], lo, hi, va[j], vb[j], c, s);
         }
       }
     }
@@ -512,15 +521,7 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, rope_wide_min_blocks<kHeads
             }
             continue;
           }
-          float a[kVecWidth], b[kVecWidth];
-#pragma unroll
-          for (int e = 0; e < kVecWidth; ++e) {
-            a[e] = to_float(va[j].elt[e]);
-            b[e] = to_float(vb[j].elt[e]);
-          }
-          rotate_pairs<kIsNeox, kVecWidth>(a, b, c, s);
-          store_rounded<T, kVecWidth>(out + lo, a);
-          store_rounded<T, kVecWidth>(out + hi, b);
+          rotate_and_store<kIsNeox>(out, lo, hi, va[j], vb[j], c, s);
         }
       }
     }
