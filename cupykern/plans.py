@@ -122,6 +122,27 @@ def _pow2(n: int) -> bool:
     return n >= 1 and not n & (n - 1)
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _count(value, name: str, lowest: int) -> int:
+    """``value`` as an int, ValueError naming ``name`` unless an int (not a bool) >= ``lowest``."""
+    if not _is_int(value) or value < lowest:
+        raise ValueError(f"{name}: expected an int >= {lowest}, got {value!r}")
+    return int(value)
+
+
+def _constant(name: str, allowed=None, lowest: int = 1) -> int:
+    """The plan constant ``name`` of this module (read now, so a sweep or test may set it),
+    ValueError naming it unless an int (not a bool) in ``allowed`` (or >= ``lowest``)."""
+    value = globals()[name]
+    if not _is_int(value) or (value not in allowed if allowed is not None else value < lowest):
+        want = f"one of {tuple(allowed)}" if allowed is not None else f"an int >= {lowest}"
+        raise ValueError(f"plans.{name} must be {want}, got {value!r}")
+    return int(value)
+
+
 @dataclass(frozen=True)
 class RowLayout:
     """How the threads of one row group read and reduce their row: ``vecs_per_thread``
@@ -595,7 +616,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     few_tokens = num_tokens < ROPE_MIN_TOKENS_PER_SM * limits.sm_count
     if rope_wide(fused_norm, units, (head_dim - rotary_dim) // vec_width, threads_per_head):
         return _plan_rope_wide(num_tokens, num_heads, vec_width, threads_per_head, few_tokens, fused_norm, limits)
-    heads_per_thread = 1 if few_tokens else ROPE_HEADS_PER_THREAD
+    steps_heads = _constant("ROPE_HEADS_PER_THREAD")
+    heads_per_thread = 1 if few_tokens else steps_heads
     head_slots = max(1, min(-(-num_heads // heads_per_thread), ROPE_MAX_BLOCK_SIZE // threads_per_head))
     threads_per_token = threads_per_head * head_slots
     # Fill the block with tokens, but keep at least one block per SM while tokens last.
@@ -621,21 +643,23 @@ def rope_wide(fused_norm: bool, units: int, pass_vecs: int, threads_per_head: in
 
 def _plan_rope_wide(num_tokens: int, num_heads: int, vec_width: int, threads_per_head: int, few_tokens: bool,
                     fused_norm: bool, limits: DeviceLimits) -> RopePlan:
-    if few_tokens:
-        heads_per_thread = ROPE_WIDE_DECODE_HEADS_PER_THREAD
-    else:
-        heads_per_thread = ROPE_WIDE_NORM_HEADS_PER_THREAD if fused_norm else ROPE_WIDE_HEADS_PER_THREAD
-    waves = ROPE_WIDE_NORM_GRID_WAVES if fused_norm else ROPE_WIDE_GRID_WAVES
-    most = ROPE_WIDE_MAX_HEADS if fused_norm else max(ROPE_WIDE_HEADS_CHOICES)
-    if (heads_per_thread not in ROPE_WIDE_HEADS_CHOICES and not fused_norm) or not 1 <= heads_per_thread <= most:
-        raise ValueError(f"wide rope heads per thread must be one of {ROPE_WIDE_HEADS_CHOICES}"
-                         f"{'' if not fused_norm else f' or 1..{most}'}, got {heads_per_thread}")
+    # Every constant the op reads is checked at every batch size (a bad one never waits for
+    # the batch that reads it, and never makes a plan): heads per thread as compiled
+    # (apply_rope: ROPE_WIDE_HEADS_CHOICES; qk_rms_norm_rope: 1 .. ROPE_WIDE_MAX_HEADS), waves
+    # >= 0, blocks per SM >= 1.
+    allowed = tuple(range(1, ROPE_WIDE_MAX_HEADS + 1)) if fused_norm else ROPE_WIDE_HEADS_CHOICES
+    prefill_heads, decode_heads = (
+        _constant(name, allowed) for name in ("ROPE_WIDE_NORM_HEADS_PER_THREAD" if fused_norm
+                                              else "ROPE_WIDE_HEADS_PER_THREAD", "ROPE_WIDE_DECODE_HEADS_PER_THREAD"))
+    heads_per_thread = decode_heads if few_tokens else prefill_heads
+    waves = _constant("ROPE_WIDE_NORM_GRID_WAVES" if fused_norm else "ROPE_WIDE_GRID_WAVES", lowest=0)
+    blocks_per_sm = _constant("ROPE_WIDE_BLOCKS_PER_SM")
     head_slots = max(1, min(-(-num_heads // heads_per_thread), ROPE_MAX_BLOCK_SIZE // threads_per_head))
     threads_per_token = threads_per_head * head_slots
     tokens_per_block = max(1, min(ROPE_MAX_BLOCK_SIZE // threads_per_token, -(-num_tokens // limits.sm_count)))
     blocks = max(1, -(-num_tokens // tokens_per_block))
     if waves:
-        blocks = min(blocks, waves * ROPE_WIDE_BLOCKS_PER_SM * limits.sm_count)
+        blocks = min(blocks, waves * blocks_per_sm * limits.sm_count)
     plan = RopePlan(vec_width, threads_per_head, head_slots, tokens_per_block, (min(blocks, limits.max_grid_x), 1, 1),
                     heads_per_thread=heads_per_thread)
     if plan.block_size > min(limits.max_threads_per_block, ROPE_MAX_BLOCK_SIZE):

@@ -90,8 +90,51 @@ def test_wide_grid_waves_cap_the_grid(monkeypatch):
 @pytest.mark.parametrize("name, value", [("ROPE_LAYOUT", "fast"), ("ROPE_WIDE_HEADS_PER_THREAD", 3)])
 def test_bad_layout_constants_are_refused(monkeypatch, name, value):
     monkeypatch.setattr(plans, name, value)
-    with pytest.raises(ValueError, match="ROPE_LAYOUT" if name == "ROPE_LAYOUT" else "heads per thread"):
+    with pytest.raises(ValueError, match=name):
         _plan(16384)
+
+
+#: (constant, the ops that read it: False apply_rope, True qk_rms_norm_rope).
+WIDE_CONSTANTS = [("ROPE_WIDE_HEADS_PER_THREAD", (False,)), ("ROPE_WIDE_NORM_HEADS_PER_THREAD", (True,)),
+                  ("ROPE_WIDE_DECODE_HEADS_PER_THREAD", (False, True)), ("ROPE_WIDE_GRID_WAVES", (False,)),
+                  ("ROPE_WIDE_NORM_GRID_WAVES", (True,)), ("ROPE_WIDE_BLOCKS_PER_SM", (False, True))]
+
+
+#: Bad values of every constant; 0 (a block per group of tokens) and more are legal waves, 2**40 blocks per SM
+#: legal too (no cap), so those two get -1 and -2**40 - 1 instead.
+BAD_WIDE_VALUES = [-1, True, 2.0, 1.5, None, "2"]
+
+
+@pytest.mark.parametrize("name, fused", [(n, f) for n, ops in WIDE_CONSTANTS for f in ops])
+@pytest.mark.parametrize("value", BAD_WIDE_VALUES + [0, 2**40])
+def test_bad_wide_constants_are_refused_by_name_at_every_batch_size(monkeypatch, name, fused, value):
+    """-1 waves planned a grid of -264 blocks, ROPE_WIDE_BLOCKS_PER_SM 0 a grid of 0,
+    heads per thread True or 2.0 a plan of bool or float heads (head_slots 20.0); a bad
+    heads-per-thread constant passed at the batch sizes that do not read it."""
+    legal = {"ROPE_WIDE_GRID_WAVES": (0, 2**40), "ROPE_WIDE_NORM_GRID_WAVES": (0, 2**40),
+             "ROPE_WIDE_BLOCKS_PER_SM": (2**40,)}.get(name, ())
+    if type(value) is int and value in legal:
+        value = -value - 1
+    monkeypatch.setattr(plans, name, value)
+    for num_tokens in (1, 64, 4096, 16384):
+        with pytest.raises(ValueError, match=f"plans.{name} must be "):
+            _plan(num_tokens, fused_norm=fused)
+
+
+def test_steps_heads_per_thread_is_checked_by_name(monkeypatch):
+    monkeypatch.setattr(plans, "ROPE_LAYOUT", "steps")
+    monkeypatch.setattr(plans, "ROPE_HEADS_PER_THREAD", 0)  # was ZeroDivisionError
+    for num_tokens in (1, 16384):
+        with pytest.raises(ValueError, match="plans.ROPE_HEADS_PER_THREAD must be an int >= 1, got 0"):
+            _plan(num_tokens)
+
+
+def test_legal_wide_constants_still_plan(monkeypatch):
+    # qk_rms_norm_rope's wide kernel takes any 1 .. ROPE_WIDE_MAX_HEADS heads (a launch argument)
+    monkeypatch.setattr(plans, "ROPE_WIDE_NORM_HEADS_PER_THREAD", 3)
+    assert _plan(16384, fused_norm=True).heads_per_thread == 3
+    monkeypatch.setattr(plans, "ROPE_WIDE_GRID_WAVES", 2**40)  # more waves than blocks: a block per group
+    assert _plan(16384).grid[0] == -(-16384 // _plan(16384).tokens_per_block)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
