@@ -271,9 +271,13 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int) -> RowL
     within the compiled range). Every choice computes the same tree, so the rows' bits
     do not depend on ``num_rows``.
     """
+    hidden_size, num_rows = _count(hidden_size, "hidden_size", 1), _count(num_rows, "num_rows", 0)
+    decode_rows = _constant("DECODE_MAX_ROWS", lowest=0)
+    decode, prefill = (_constant(name, VECS_PER_THREAD_CHOICES)
+                       for name in ("DECODE_VECS_PER_THREAD", "PREFILL_VECS_PER_THREAD"))
     vec_width = _dtypes.vec_width(dtype) if aligned else 1
     columns = tree_columns(hidden_size, dtype)
-    per_thread = DECODE_VECS_PER_THREAD if num_rows <= DECODE_MAX_ROWS else PREFILL_VECS_PER_THREAD
+    per_thread = decode if num_rows <= decode_rows else prefill
     fewest = max(1, columns // max(VECS_PER_THREAD_CHOICES))
     threads = min(MAX_BLOCK_SIZE, max(fewest, columns // per_thread))
     return RowLayout(threads, vec_width, tree_vecs_per_thread(hidden_size, dtype, threads))
@@ -371,6 +375,7 @@ def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: 
     """
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     check_override_keys(overrides, ROW_OVERRIDE_KEYS, op or "a row kernel")
+    hidden_size, num_rows = _count(hidden_size, "hidden_size", 1), _count(num_rows, "num_rows", 0)
     if op is not None and not overrides:
         tuned = _tuned_plan(op, num_rows, hidden_size, dtype, aligned, limits)
         if tuned is not None:

@@ -63,6 +63,45 @@ def test_row_layout_heuristic_examples():
     assert plan.layout.threads_per_row == 1 and plan.rows_per_block == 128
 
 
+@pytest.mark.parametrize("name", ["DECODE_VECS_PER_THREAD", "PREFILL_VECS_PER_THREAD", "DECODE_MAX_ROWS"])
+@pytest.mark.parametrize("value", [-1, 3, True, 2.0, None])
+def test_bad_row_constants_are_refused_by_name(monkeypatch, name, value):
+    """DECODE_VECS_PER_THREAD 0 raised ZeroDivisionError, 3 "threads_per_row must be one
+    of ..., got 682" (naming no constant), None a TypeError from a comparison."""
+    if name == "DECODE_MAX_ROWS" and value == 3:
+        value = "3"  # any int >= 0 is a legal threshold
+    monkeypatch.setattr(plans, name, value)
+    for num_rows in (1, 4096):
+        with pytest.raises(ValueError, match=f"plans.{name} must be "):
+            plans.row_layout(4096, _dtypes.bfloat16, True, num_rows=num_rows)
+        with pytest.raises(ValueError, match=f"plans.{name} must be "):
+            plans.plan_rows(num_rows, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
+
+
+@pytest.mark.parametrize("num_rows, hidden_size, message", [
+    (-1, 4096, "num_rows: expected an int >= 0, got -1"), (True, 4096, "num_rows: expected an int >= 0, got True"),
+    (2.0, 4096, "num_rows: expected an int >= 0, got 2.0"), (1, 0, "hidden_size: expected an int >= 1, got 0"),
+    (1, -8, "hidden_size: expected an int >= 1, got -8"), (1, True, "hidden_size: expected an int >= 1, got True")])
+def test_row_plans_refuse_bad_sizes(num_rows, hidden_size, message):
+    """num_rows -1 planned a decode layout and a grid of one block; hidden_size -8 or True
+    the layout of a one-element row."""
+    with pytest.raises(ValueError, match=message):
+        plans.row_layout(hidden_size, _dtypes.bfloat16, True, num_rows=num_rows)
+    for op in (None, "rms_norm"):
+        with pytest.raises(ValueError, match=message):
+            plans.plan_rows(num_rows, hidden_size, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op=op)
+
+
+def test_row_plans_take_odd_sizes_and_numpy_ints():
+    import numpy as np
+
+    for hidden_size in (1, 7, 65537, 2**20, np.int64(4096)):
+        for num_rows in (0, 1, np.int32(64), 65, 2**40):
+            plan = plans.plan_rows(num_rows, hidden_size, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
+            assert plan.layout == plans.row_layout(int(hidden_size), _dtypes.bfloat16, True, num_rows=int(num_rows))
+            assert 1 <= plan.grid[0] <= H200_LIMITS.max_grid_x
+
+
 def test_row_layout_template_args():
     layout = plans.RowLayout(64, 8, 2)
     assert layout.template_args() == (64, 8, 2, 32)
