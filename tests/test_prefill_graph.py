@@ -93,6 +93,20 @@ def test_host_token_ids_flattens_integer_ids_of_any_int_dtype():
     assert host_token_ids(SimpleIds()).tolist() == [7]
 
 
+@pytest.mark.parametrize("ids, message", [
+    (np.array([5, 2**64 - 1], np.uint64), "token_ids: expected ids below 2\\*\\*63, got max 18446744073709551615"),
+    ([2**63], "token_ids: expected ids below 2\\*\\*63, got max 9223372036854775808"),
+    ([[1, 2], [3]], "token_ids: expected an array of integer ids, got list")])
+def test_host_token_ids_refuses_ids_int64_cannot_hold_and_ragged_lists(ids, message):
+    """uint64 2**64 - 1 became -1 (check_tokens then said "got min -1"), [2**63] became
+    -2**63; a ragged list raised NumPy's "inhomogeneous shape" naming no argument."""
+    from cupykern.llm.reference import host_token_ids
+
+    with pytest.raises(ValueError, match=message):
+        host_token_ids(ids)
+    assert host_token_ids(np.array([2**63 - 1], np.uint64)).tolist() == [2**63 - 1]  # check_tokens' to judge
+
+
 class SimpleIds:
     """A device array's stand-in: ``.get()`` gives the host copy."""
 
