@@ -85,7 +85,8 @@ def run_variants(seed: int, out_dir: Path | None) -> int:
 
 @click.command(help=__doc__.splitlines()[0], context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--variants", is_flag=True, help="time the layouts of VARIANTS instead of the usual table")
-@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True, help="seed of the inputs")
+@click.option("--seed", type=click.IntRange(min=0), default=DEFAULT_SEED, show_default=True,
+              help="seed of the inputs")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="also write the JSON here")
 @click.pass_context
 def main(ctx, variants, seed, out):

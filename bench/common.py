@@ -174,7 +174,8 @@ def command(name: str, description: str, cases, quick_cases=None) -> click.Comma
 
     if quick_cases is not None:
         bench = click.option("--quick", is_flag=True, help="the smaller case list")(bench)
-    bench = click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True, help="seed of the inputs")(bench)
+    bench = click.option("--seed", type=click.IntRange(min=0), default=DEFAULT_SEED, show_default=True,
+                         help="seed of the inputs")(bench)
     bench = click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
                          help="also write the JSON here")(bench)
     return click.command(help=description, context_settings={"help_option_names": ["-h", "--help"]})(bench)

@@ -161,7 +161,8 @@ def _compile_all(arch: str, instantiations: dict) -> int:
 
 @main.command()
 @click.option("--arch", default=None, help="compute capability to compile for (default: the GPU's, else 90)")
-@click.option("--seed", default=0, show_default=True, help="seed of the validation inputs")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
+              help="seed of the validation inputs (an int >= 0, as numpy.random.default_rng takes)")
 @click.option("--skip-compile", is_flag=True, help="only validate on the GPU")
 @click.option("--all", "compile_all", is_flag=True,
               help="compile the full cross product of instantiations (cupykern.families; minutes), not the "
@@ -306,8 +307,8 @@ def _print_sweep(points: list, model_name: str, copy_gbps: float, seed: int, tun
 @click.option("--rows-per-block", callback=_pow2_list, default=None, help="row kernels: rows per block")
 @click.option("--repeat", type=click.IntRange(min=1), default=None,
               help="timed samples per point (cold-L2 calls, or graph replays for decode sizes) [default: 50 / 20]")
-@click.option("--seed", default=20261129, show_default=True, type=int,
-              help="seed of the inputs (validated and timed)")
+@click.option("--seed", default=20261129, show_default=True, type=click.IntRange(min=0),
+              help="seed of the inputs (validated and timed; an int >= 0)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="write the points to this JSON file, with GPU, driver, CuPy version, commit, seed and date "
                    "(updated as the sweep goes)")

@@ -42,6 +42,9 @@ def invoke(*args, env=None):
     (["sweep", "--rows-per-block", "3"], "powers of two"),
     (["sweep", "--block-size", "128", "--rows-per-block", "2"], "give one of them"),
     (["sweep", "--repeat", "0"], "--repeat"),
+    # numpy.random.default_rng(-1) raised "expected non-negative integer" on a GPU, after the compile and copy
+    (["sweep", "rms_norm", "--seed", "-1"], "--seed"),
+    (["check", "--skip-compile", "--seed", "-1"], "--seed"),
     (["sweep", "silu_and_mul", "--tune"], "--tune tunes the row kernels"),
     (["tune", "--show", "--clear"], "not both"),
 ])
@@ -365,6 +368,8 @@ REPO = Path(__file__).resolve().parent.parent
     (["bench/bench_host_overhead.py", "--num-tokens", "x"], "--num-tokens"),
     (["bench/bench_host_overhead.py", "--profile", "bogus"], "unknown op 'bogus'"),
     (["bench/bench_norm.py", "--seed", "x"], "--seed"),
+    (["bench/bench_norm.py", "--seed", "-1"], "-1 is not in the range x>=0"),
+    (["bench/bench_rope.py", "--variants", "--seed", "-1"], "-1 is not in the range x>=0"),
     (["bench/bench_rope.py", "--quick"], "No such option"),
     (["bench/bench_prefill_attention.py", "--dtype", "int8"], "'int8' is not one of 'bf16', 'fp16', 'fp32'"),
 ])
