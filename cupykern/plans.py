@@ -520,7 +520,7 @@ ROPE_MIN_TOKENS_PER_SM = 4
 #: thread requests all of its heads' q/k vectors before it waits on the position and
 #: cos/sin, and stores after) or "steps" (apply_rope_kernel / qk_rms_norm_rope_kernel:
 #: one head (16-byte vectors) or two between stores, one position -> cos/sin -> q/k
-#: -> store chain after another). Same bits either way (tests/test_rope.py).
+#: -> store chain after another). Same bits either way (tests/test_rope_layouts.py).
 ROPE_LAYOUT = "wide"
 #: kHeadsPerThread choices of apply_rope_wide_kernel (compiled for each).
 ROPE_WIDE_HEADS_CHOICES = (2, 4)
@@ -619,16 +619,21 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     else:
         threads_per_head = min(units, ROPE_MAX_BLOCK_SIZE)
     few_tokens = num_tokens < ROPE_MIN_TOKENS_PER_SM * limits.sm_count
-    if rope_wide(fused_norm, units, (head_dim - rotary_dim) // vec_width, threads_per_head):
-        return _plan_rope_wide(num_tokens, num_heads, vec_width, threads_per_head, few_tokens, fused_norm, limits)
-    steps_heads = _constant("ROPE_HEADS_PER_THREAD")
-    heads_per_thread = 1 if few_tokens else steps_heads
+    wide = rope_wide(fused_norm, units, (head_dim - rotary_dim) // vec_width, threads_per_head)
+    if wide:
+        heads_per_thread, max_blocks = _rope_wide_constants(few_tokens, fused_norm, limits)
+    else:
+        steps_heads = _constant("ROPE_HEADS_PER_THREAD")
+        heads_per_thread, max_blocks = (1 if few_tokens else steps_heads), 0
     head_slots = max(1, min(-(-num_heads // heads_per_thread), ROPE_MAX_BLOCK_SIZE // threads_per_head))
     threads_per_token = threads_per_head * head_slots
     # Fill the block with tokens, but keep at least one block per SM while tokens last.
     tokens_per_block = max(1, min(ROPE_MAX_BLOCK_SIZE // threads_per_token, -(-num_tokens // limits.sm_count)))
     blocks = max(1, -(-num_tokens // tokens_per_block))
-    plan = RopePlan(vec_width, threads_per_head, head_slots, tokens_per_block, (min(blocks, limits.max_grid_x), 1, 1))
+    if max_blocks:
+        blocks = min(blocks, max_blocks)
+    plan = RopePlan(vec_width, threads_per_head, head_slots, tokens_per_block, (min(blocks, limits.max_grid_x), 1, 1),
+                    heads_per_thread=heads_per_thread if wide else 0)
     most = min(limits.max_threads_per_block, ROPE_MAX_BLOCK_SIZE)
     if plan.block_size > most:
         raise ValueError(f"rope block of {plan.block_size} threads exceeds {most}")
@@ -646,30 +651,19 @@ def rope_wide(fused_norm: bool, units: int, pass_vecs: int, threads_per_head: in
     return not fused_norm or (units <= threads_per_head and pass_vecs <= threads_per_head)
 
 
-def _plan_rope_wide(num_tokens: int, num_heads: int, vec_width: int, threads_per_head: int, few_tokens: bool,
-                    fused_norm: bool, limits: DeviceLimits) -> RopePlan:
-    # Every constant the op reads is checked at every batch size (a bad one never waits for
-    # the batch that reads it, and never makes a plan): heads per thread as compiled
-    # (apply_rope: ROPE_WIDE_HEADS_CHOICES; qk_rms_norm_rope: 1 .. ROPE_WIDE_MAX_HEADS), waves
-    # >= 0, blocks per SM >= 1.
+def _rope_wide_constants(few_tokens: bool, fused_norm: bool, limits: DeviceLimits) -> tuple[int, int]:
+    """(heads per thread, most blocks or 0 for no cap) of the wide kernels. Every constant
+    the op reads is checked at every batch size (a bad one never waits for the batch that
+    reads it, and never makes a plan): heads per thread as compiled (apply_rope:
+    ROPE_WIDE_HEADS_CHOICES; qk_rms_norm_rope: 1 .. ROPE_WIDE_MAX_HEADS), waves >= 0,
+    blocks per SM >= 1."""
     allowed = tuple(range(1, ROPE_WIDE_MAX_HEADS + 1)) if fused_norm else ROPE_WIDE_HEADS_CHOICES
     prefill_heads, decode_heads = (
         _constant(name, allowed) for name in ("ROPE_WIDE_NORM_HEADS_PER_THREAD" if fused_norm
                                               else "ROPE_WIDE_HEADS_PER_THREAD", "ROPE_WIDE_DECODE_HEADS_PER_THREAD"))
-    heads_per_thread = decode_heads if few_tokens else prefill_heads
     waves = _constant("ROPE_WIDE_NORM_GRID_WAVES" if fused_norm else "ROPE_WIDE_GRID_WAVES", lowest=0)
     blocks_per_sm = _constant("ROPE_WIDE_BLOCKS_PER_SM")
-    head_slots = max(1, min(-(-num_heads // heads_per_thread), ROPE_MAX_BLOCK_SIZE // threads_per_head))
-    threads_per_token = threads_per_head * head_slots
-    tokens_per_block = max(1, min(ROPE_MAX_BLOCK_SIZE // threads_per_token, -(-num_tokens // limits.sm_count)))
-    blocks = max(1, -(-num_tokens // tokens_per_block))
-    if waves:
-        blocks = min(blocks, waves * blocks_per_sm * limits.sm_count)
-    plan = RopePlan(vec_width, threads_per_head, head_slots, tokens_per_block, (min(blocks, limits.max_grid_x), 1, 1),
-                    heads_per_thread=heads_per_thread)
-    if plan.block_size > min(limits.max_threads_per_block, ROPE_MAX_BLOCK_SIZE):
-        raise ValueError(f"rope block of {plan.block_size} threads exceeds {ROPE_MAX_BLOCK_SIZE}")
-    return plan
+    return (decode_heads if few_tokens else prefill_heads), waves * blocks_per_sm * limits.sm_count
 
 
 # ----------------------------------------------------------------- decode kernels
