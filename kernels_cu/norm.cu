@@ -104,13 +104,8 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) layer_norm_k
     // Pass 1: load into registers, sum -> mean.
 #pragma unroll
     for (int a = 0; a < kVecsPerThread; ++a) column[a] = SumOp::identity();
-    // The first round's whole leaves are requested before any is used (as rms_norm_rows.cuh).
-    const int64_t num_whole = active ? hidden_size / L : 0;
-#pragma unroll
-    for (int a = 0; a < kVecsPerThread; ++a) {
-      const int64_t v = g.lane + static_cast<int64_t>(a) * kThreadsPerRow;
-      if (v < num_whole) cache[a] = load_leaf<T, kVecWidth>(x_row, v, L);
-    }
+    load_first_round<T, kThreadsPerRow>(hidden_size, active, g.lane, cache,
+                                        [&](int64_t v) { return load_leaf<T, kVecWidth>(x_row, v, L); });
     walk_leaves([&](int slot, int col, int64_t v, int count) {
       const V a = leaf_at(slot, v, count);
       add_to_column<SumOp>(column, col, fold_leaf<SumOp, T>(a, count, [](float s, float e) {

@@ -78,17 +78,12 @@ __device__ __forceinline__ void rms_norm_rows(
     float column[kVecsPerThread];
 #pragma unroll
     for (int a = 0; a < kVecsPerThread; ++a) column[a] = SumOp::identity();
-    // rms_norm: the first round's whole leaves are requested before any is used (a load
-    // inside the fold's branch waited for the one before: 67 -> 82 us at 16384 x 4096).
-    // Not for the fused add, whose stores to residual sit between its loads anyway (and
-    // fp32 spilled).
+    // rms_norm: the first round loaded before the fold (rows.cuh::load_first_round). Not
+    // for the fused add, whose stores to residual sit between its loads anyway (and fp32
+    // spilled).
     if constexpr (!kFusedAdd) {
-      const int64_t num_whole = active ? hidden_size / L : 0;
-#pragma unroll
-      for (int a = 0; a < kVecsPerThread; ++a) {
-        const int64_t v = g.lane + static_cast<int64_t>(a) * kThreadsPerRow;
-        if (v < num_whole) cache[a] = input_leaf(v, L);
-      }
+      load_first_round<T, kThreadsPerRow>(hidden_size, active, g.lane, cache,
+                                          [&](int64_t v) { return input_leaf(v, L); });
     }
     walk_leaves([&](int slot, int col, int64_t v, int count) {
       V a;
