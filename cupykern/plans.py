@@ -53,8 +53,16 @@ MAX_TREE_COLUMNS = 2048
 #: load of the row is issued before the first barrier, and the row stays in registers.
 DECODE_MAX_ROWS = 64
 #: Tree columns per thread at decode sizes: 8192-element bf16 rows get 512 threads (16
-#: warps), 16384-element rows 1024 threads. Not yet tuned by a measurement in bench/results.
+#: warps), 16384-element rows 1024 threads. Measured against 1 and 4 (cupykern sweep
+#: --vecs-per-thread 1,2,4, llama-3.1-8b and -70b bf16 at 1-64 tokens, H200,
+#: bench/results/NOTES.md item 16): 2 was fastest for rms_norm, fused_add_rms_norm and
+#: layer_norm at both sizes (1 token: 1.78 against 1.95 and 2.38 us at 4096 elements).
 DECODE_VECS_PER_THREAD = 2
+#: Most threads a row gets at decode sizes, per op (else MAX_BLOCK_SIZE): softmax, whose
+#: two reductions and exponentials favour fewer, fuller threads, was fastest with 256 at
+#: both sizes (8192 elements, 1 token: 3.99 us with 256 x 4 against 4.36 with 512 x 2;
+#: 4096: 2.77 with 256 x 2 against 2.91 with 128 x 4; same item).
+DECODE_MAX_THREADS_PER_ROW = {"softmax": 256}
 #: Tree columns per thread at prefill sizes (more rows than DECODE_MAX_ROWS): 4, so a
 #: 4096-element bf16 row gets 128 threads (the layout before the tree) and an
 #: 8192-element one 256. On the H200, 16384 x 8192 bf16 rms_norm ran at 91.1% of copy
@@ -263,13 +271,14 @@ def tree_layouts(hidden_size: int, dtype, aligned: bool) -> list[RowLayout]:
             for t in tree_threads_per_row(hidden_size, dtype) for v in widths]
 
 
-def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int) -> RowLayout:
+def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str | None = None) -> RowLayout:
     """Heuristic layout for ``num_rows`` rows of ``hidden_size`` elements of ``dtype``.
 
     16-byte vectors when ``aligned``; DECODE_VECS_PER_THREAD tree columns per thread up
-    to DECODE_MAX_ROWS rows, PREFILL_VECS_PER_THREAD beyond (threads_per_row = J / that,
-    within the compiled range). Every choice computes the same tree, so the rows' bits
-    do not depend on ``num_rows``.
+    to DECODE_MAX_ROWS rows (at most DECODE_MAX_THREADS_PER_ROW[op] threads a row),
+    PREFILL_VECS_PER_THREAD beyond (threads_per_row = J / that, within the compiled
+    range). Every choice computes the same tree, so the rows' bits do not depend on
+    ``num_rows``.
     """
     hidden_size, num_rows = _count(hidden_size, "hidden_size", 1), _count(num_rows, "num_rows", 0)
     decode_rows = _constant("DECODE_MAX_ROWS", lowest=0)
@@ -277,9 +286,11 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int) -> RowL
                        for name in ("DECODE_VECS_PER_THREAD", "PREFILL_VECS_PER_THREAD"))
     vec_width = _dtypes.vec_width(dtype) if aligned else 1
     columns = tree_columns(hidden_size, dtype)
-    per_thread = decode if num_rows <= decode_rows else prefill
+    is_decode = num_rows <= decode_rows
+    per_thread = decode if is_decode else prefill
+    most = DECODE_MAX_THREADS_PER_ROW.get(op, MAX_BLOCK_SIZE) if is_decode else MAX_BLOCK_SIZE
     fewest = max(1, columns // max(VECS_PER_THREAD_CHOICES))
-    threads = min(MAX_BLOCK_SIZE, max(fewest, columns // per_thread))
+    threads = min(most, MAX_BLOCK_SIZE, max(fewest, columns // per_thread))
     return RowLayout(threads, vec_width, tree_vecs_per_thread(hidden_size, dtype, threads))
 
 
@@ -380,7 +391,7 @@ def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: 
         tuned = _tuned_plan(op, num_rows, hidden_size, dtype, aligned, limits)
         if tuned is not None:
             return tuned
-    layout = row_layout(hidden_size, dtype, aligned, num_rows=num_rows)
+    layout = row_layout(hidden_size, dtype, aligned, num_rows=num_rows, op=op)
     threads, vecs = overrides.get("threads_per_row"), overrides.get("vecs_per_thread")
     if threads is None and vecs in VECS_PER_THREAD_CHOICES:
         threads = min(MAX_BLOCK_SIZE, max(1, tree_columns(hidden_size, dtype) // vecs))
@@ -414,6 +425,8 @@ def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: 
 # protect, so its plan is just a block size, a vector width and a grid over (row,
 # chunk) work items, a chunk being block_size consecutive vectors of one row.
 
+#: Most blocks a grid's y dimension holds, on every CUDA GPU.
+MAX_GRID_Y = 65535
 #: The gated kernels' __launch_bounds__ (cupykern/gated_rows.cuh::kActMaxBlockSize).
 ACTIVATION_MAX_BLOCK_SIZE = 1024
 #: Default block: 256 threads, one 16-byte vector of gate and of up each. Eight such
@@ -422,13 +435,15 @@ ACTIVATION_MAX_BLOCK_SIZE = 1024
 #: Not yet tuned by a measurement in bench/results.
 ACTIVATION_BLOCK_SIZE = 256
 #: Decode-sized work (fewer chunks than SMs) halves the block down to this, spreading
-#: the few vectors over more SMs.
-ACTIVATION_MIN_BLOCK_SIZE = 64
+#: the few vectors over more SMs. 128 against 32, 64 and 256 (cupykern sweep --block-size,
+#: llama-3.1-70b bf16, H200, bench/results/NOTES.md item 16): 1.49, 1.54, 1.50 and 1.58 us
+#: for silu_and_mul at 1 token, 1.90, 2.39, 2.00 and 1.93 at 16.
+ACTIVATION_MIN_BLOCK_SIZE = 128
 
 
 @dataclass(frozen=True)
 class ActivationPlan:
-    """How act_and_mul_kernel is launched: a 1-D block, a vector width, a 1-D grid."""
+    """How act_and_mul_kernel is launched: a 1-D block, a vector width, a 2-D grid (chunks x rows)."""
 
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
@@ -444,8 +459,8 @@ class ActivationPlan:
 
     def fields(self) -> dict:
         """The plan as flat fields of a sweep point (:data:`PLAN_FIELDS`)."""
-        return {**dict.fromkeys(PLAN_FIELDS), "plan_kind": self.kind, "origin": self.origin, "grid": self.grid[0],
-                "block_size": self.block_size, "vec_width": self.vec_width}
+        return {**dict.fromkeys(PLAN_FIELDS), "plan_kind": self.kind, "origin": self.origin,
+                "grid": self.grid[0] * self.grid[1], "block_size": self.block_size, "vec_width": self.vec_width}
 
 
 #: Launch overrides the activation kernel takes.
@@ -464,9 +479,10 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
 
     16-byte vectors when ``aligned``; ACTIVATION_BLOCK_SIZE threads, fewer for narrow
     rows (no more threads than vectors, a power of two from one warp) and halved down
-    to ACTIVATION_MIN_BLOCK_SIZE while there are fewer work items than SMs. The grid
-    covers every work item, capped at ``limits.max_grid_x`` (the kernel walks the rest
-    grid-stride). ``overrides`` (keys :data:`ACTIVATION_OVERRIDE_KEYS`) replace the
+    to ACTIVATION_MIN_BLOCK_SIZE while there are fewer work items than SMs. The grid is
+    2-D, x over a row's chunks and y over the rows, at most one wave of resident blocks
+    in all (and ``limits.max_grid_x`` by MAX_GRID_Y); the kernel walks the rest
+    grid-stride. ``overrides`` (keys :data:`ACTIVATION_OVERRIDE_KEYS`) replace the
     heuristic's choices; the result is validated (ValueError).
     """
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
@@ -488,13 +504,14 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     most = min(limits.max_threads_per_block, ACTIVATION_MAX_BLOCK_SIZE)
     if not 0 < block_size <= most or block_size % limits.warp_size:
         raise ValueError(f"block_size must be a multiple of {limits.warp_size} and at most {most}, got {block_size}")
-    chunks = activation_chunks(num_rows, d, block_size, vec_width)
+    chunks_per_row = activation_chunks(1, d, block_size, vec_width)
     # One wave of resident blocks walking the chunks grid-stride: a block per chunk
     # made large shapes launch ~10^5 one-vector blocks (16384 x 14336 bf16 ran at 77.6%
     # of copy before, 86.1% after: bench/results/NOTES.md, item 4).
     resident = limits.sm_count * max(1, limits.max_threads_per_sm // block_size)
-    grid = (max(1, min(chunks, resident, limits.max_grid_x)), 1, 1)
-    return ActivationPlan(grid, (block_size, 1, 1), vec_width, origin)
+    grid_x = max(1, min(chunks_per_row, resident, limits.max_grid_x))
+    grid_y = max(1, min(num_rows, resident // grid_x, MAX_GRID_Y))
+    return ActivationPlan((grid_x, grid_y, 1), (block_size, 1, 1), vec_width, origin)
 
 
 # ----------------------------------------------------------------- rope family
@@ -622,6 +639,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     wide = rope_wide(fused_norm, units, (head_dim - rotary_dim) // vec_width, threads_per_head)
     if wide:
         heads_per_thread, max_blocks = _rope_wide_constants(few_tokens, fused_norm, limits)
+        if few_tokens:
+            heads_per_thread = _rope_decode_heads(num_heads, threads_per_head, heads_per_thread, fused_norm)
     else:
         steps_heads = _constant("ROPE_HEADS_PER_THREAD")
         heads_per_thread, max_blocks = (1 if few_tokens else steps_heads), 0
@@ -649,6 +668,19 @@ def rope_wide(fused_norm: bool, units: int, pass_vecs: int, threads_per_head: in
     if ROPE_LAYOUT != "wide":
         return False
     return not fused_norm or (units <= threads_per_head and pass_vecs <= threads_per_head)
+
+
+def _rope_decode_heads(num_heads: int, threads_per_head: int, heads_per_thread: int, fused_norm: bool) -> int:
+    """Heads a thread holds at decode sizes: ``heads_per_thread`` (the constant), raised
+    to the fewest compiled choice that gives every head of a token a slot in one block,
+    so that no thread walks a second round of heads (one more position -> cos/sin -> q/k
+    chain: llama-3.1-70b's 64 + 8 heads took 32 slots of 2 heads and 3.5 us a call at one
+    token, against 2.5 us for llama-3.1-8b's 32 + 8 in 20 slots; bench/results/NOTES.md,
+    item 16). Unchanged where no choice fits."""
+    allowed = tuple(range(1, ROPE_WIDE_MAX_HEADS + 1)) if fused_norm else ROPE_WIDE_HEADS_CHOICES
+    fitting = [h for h in allowed
+               if h >= heads_per_thread and -(-num_heads // h) * threads_per_head <= ROPE_MAX_BLOCK_SIZE]
+    return min(fitting, default=heads_per_thread)
 
 
 def _rope_wide_constants(few_tokens: bool, fused_norm: bool, limits: DeviceLimits) -> tuple[int, int]:

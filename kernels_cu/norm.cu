@@ -87,6 +87,17 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) layer_norm_k
   const float inv_n = 1.0f / static_cast<float>(hidden_size);
   V cache[kVecsPerThread];
   float column[kVecsPerThread];
+  // The decode layouts keep weight and bias in registers (rows.cuh::caches_weights).
+  constexpr bool kCacheWeights = caches_weights<kThreadsPerRow, kVecsPerThread>();
+  V weight_cache[kCacheWeights ? kVecsPerThread : 1], bias_cache[kCacheWeights ? kVecsPerThread : 1];
+  // Leaf v of weight or bias (slot as in for_each_leaf).
+  auto shared_leaf = [&](const T* p, const V(&cached)[kCacheWeights ? kVecsPerThread : 1], int slot, int64_t v,
+                         int count) -> V {
+    if constexpr (kCacheWeights) {
+      if (slot >= 0) return cached[slot];
+    }
+    return load_leaf<T, kVecWidth>(p, v, count);
+  };
 
   for (int64_t base = g.first_base(); base < num_rows; base += g.base_step()) {
     const int64_t row = base + g.group;
@@ -106,6 +117,11 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) layer_norm_k
     for (int a = 0; a < kVecsPerThread; ++a) column[a] = SumOp::identity();
     load_first_round<T, kThreadsPerRow>(hidden_size, active, g.lane, cache,
                                         [&](int64_t v) { return load_leaf<T, kVecWidth>(x_row, v, L); });
+    // Requested right after the row, before anything waits (rows.cuh says why).
+    if constexpr (kCacheWeights) {
+      load_shared_first_round<T, kThreadsPerRow, kVecWidth>(weight, hidden_size, g.lane, weight_cache);
+      load_shared_first_round<T, kThreadsPerRow, kVecWidth>(bias, hidden_size, g.lane, bias_cache);
+    }
     walk_leaves([&](int slot, int col, int64_t v, int count) {
       const V a = leaf_at(slot, v, count);
       add_to_column<SumOp>(column, col, fold_leaf<SumOp, T>(a, count, [](float s, float e) {
@@ -135,12 +151,12 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) layer_norm_k
 #pragma unroll
       for (int e = 0; e < L; ++e) y[e] = __fmul_rn(__fsub_rn(to_float(a.elt[e]), mean), rstd);
       if (weight != nullptr) {
-        const V w = load_leaf<T, kVecWidth>(weight, v, count);
+        const V w = shared_leaf(weight, weight_cache, slot, v, count);
 #pragma unroll
         for (int e = 0; e < L; ++e) y[e] = __fmul_rn(y[e], to_float(w.elt[e]));
       }
       if (bias != nullptr) {
-        const V b = load_leaf<T, kVecWidth>(bias, v, count);
+        const V b = shared_leaf(bias, bias_cache, slot, v, count);
 #pragma unroll
         for (int e = 0; e < L; ++e) y[e] = __fadd_rn(y[e], to_float(b.elt[e]));
       }

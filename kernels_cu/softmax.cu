@@ -60,9 +60,10 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) softmax_kern
     // Pass 1: load into registers, row maximum (NaN-propagating).
 #pragma unroll
     for (int a = 0; a < kVecsPerThread; ++a) column[a] = MaxOp::identity();
+    load_first_round<T, kThreadsPerRow>(hidden_size, active, g.lane, cache,
+                                        [&](int64_t v) { return load_leaf<T, kVecWidth>(x_row, v, L); });
     walk_leaves([&](int slot, int col, int64_t v, int count) {
-      const V a = load_leaf<T, kVecWidth>(x_row, v, count);
-      if (slot >= 0) cache[slot] = a;
+      const V a = leaf_at(slot, v, count);
       add_to_column<MaxOp>(column, col, fold_leaf<MaxOp, T>(a, count, [](float s, float e) {
         return MaxOp::apply(s, e);
       }));
@@ -79,7 +80,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) softmax_kern
         return __fadd_rn(s, exp_at(e));
       }));
     });
-    const float inv_sum = 1.0f / row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch);
+    const float inv_sum = __frcp_rn(row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch));
 
     // Pass 3: normalise, round once, store.
     walk_leaves([&](int slot, int, int64_t v, int count) {

@@ -366,21 +366,17 @@ def test_reference_takes_what_the_kernel_takes(fake_launcher):
 
 
 # ----------------------------------------------------------------- CPU: launch plans
-def _kernel_walk(grid: int, block_size: int, num_rows: int, d: int, vec_width: int) -> list:
-    """The (row, chunk) items act_and_mul_kernel's blocks visit, as its loop computes them."""
+def _kernel_walk(grid: tuple, block_size: int, num_rows: int, d: int, vec_width: int) -> list:
+    """The (row, slot) items act_and_mul_kernel's threads visit, as its loops compute them."""
+    grid_x, grid_y = grid
     slots_per_row = -(-d // vec_width)
-    chunks_per_row = -(-slots_per_row // block_size)
-    num_chunks = num_rows * chunks_per_row
-    step_rows, step_chunks = divmod(grid, chunks_per_row)
     visited = []
-    for block in range(grid):
-        row, chunk = divmod(block, chunks_per_row)
-        work = block
-        while work < num_chunks:
-            visited.append((row, chunk))
-            row, chunk, work = row + step_rows, chunk + step_chunks, work + grid
-            if chunk >= chunks_per_row:
-                row, chunk = row + 1, chunk - chunks_per_row
+    for by in range(grid_y):
+        for bx in range(grid_x):
+            for tid in range(block_size):
+                for row in range(by, num_rows, grid_y):
+                    visited.extend((row, slot) for slot in range(bx * block_size + tid, slots_per_row,
+                                                                 grid_x * block_size))
     return visited
 
 
@@ -393,12 +389,15 @@ def test_plan_activation_is_valid_and_compiled(num_rows, d, dtype, aligned):
     assert plan.origin == "heuristic"
     assert plan.vec_width == (_dtypes.vec_width(dtype) if aligned else 1)
     assert plan.block_size % 32 == 0 and 32 <= plan.block_size <= plans.ACTIVATION_MAX_BLOCK_SIZE
-    assert plan.block[1:] == (1, 1) and plan.grid[1:] == (1, 1)
-    chunks = plans.activation_chunks(num_rows, d, plan.block_size, plan.vec_width)
+    assert plan.block[1:] == (1, 1) and plan.grid[2] == 1
+    chunks_per_row = plans.activation_chunks(1, d, plan.block_size, plan.vec_width)
     resident = H200_LIMITS.sm_count * (H200_LIMITS.max_threads_per_sm // plan.block[0])
-    assert plan.grid[0] == min(chunks, resident, H200_LIMITS.max_grid_x)
-    # Every vector of every row has a thread: chunks x block_size x vec_width >= rows x d.
-    assert chunks * plan.block_size * plan.vec_width >= num_rows * d
+    # x: a row's chunks; y: rows; one wave of resident blocks at most, the rest walked grid-stride.
+    assert plan.grid[0] == min(chunks_per_row, resident)
+    assert plan.grid[1] == max(1, min(num_rows, resident // plan.grid[0], plans.MAX_GRID_Y))
+    assert plan.grid[0] * plan.grid[1] <= max(resident, plan.grid[0])
+    # Every vector of a row has a thread: chunks x block_size x vec_width >= d.
+    assert chunks_per_row * plan.block_size * plan.vec_width >= d
     expr = activation.ACT_AND_MUL.expr(_dtypes.c_type(dtype), 0, plan.vec_width)
     assert expr in families.instantiations()["activation.cu"]
 
@@ -408,7 +407,7 @@ def test_plan_activation_shapes_the_block_to_the_work():
     # Throughput: 256 threads, one 16-byte vector each.
     assert plans.plan_activation(4096, 14336, bf16, aligned=True, limits=H200_LIMITS).block_size == 256
     # Decode: fewer work items than SMs, so smaller blocks spread over more SMs.
-    assert plans.plan_activation(1, 14336, bf16, aligned=True, limits=H200_LIMITS).block_size == 64
+    assert plans.plan_activation(1, 14336, bf16, aligned=True, limits=H200_LIMITS).block_size == 128
     # Narrow rows: no more threads than vectors, at least one warp.
     assert plans.plan_activation(4096, 3, bf16, aligned=False, limits=H200_LIMITS).block_size == 32
 
@@ -416,25 +415,25 @@ def test_plan_activation_shapes_the_block_to_the_work():
 def test_plan_activation_caps_the_grid():
     small = DeviceLimits(name="tiny", sm_count=2, max_grid_x=1000)
     plan = plans.plan_activation(10_000_000, 14336, _dtypes.float16, aligned=True, limits=small)
-    assert plan.grid[0] == 2 * (2048 // plan.block_size)  # one resident wave; the rest grid-stride
-    wide = DeviceLimits(name="many SMs", sm_count=10_000, max_grid_x=1000)
+    # one resident wave of 2 SMs x 8 blocks of 256: 7 chunks of a row by 2 rows; the rest grid-stride
+    assert plan.grid == (7, 2, 1)
+    wide = DeviceLimits(name="many SMs", sm_count=100_000, max_grid_x=5)
     plan = plans.plan_activation(10_000_000, 14336, _dtypes.float16, aligned=True, limits=wide)
-    assert plan.grid[0] == 1000
+    assert plan.grid == (5, plans.MAX_GRID_Y, 1)
 
 
 @pytest.mark.parametrize("grid, block_size, num_rows, d, vec_width", [
-    (7, 32, 5, 100, 1),         # grid smaller than a row's chunks
-    (3, 32, 11, 65, 8),         # scalar-tail slot in the last chunk
-    (13, 64, 9, 1000, 4),       # grid not a multiple of chunks_per_row
-    (1, 256, 4, 14336, 8),
-    (40, 32, 40, 1, 1),         # one chunk per row, grid == rows
-    (1000, 256, 70, 14336, 8),  # grid larger than the work
+    ((2, 1), 32, 5, 100, 1),      # grid smaller than a row's chunks and than the rows
+    ((1, 3), 32, 11, 65, 8),      # scalar-tail slot in the last chunk
+    ((3, 4), 64, 9, 1000, 4),     # rows not a multiple of grid y
+    ((1, 1), 256, 4, 14336, 8),
+    ((1, 40), 32, 40, 1, 1),      # one chunk per row, grid y == rows
+    ((8, 100), 32, 70, 200, 8),   # grid larger than the work
 ])
-def test_kernel_walk_visits_every_chunk_once(grid, block_size, num_rows, d, vec_width):
+def test_kernel_walk_visits_every_slot_once(grid, block_size, num_rows, d, vec_width):
     slots_per_row = -(-d // vec_width)
-    chunks_per_row = -(-slots_per_row // block_size)
     visited = _kernel_walk(grid, block_size, num_rows, d, vec_width)
-    assert sorted(visited) == [(r, c) for r in range(num_rows) for c in range(chunks_per_row)]
+    assert sorted(visited) == [(r, s) for r in range(num_rows) for s in range(slots_per_row)]
 
 
 @pytest.mark.parametrize("choices, message", [

@@ -37,10 +37,19 @@ constexpr int kActGeluTanh = 2;
 // NVRTC has no <math.h>; -inf spelled by its bits.
 __device__ __forceinline__ bool is_negative_infinity(float g) { return g == -__int_as_float(0x7f800000); }
 
+// The value at g = -inf, -0, in place of `value` (NaN there). A select, not a branch:
+// the value is computed for every g first. Written `g == -inf ? -0 : f(g)`, the
+// compiler branched around f for each element, which serialised the elements of a
+// vector (one dependent chain each) and made decode-size calls latency-bound
+// (bench/results/NOTES.md, item 16).
+__device__ __forceinline__ float negative_infinity_limit(float g, float value) {
+  return is_negative_infinity(g) ? -0.0f : value;
+}
+
 // g * sigmoid(t), written as a quotient so that exp(-t) overflowing gives -0 or +0.
 template <bool kFast>
 __device__ __forceinline__ float mul_sigmoid(float g, float t) {
-  return is_negative_infinity(g) ? -0.0f : quotient<kFast>(g, 1.0f + exp_of<kFast>(-t));
+  return negative_infinity_limit(g, quotient<kFast>(g, 1.0f + exp_of<kFast>(-t)));
 }
 
 template <bool kFast>
@@ -49,7 +58,7 @@ __device__ __forceinline__ float silu(float g) { return mul_sigmoid<kFast>(g, g)
 template <bool kFast>
 __device__ __forceinline__ float gelu_erf(float g) {
   constexpr float kSqrtHalf = 0.70710678118654752440f;
-  return is_negative_infinity(g) ? -0.0f : 0.5f * g * erfc_of<kFast>(-g * kSqrtHalf);
+  return negative_infinity_limit(g, 0.5f * g * erfc_of<kFast>(-g * kSqrtHalf));
 }
 
 template <bool kFast>

@@ -3,9 +3,9 @@
 //
 //   y[r, i] = act(gate[r, i]) * up[r, i]     (fp32; act from cupykern/activations.cuh)
 //
-// Work items are (row, chunk) pairs walked grid-stride: a row is ceil(d / kVecWidth)
-// slots (the last may be the scalar tail), a chunk is blockDim.x consecutive slots, one
-// per thread (launch contract in activation.cu). The values go to a store, which
+// A row is ceil(d / kVecWidth) slots (the last may be the scalar tail), one per thread
+// at a time: blockIdx.x walks a row's chunks of blockDim.x consecutive slots and
+// blockIdx.y the rows, each grid-stride (launch contract in activation.cu). The values go to a store, which
 // decides what is written: StoreRoundedRows (y rounded once to T: silu_and_mul,
 // gelu_and_mul, swiglu) or the FP8 store of quant.cu. Store contract:
 // store.vec(row, i, y) for a full vector (float y[kVecWidth], elements i ..
@@ -44,22 +44,18 @@ __device__ __forceinline__ void act_and_mul_rows(
   // accurate); fp32 inputs the accurate libdevice functions.
   constexpr bool kFastMath = sizeof(T) == 2;
   const int64_t slots_per_row = (d + kVecWidth - 1) / kVecWidth;
-  const int64_t chunks_per_row = (slots_per_row + blockDim.x - 1) / blockDim.x;
-  const int64_t num_chunks = num_rows * chunks_per_row;
+  const int64_t slot_step = static_cast<int64_t>(gridDim.x) * blockDim.x;
 
-  // Position of this block's first work item, then a division-free grid-stride walk:
-  // the step of gridDim.x chunks is step_rows rows plus step_chunks chunks.
-  int64_t row = blockIdx.x / chunks_per_row;
-  int64_t chunk = blockIdx.x - row * chunks_per_row;
-  const int64_t step_rows = gridDim.x / chunks_per_row;
-  const int64_t step_chunks = gridDim.x - step_rows * chunks_per_row;
-
-  for (int64_t work = blockIdx.x; work < num_chunks; work += gridDim.x) {
-    const int64_t slot = chunk * blockDim.x + threadIdx.x;
-    if (slot < slots_per_row) {
+  // blockIdx.y walks the rows and blockIdx.x a row's chunks, both grid-stride: no
+  // integer division before the first load (a 1-D walk over (row, chunk) pairs divided
+  // by chunks_per_row three times, ~0.2 us of a 1.45 us decode-size call;
+  // bench/results/NOTES.md, item 16).
+  for (int64_t row = blockIdx.y; row < num_rows; row += gridDim.y) {
+    const T* gate_row = gate + row * gate_row_stride;
+    const T* up_row = up + row * up_row_stride;
+    for (int64_t slot = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; slot < slots_per_row;
+         slot += slot_step) {
       const int64_t i = slot * kVecWidth;
-      const T* gate_row = gate + row * gate_row_stride;
-      const T* up_row = up + row * up_row_stride;
       if (i + kVecWidth <= d) {
         // Full vector: one 16-byte load of each input, one store.
         const V g = load_vec<T, kVecWidth>(gate_row + i);
@@ -75,12 +71,6 @@ __device__ __forceinline__ void act_and_mul_rows(
           store.scalar(row, j, activate<kAct, kFastMath>(to_float(gate_row[j])) * to_float(up_row[j]));
         }
       }
-    }
-    row += step_rows;
-    chunk += step_chunks;
-    if (chunk >= chunks_per_row) {
-      chunk -= chunks_per_row;
-      ++row;
     }
   }
 }

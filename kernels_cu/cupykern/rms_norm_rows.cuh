@@ -38,6 +38,14 @@ struct StoreRounded {
   }
 };
 
+// round_T(a + r), element by element (the fused add's sum, stored to residual).
+template <typename T, int L>
+__device__ __forceinline__ Vec<T, L> add_rounded(Vec<T, L> a, const Vec<T, L>& r) {
+#pragma unroll
+  for (int e = 0; e < L; ++e) a.elt[e] = from_float<T>(__fadd_rn(to_float(a.elt[e]), to_float(r.elt[e])));
+  return a;
+}
+
 template <typename T, bool kFusedAdd, int kThreadsPerRow, int kVecWidth, int kVecsPerThread,
           int kWarpSize, typename Epilogue>
 __device__ __forceinline__ void rms_norm_rows(
@@ -52,6 +60,11 @@ __device__ __forceinline__ void rms_norm_rows(
   __shared__ float scratch[tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>()];
   const RowGroup<kThreadsPerRow> g;
   V cache[kVecsPerThread];
+  constexpr bool kCacheWeight = caches_weights<kThreadsPerRow, kVecsPerThread>();
+  // See pass 1.
+  constexpr bool kFusedAddLeafByLeaf =
+      kFusedAdd && (kVecWidth != L || kVecsPerThread > 4 || max_block_size<kThreadsPerRow>() > 512);
+  V weight_cache[kCacheWeight ? kVecsPerThread : 1];
 
   for (int64_t base = g.first_base(); base < num_rows; base += g.base_step()) {
     const int64_t row = base + g.group;
@@ -66,9 +79,7 @@ __device__ __forceinline__ void rms_norm_rows(
     auto input_leaf = [&](int64_t v, int count) -> V {
       V a = load_leaf<T, kVecWidth>(x_row, v, count);
       if constexpr (kFusedAdd) {
-        const V r = load_leaf<T, kVecWidth>(res_row, v, count);
-#pragma unroll
-        for (int e = 0; e < L; ++e) a.elt[e] = from_float<T>(__fadd_rn(to_float(a.elt[e]), to_float(r.elt[e])));
+        a = add_rounded(a, load_leaf<T, kVecWidth>(res_row, v, count));
         store_leaf<T, kVecWidth>(res_row, v, count, a);
       }
       return a;
@@ -78,16 +89,37 @@ __device__ __forceinline__ void rms_norm_rows(
     float column[kVecsPerThread];
 #pragma unroll
     for (int a = 0; a < kVecsPerThread; ++a) column[a] = SumOp::identity();
-    // rms_norm: the first round loaded before the fold (rows.cuh::load_first_round). Not
-    // for the fused add, whose stores to residual sit between its loads anyway (and fp32
-    // spilled).
-    if constexpr (!kFusedAdd) {
+    // The decode layouts request the weight with the row, before anything waits (rows.cuh
+    // says why).
+    if constexpr (kCacheWeight) load_shared_first_round<T, kThreadsPerRow, kVecWidth>(weight, hidden_size, g.lane, weight_cache);
+    // The first round is loaded before the fold (rows.cuh::load_first_round). The fused
+    // add requests every x and residual leaf of it before its first store to residual:
+    // x and residual may be the same array, so the compiler may not move a load past
+    // such a store, and leaf by leaf the round cost one memory round trip a leaf. Not on
+    // the scalar path, past 4 leaves a thread or in 1024-thread blocks, where the two
+    // register arrays spilled.
+    if constexpr (kFusedAdd && !kFusedAddLeafByLeaf) {
+      V res_cache[kVecsPerThread];
+      load_first_round<T, kThreadsPerRow>(hidden_size, active, g.lane, cache,
+                                          [&](int64_t v) { return load_leaf<T, kVecWidth>(x_row, v, L); });
+      load_first_round<T, kThreadsPerRow>(hidden_size, active, g.lane, res_cache,
+                                          [&](int64_t v) { return load_leaf<T, kVecWidth>(res_row, v, L); });
+      const int64_t num_whole = active ? hidden_size / L : 0;
+#pragma unroll
+      for (int a = 0; a < kVecsPerThread; ++a) {
+        const int64_t v = g.lane + static_cast<int64_t>(a) * kThreadsPerRow;
+        if (v < num_whole) {
+          cache[a] = add_rounded(cache[a], res_cache[a]);
+          store_leaf<T, kVecWidth>(res_row, v, L, cache[a]);
+        }
+      }
+    } else if constexpr (!kFusedAdd) {
       load_first_round<T, kThreadsPerRow>(hidden_size, active, g.lane, cache,
                                           [&](int64_t v) { return input_leaf(v, L); });
     }
     walk_leaves([&](int slot, int col, int64_t v, int count) {
       V a;
-      if constexpr (kFusedAdd) {
+      if constexpr (kFusedAddLeafByLeaf) {
         a = input_leaf(v, count);
         if (slot >= 0) cache[slot] = a;
       } else {
@@ -107,7 +139,12 @@ __device__ __forceinline__ void rms_norm_rows(
     auto each_y = [&](auto&& vec_fn, auto&& tail_fn) {
       walk_leaves([&](int slot, int, int64_t v, int count) {
         const V a = slot >= 0 ? cache[slot] : load_leaf<T, kVecWidth>(again_row, v, count);
-        const V w = load_leaf<T, kVecWidth>(weight, v, count);
+        V w;
+        if constexpr (kCacheWeight) {
+          w = slot >= 0 ? weight_cache[slot] : load_leaf<T, kVecWidth>(weight, v, count);
+        } else {
+          w = load_leaf<T, kVecWidth>(weight, v, count);
+        }
         float y[L];
 #pragma unroll
         for (int e = 0; e < L; ++e) {

@@ -150,6 +150,40 @@ __device__ __forceinline__ void load_first_round(int64_t hidden_size, bool activ
   }
 }
 
+// `p`, hidden from the optimiser here (no instruction is emitted), so loads through the
+// result stay where they are written. The row kernels request the weights through it
+// right after a row's leaves: a weight load before the row loop, or one the compiler
+// hoisted there as loop-invariant, took the work on the weights (w + weight_offset, the
+// widening to fp32) out of the loop with it, and that work waited for the weights
+// before the row's loads were issued: one more memory round trip a call.
+template <typename T>
+__device__ __forceinline__ const T* pinned(const T* p) {
+  asm volatile("" : "+l"(p));
+  return p;
+}
+
+// Whether a layout also keeps the first round of the per-column vectors (weight, bias)
+// in registers, loaded before the row's first barrier: at decode sizes the kernel is
+// one chain of latencies, and a weight load after the reduction added an L2 round trip
+// to it. Layouts of at most 2 leaves a thread (the decode layouts, plans.py::
+// DECODE_VECS_PER_THREAD) do; those of more serve prefill sizes, where other warps hide
+// that load and the registers would cost occupancy; 1024-thread blocks (64 registers a
+// thread) spilled.
+template <int kThreadsPerRow, int kVecsPerThread>
+constexpr bool caches_weights() { return kVecsPerThread <= 2 && max_block_size<kThreadsPerRow>() <= 512; }
+
+// The first round of a [hidden_size] vector shared by every row (weight, bias) for the
+// layouts above: cache[a] = leaf lane + a * kThreadsPerRow of `p` (nothing loaded when p
+// is null: callers test it). Called per row, after the row's loads (see pinned).
+template <typename T, int kThreadsPerRow, int kVecWidth, int kColumns>
+__device__ __forceinline__ void load_shared_first_round(const T* p, int64_t hidden_size, int lane,
+                                                        Vec<T, leaf_width<T>()> (&cache)[kColumns]) {
+  if (p == nullptr) return;
+  p = pinned(p);
+  load_first_round<T, kThreadsPerRow>(hidden_size, true, lane, cache,
+                                      [&](int64_t v) { return load_leaf<T, kVecWidth>(p, v, leaf_width<T>()); });
+}
+
 // Vector-by-vector walk of rope.cu's heads (no reduction tree there: a head's row group
 // is fixed by head_dim): lane owns vectors lane, lane + kThreadsPerRow, ... in order;
 // the first kVecsPerThread get a compile-time slot, later ones slot -1.
