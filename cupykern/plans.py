@@ -443,7 +443,8 @@ ACTIVATION_MIN_BLOCK_SIZE = 128
 
 @dataclass(frozen=True)
 class ActivationPlan:
-    """How act_and_mul_kernel is launched: a 1-D block, a vector width, a 2-D grid (chunks x rows)."""
+    """How act_and_mul_kernel is launched: a 1-D block, a vector width, a 2-D grid (chunks x rows:
+    decode sizes) or a 1-D one ((row, chunk) items: prefill sizes)."""
 
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
@@ -479,11 +480,12 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
 
     16-byte vectors when ``aligned``; ACTIVATION_BLOCK_SIZE threads, fewer for narrow
     rows (no more threads than vectors, a power of two from one warp) and halved down
-    to ACTIVATION_MIN_BLOCK_SIZE while there are fewer work items than SMs. The grid is
-    2-D, x over a row's chunks and y over the rows, at most one wave of resident blocks
-    in all (and ``limits.max_grid_x`` by MAX_GRID_Y); the kernel walks the rest
-    grid-stride. ``overrides`` (keys :data:`ACTIVATION_OVERRIDE_KEYS`) replace the
-    heuristic's choices; the result is validated (ValueError).
+    to ACTIVATION_MIN_BLOCK_SIZE while there are fewer work items than SMs. Up to
+    DECODE_MAX_ROWS rows the grid is 2-D, x over a row's chunks and y over the rows;
+    beyond, 1-D over (row, chunk) items; either way at most one wave of resident blocks
+    (and ``limits.max_grid_x``), the kernel walking the rest grid-stride. ``overrides``
+    (keys :data:`ACTIVATION_OVERRIDE_KEYS`) replace the heuristic's choices; the result
+    is validated (ValueError).
     """
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     check_override_keys(overrides, ACTIVATION_OVERRIDE_KEYS, op)
@@ -504,14 +506,21 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     most = min(limits.max_threads_per_block, ACTIVATION_MAX_BLOCK_SIZE)
     if not 0 < block_size <= most or block_size % limits.warp_size:
         raise ValueError(f"block_size must be a multiple of {limits.warp_size} and at most {most}, got {block_size}")
-    chunks_per_row = activation_chunks(1, d, block_size, vec_width)
-    # One wave of resident blocks walking the chunks grid-stride: a block per chunk
-    # made large shapes launch ~10^5 one-vector blocks (16384 x 14336 bf16 ran at 77.6%
-    # of copy before, 86.1% after: bench/results/NOTES.md, item 4).
     resident = limits.sm_count * max(1, limits.max_threads_per_sm // block_size)
-    grid_x = max(1, min(chunks_per_row, resident, limits.max_grid_x))
-    grid_y = max(1, min(num_rows, resident // grid_x, MAX_GRID_Y))
-    return ActivationPlan((grid_x, grid_y, 1), (block_size, 1, 1), vec_width, origin)
+    if num_rows <= DECODE_MAX_ROWS:
+        # Decode sizes: a 2-D grid, a block per chunk of each row (the kernel's walk
+        # without divisions); capped at one wave of resident blocks, the rest walked
+        # grid-stride.
+        grid_x = max(1, min(activation_chunks(1, d, block_size, vec_width), resident, limits.max_grid_x))
+        grid_y = max(1, min(num_rows, resident // grid_x, MAX_GRID_Y))
+        return ActivationPlan((grid_x, grid_y, 1), (block_size, 1, 1), vec_width, origin)
+    # Prefill sizes: one wave of resident blocks walking the (row, chunk) items
+    # grid-stride: a block per chunk made large shapes launch ~10^5 one-vector blocks
+    # (16384 x 14336 bf16 ran at 77.6% of copy before, 86.1% after: bench/results/NOTES.md,
+    # item 4); the 2-D walk ran at 86% against this walk's 97% (item 16).
+    chunks = activation_chunks(num_rows, d, block_size, vec_width)
+    return ActivationPlan((max(1, min(chunks, resident, limits.max_grid_x)), 1, 1), (block_size, 1, 1), vec_width,
+                          origin)
 
 
 # ----------------------------------------------------------------- rope family
