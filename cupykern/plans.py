@@ -425,8 +425,6 @@ def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: 
 # protect, so its plan is just a block size, a vector width and a grid over (row,
 # chunk) work items, a chunk being block_size consecutive vectors of one row.
 
-#: Most blocks a grid's y dimension holds, on every CUDA GPU.
-MAX_GRID_Y = 65535
 #: The gated kernels' __launch_bounds__ (cupykern/gated_rows.cuh::kActMaxBlockSize).
 ACTIVATION_MAX_BLOCK_SIZE = 1024
 #: Default block: 256 threads, one 16-byte vector of gate and of up each. Eight such
@@ -443,8 +441,7 @@ ACTIVATION_MIN_BLOCK_SIZE = 128
 
 @dataclass(frozen=True)
 class ActivationPlan:
-    """How act_and_mul_kernel is launched: a 1-D block, a vector width, a 2-D grid (chunks x rows:
-    decode sizes) or a 1-D one ((row, chunk) items: prefill sizes)."""
+    """How act_and_mul_kernel is launched: a 1-D block, a vector width, a 1-D grid."""
 
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
@@ -460,8 +457,8 @@ class ActivationPlan:
 
     def fields(self) -> dict:
         """The plan as flat fields of a sweep point (:data:`PLAN_FIELDS`)."""
-        return {**dict.fromkeys(PLAN_FIELDS), "plan_kind": self.kind, "origin": self.origin,
-                "grid": self.grid[0] * self.grid[1], "block_size": self.block_size, "vec_width": self.vec_width}
+        return {**dict.fromkeys(PLAN_FIELDS), "plan_kind": self.kind, "origin": self.origin, "grid": self.grid[0],
+                "block_size": self.block_size, "vec_width": self.vec_width}
 
 
 #: Launch overrides the activation kernel takes.
@@ -480,12 +477,10 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
 
     16-byte vectors when ``aligned``; ACTIVATION_BLOCK_SIZE threads, fewer for narrow
     rows (no more threads than vectors, a power of two from one warp) and halved down
-    to ACTIVATION_MIN_BLOCK_SIZE while there are fewer work items than SMs. Up to
-    DECODE_MAX_ROWS rows the grid is 2-D, x over a row's chunks and y over the rows;
-    beyond, 1-D over (row, chunk) items; either way at most one wave of resident blocks
-    (and ``limits.max_grid_x``), the kernel walking the rest grid-stride. ``overrides``
-    (keys :data:`ACTIVATION_OVERRIDE_KEYS`) replace the heuristic's choices; the result
-    is validated (ValueError).
+    to ACTIVATION_MIN_BLOCK_SIZE while there are fewer work items than SMs. The grid
+    covers every work item, capped at ``limits.max_grid_x`` (the kernel walks the rest
+    grid-stride). ``overrides`` (keys :data:`ACTIVATION_OVERRIDE_KEYS`) replace the
+    heuristic's choices; the result is validated (ValueError).
     """
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     check_override_keys(overrides, ACTIVATION_OVERRIDE_KEYS, op)
@@ -506,21 +501,13 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     most = min(limits.max_threads_per_block, ACTIVATION_MAX_BLOCK_SIZE)
     if not 0 < block_size <= most or block_size % limits.warp_size:
         raise ValueError(f"block_size must be a multiple of {limits.warp_size} and at most {most}, got {block_size}")
-    resident = limits.sm_count * max(1, limits.max_threads_per_sm // block_size)
-    if num_rows <= DECODE_MAX_ROWS:
-        # Decode sizes: a 2-D grid, a block per chunk of each row (the kernel's walk
-        # without divisions); capped at one wave of resident blocks, the rest walked
-        # grid-stride.
-        grid_x = max(1, min(activation_chunks(1, d, block_size, vec_width), resident, limits.max_grid_x))
-        grid_y = max(1, min(num_rows, resident // grid_x, MAX_GRID_Y))
-        return ActivationPlan((grid_x, grid_y, 1), (block_size, 1, 1), vec_width, origin)
-    # Prefill sizes: one wave of resident blocks walking the (row, chunk) items
-    # grid-stride: a block per chunk made large shapes launch ~10^5 one-vector blocks
-    # (16384 x 14336 bf16 ran at 77.6% of copy before, 86.1% after: bench/results/NOTES.md,
-    # item 4); the 2-D walk ran at 86% against this walk's 97% (item 16).
     chunks = activation_chunks(num_rows, d, block_size, vec_width)
-    return ActivationPlan((max(1, min(chunks, resident, limits.max_grid_x)), 1, 1), (block_size, 1, 1), vec_width,
-                          origin)
+    # One wave of resident blocks walking the chunks grid-stride: a block per chunk
+    # made large shapes launch ~10^5 one-vector blocks (16384 x 14336 bf16 ran at 77.6%
+    # of copy before, 86.1% after: bench/results/NOTES.md, item 4).
+    resident = limits.sm_count * max(1, limits.max_threads_per_sm // block_size)
+    grid = (max(1, min(chunks, resident, limits.max_grid_x)), 1, 1)
+    return ActivationPlan(grid, (block_size, 1, 1), vec_width, origin)
 
 
 # ----------------------------------------------------------------- rope family

@@ -23,11 +23,10 @@
 //              is a multiple of kVecWidth; the last d % kVecWidth elements of a row go
 //              through a scalar tail.
 // Launch contract (planned by cupykern/plans.py::plan_activation): 1-D block of
-// block_size threads (a multiple of 32, at most kActMaxBlockSize); a grid of any size,
-// walked grid-stride, so any number of rows fits: 2-D (x over a row's chunks, y over
-// the rows; decode sizes) or 1-D over (row, chunk) items (prefill sizes). A row is
-// ceil(d / kVecWidth) slots (the last may be the scalar tail); a chunk is block_size
-// consecutive slots, one per thread. No shared memory.
+// block_size threads (a multiple of 32, at most kActMaxBlockSize); 1-D grid of any size
+// over (row, chunk) work items, walked grid-stride, so any number of rows fits. A row
+// is ceil(d / kVecWidth) slots (the last may be the scalar tail); a chunk is
+// block_size consecutive slots, one per thread. No shared memory.
 #include <cupykern/vec.cuh>
 #include <cupykern/activations.cuh>
 #include <cupykern/gated_rows.cuh>

@@ -366,30 +366,19 @@ def test_reference_takes_what_the_kernel_takes(fake_launcher):
 
 
 # ----------------------------------------------------------------- CPU: launch plans
-def _kernel_walk(grid: tuple, block_size: int, num_rows: int, d: int, vec_width: int) -> list:
-    """The (row, slot) items act_and_mul_kernel's threads visit, as its loops compute them:
-    the row walk for a 2-D grid (or one row), the (row, chunk) item walk for a 1-D one."""
-    grid_x, grid_y = grid
+def _kernel_walk(grid: int, block_size: int, num_rows: int, d: int, vec_width: int) -> list:
+    """The (row, chunk) items act_and_mul_kernel's blocks visit, as its loop computes them."""
     slots_per_row = -(-d // vec_width)
-    visited = []
-    if grid_y > 1 or num_rows == 1:
-        for by in range(grid_y):
-            for bx in range(grid_x):
-                for tid in range(block_size):
-                    for row in range(by, num_rows, grid_y):
-                        visited.extend((row, slot) for slot in range(bx * block_size + tid, slots_per_row,
-                                                                     grid_x * block_size))
-        return visited
     chunks_per_row = -(-slots_per_row // block_size)
     num_chunks = num_rows * chunks_per_row
-    step_rows, step_chunks = divmod(grid_x, chunks_per_row)
-    for block in range(grid_x):
+    step_rows, step_chunks = divmod(grid, chunks_per_row)
+    visited = []
+    for block in range(grid):
         row, chunk = divmod(block, chunks_per_row)
         work = block
         while work < num_chunks:
-            visited.extend((row, slot) for slot in range(chunk * block_size, min((chunk + 1) * block_size,
-                                                                                   slots_per_row)))
-            row, chunk, work = row + step_rows, chunk + step_chunks, work + grid_x
+            visited.append((row, chunk))
+            row, chunk, work = row + step_rows, chunk + step_chunks, work + grid
             if chunk >= chunks_per_row:
                 row, chunk = row + 1, chunk - chunks_per_row
     return visited
@@ -404,18 +393,12 @@ def test_plan_activation_is_valid_and_compiled(num_rows, d, dtype, aligned):
     assert plan.origin == "heuristic"
     assert plan.vec_width == (_dtypes.vec_width(dtype) if aligned else 1)
     assert plan.block_size % 32 == 0 and 32 <= plan.block_size <= plans.ACTIVATION_MAX_BLOCK_SIZE
-    assert plan.block[1:] == (1, 1) and plan.grid[2] == 1
-    chunks_per_row = plans.activation_chunks(1, d, plan.block_size, plan.vec_width)
+    assert plan.block[1:] == (1, 1) and plan.grid[1:] == (1, 1)
+    chunks = plans.activation_chunks(num_rows, d, plan.block_size, plan.vec_width)
     resident = H200_LIMITS.sm_count * (H200_LIMITS.max_threads_per_sm // plan.block[0])
-    if num_rows <= plans.DECODE_MAX_ROWS:
-        # x: a row's chunks; y: rows; one wave of resident blocks at most, the rest grid-stride.
-        assert plan.grid[0] == min(chunks_per_row, resident)
-        assert plan.grid[1] == max(1, min(num_rows, resident // plan.grid[0]))
-    else:
-        # (row, chunk) items: one wave of resident blocks at most, the rest grid-stride.
-        assert plan.grid == (min(num_rows * chunks_per_row, resident), 1, 1)
-    # Every vector of a row has a thread: chunks x block_size x vec_width >= d.
-    assert chunks_per_row * plan.block_size * plan.vec_width >= d
+    assert plan.grid[0] == min(chunks, resident, H200_LIMITS.max_grid_x)
+    # Every vector of every row has a thread: chunks x block_size x vec_width >= rows x d.
+    assert chunks * plan.block_size * plan.vec_width >= num_rows * d
     expr = activation.ACT_AND_MUL.expr(_dtypes.c_type(dtype), 0, plan.vec_width)
     assert expr in families.instantiations()["activation.cu"]
 
@@ -433,35 +416,25 @@ def test_plan_activation_shapes_the_block_to_the_work():
 def test_plan_activation_caps_the_grid():
     small = DeviceLimits(name="tiny", sm_count=2, max_grid_x=1000)
     plan = plans.plan_activation(10_000_000, 14336, _dtypes.float16, aligned=True, limits=small)
-    assert plan.grid == (2 * (2048 // plan.block_size), 1, 1)  # one resident wave; the rest grid-stride
+    assert plan.grid[0] == 2 * (2048 // plan.block_size)  # one resident wave; the rest grid-stride
     wide = DeviceLimits(name="many SMs", sm_count=10_000, max_grid_x=1000)
     plan = plans.plan_activation(10_000_000, 14336, _dtypes.float16, aligned=True, limits=wide)
-    assert plan.grid == (1000, 1, 1)
-    # Decode sizes: 2-D (a row's one chunk of 256 by 16 rows), still one resident wave of
-    # 2 SMs x 8 blocks of 256; the kernel walks the other 48 rows grid-stride.
-    plan = plans.plan_activation(64, 1792, _dtypes.float16, aligned=True, limits=small)
-    assert (plan.block_size, plan.grid) == (256, (1, 16, 1))
+    assert plan.grid[0] == 1000
 
 
 @pytest.mark.parametrize("grid, block_size, num_rows, d, vec_width", [
-    # the item walk (1-D grid)
-    ((7, 1), 32, 5, 100, 1),        # grid smaller than a row's chunks
-    ((3, 1), 32, 11, 65, 8),        # scalar-tail slot in the last chunk
-    ((13, 1), 64, 9, 1000, 4),      # grid not a multiple of chunks_per_row
-    ((1, 1), 256, 4, 14336, 8),
-    ((40, 1), 32, 40, 1, 1),        # one chunk per row, grid == rows
-    ((1000, 1), 256, 70, 14336, 8),  # grid larger than the work
-    # the row walk (2-D grid, or one row)
-    ((2, 1), 32, 1, 100, 1),        # one row, fewer blocks than chunks
-    ((1, 3), 32, 11, 65, 8),        # scalar-tail slot; rows not a multiple of grid y
-    ((3, 4), 64, 9, 1000, 4),
-    ((1, 40), 32, 40, 1, 1),        # one chunk per row, grid y == rows
-    ((8, 100), 32, 70, 200, 8),     # grid larger than the work
+    (7, 32, 5, 100, 1),         # grid smaller than a row's chunks
+    (3, 32, 11, 65, 8),         # scalar-tail slot in the last chunk
+    (13, 64, 9, 1000, 4),       # grid not a multiple of chunks_per_row
+    (1, 256, 4, 14336, 8),
+    (40, 32, 40, 1, 1),         # one chunk per row, grid == rows
+    (1000, 256, 70, 14336, 8),  # grid larger than the work
 ])
-def test_kernel_walk_visits_every_slot_once(grid, block_size, num_rows, d, vec_width):
+def test_kernel_walk_visits_every_chunk_once(grid, block_size, num_rows, d, vec_width):
     slots_per_row = -(-d // vec_width)
+    chunks_per_row = -(-slots_per_row // block_size)
     visited = _kernel_walk(grid, block_size, num_rows, d, vec_width)
-    assert sorted(visited) == [(r, s) for r in range(num_rows) for s in range(slots_per_row)]
+    assert sorted(visited) == [(r, c) for r in range(num_rows) for c in range(chunks_per_row)]
 
 
 @pytest.mark.parametrize("choices, message", [

@@ -3,10 +3,9 @@
 //
 //   y[r, i] = act(gate[r, i]) * up[r, i]     (fp32; act from cupykern/activations.cuh)
 //
-// A row is ceil(d / kVecWidth) slots (the last may be the scalar tail), one per thread
-// at a time, in chunks of blockDim.x consecutive slots. Two walks, chosen by the grid
-// (launch contract in activation.cu): a 2-D grid (or one row) walks rows with
-// blockIdx.y and a row's chunks with blockIdx.x; a 1-D grid walks (row, chunk) items. The values go to a store, which
+// Work items are (row, chunk) pairs walked grid-stride: a row is ceil(d / kVecWidth)
+// slots (the last may be the scalar tail), a chunk is blockDim.x consecutive slots, one
+// per thread (launch contract in activation.cu). The values go to a store, which
 // decides what is written: StoreRoundedRows (y rounded once to T: silu_and_mul,
 // gelu_and_mul, swiglu) or the FP8 store of quant.cu. Store contract:
 // store.vec(row, i, y) for a full vector (float y[kVecWidth], elements i ..
@@ -34,68 +33,48 @@ struct StoreRoundedRows {
   }
 };
 
-// y for the slot starting at element i of a row (a whole vector, or the scalar tail).
-template <typename T, int kAct, int kVecWidth, typename Store>
-__device__ __forceinline__ void act_and_mul_slot(const Store& store, const T* gate_row, const T* up_row, int64_t row,
-                                                 int64_t i, int64_t d) {
-  using V = Vec<T, kVecWidth>;
-  // 16-bit inputs use the fast intrinsics (cupykern/activations.cuh says why and how
-  // accurate); fp32 inputs the accurate libdevice functions.
-  constexpr bool kFastMath = sizeof(T) == 2;
-  if (i + kVecWidth <= d) {
-    // Full vector: one 16-byte load of each input, one store.
-    const V g = load_vec<T, kVecWidth>(gate_row + i);
-    const V u = load_vec<T, kVecWidth>(up_row + i);
-    float y[kVecWidth];
-#pragma unroll
-    for (int e = 0; e < kVecWidth; ++e) y[e] = activate<kAct, kFastMath>(to_float(g.elt[e])) * to_float(u.elt[e]);
-    store.template vec<kVecWidth>(row, i, y);
-  } else {
-    // Scalar tail: the last d % kVecWidth elements (kVecWidth > 1 only), so a vector
-    // never reaches into the next row or past the buffer.
-    for (int64_t j = i; j < d; ++j) {
-      store.scalar(row, j, activate<kAct, kFastMath>(to_float(gate_row[j])) * to_float(up_row[j]));
-    }
-  }
-}
-
 template <typename T, int kAct, int kVecWidth, typename Store>
 __device__ __forceinline__ void act_and_mul_rows(
     const Store& store,              // where y goes (see the contract above)
     const T* gate,                   // [num_rows, d], gate_row_stride apart
     const T* up,                     // [num_rows, d], up_row_stride apart
     int64_t num_rows, int64_t d, int64_t gate_row_stride, int64_t up_row_stride) {
+  using V = Vec<T, kVecWidth>;
+  // 16-bit inputs use the fast intrinsics (cupykern/activations.cuh says why and how
+  // accurate); fp32 inputs the accurate libdevice functions.
+  constexpr bool kFastMath = sizeof(T) == 2;
   const int64_t slots_per_row = (d + kVecWidth - 1) / kVecWidth;
-  if (gridDim.y > 1 || num_rows == 1) {
-    // Decode sizes: blockIdx.y walks the rows and blockIdx.x a row's chunks, both
-    // grid-stride, with no integer division before the first load. The item walk below
-    // divided by chunks_per_row three times, ~0.2 us of a 1.45 us call at one token; at
-    // prefill sizes this walk ran at 86 % of copy against the item walk's 97 %
-    // (bench/results/NOTES.md, item 16).
-    for (int64_t row = blockIdx.y; row < num_rows; row += gridDim.y) {
-      for (int64_t slot = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; slot < slots_per_row;
-           slot += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        act_and_mul_slot<T, kAct, kVecWidth>(store, gate + row * gate_row_stride, up + row * up_row_stride, row,
-                                             slot * kVecWidth, d);
-      }
-    }
-    return;
-  }
-  // Prefill sizes (1-D grid): work items are (row, chunk) pairs walked grid-stride, a
-  // chunk being blockDim.x consecutive slots, one per thread. The position of this
-  // block's first item, then a division-free step of gridDim.x items: step_rows rows
-  // plus step_chunks chunks.
   const int64_t chunks_per_row = (slots_per_row + blockDim.x - 1) / blockDim.x;
   const int64_t num_chunks = num_rows * chunks_per_row;
+
+  // Position of this block's first work item, then a division-free grid-stride walk:
+  // the step of gridDim.x chunks is step_rows rows plus step_chunks chunks.
   int64_t row = blockIdx.x / chunks_per_row;
   int64_t chunk = blockIdx.x - row * chunks_per_row;
   const int64_t step_rows = gridDim.x / chunks_per_row;
   const int64_t step_chunks = gridDim.x - step_rows * chunks_per_row;
+
   for (int64_t work = blockIdx.x; work < num_chunks; work += gridDim.x) {
     const int64_t slot = chunk * blockDim.x + threadIdx.x;
     if (slot < slots_per_row) {
-      act_and_mul_slot<T, kAct, kVecWidth>(store, gate + row * gate_row_stride, up + row * up_row_stride, row,
-                                           slot * kVecWidth, d);
+      const int64_t i = slot * kVecWidth;
+      const T* gate_row = gate + row * gate_row_stride;
+      const T* up_row = up + row * up_row_stride;
+      if (i + kVecWidth <= d) {
+        // Full vector: one 16-byte load of each input, one store.
+        const V g = load_vec<T, kVecWidth>(gate_row + i);
+        const V u = load_vec<T, kVecWidth>(up_row + i);
+        float y[kVecWidth];
+#pragma unroll
+        for (int e = 0; e < kVecWidth; ++e) y[e] = activate<kAct, kFastMath>(to_float(g.elt[e])) * to_float(u.elt[e]);
+        store.template vec<kVecWidth>(row, i, y);
+      } else {
+        // Scalar tail: the last d % kVecWidth elements (kVecWidth > 1 only), so a
+        // vector never reaches into the next row or past the buffer.
+        for (int64_t j = i; j < d; ++j) {
+          store.scalar(row, j, activate<kAct, kFastMath>(to_float(gate_row[j])) * to_float(up_row[j]));
+        }
+      }
     }
     row += step_rows;
     chunk += step_chunks;
