@@ -80,6 +80,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) softmax_kern
         return __fadd_rn(s, exp_at(e));
       }));
     });
+    // The correctly rounded reciprocal: the bits of 1.0f / sum, without the division.
     const float inv_sum = __frcp_rn(row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch));
 
     // Pass 3: normalise, round once, store.

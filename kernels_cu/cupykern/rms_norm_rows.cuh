@@ -91,7 +91,9 @@ __device__ __forceinline__ void rms_norm_rows(
     for (int a = 0; a < kVecsPerThread; ++a) column[a] = SumOp::identity();
     // The decode layouts request the weight with the row, before anything waits (rows.cuh
     // says why).
-    if constexpr (kCacheWeight) load_shared_first_round<T, kThreadsPerRow, kVecWidth>(weight, hidden_size, g.lane, weight_cache);
+    if constexpr (kCacheWeight) {
+      load_shared_first_round<T, kThreadsPerRow, kVecWidth>(weight, hidden_size, g.lane, weight_cache);
+    }
     // The first round is loaded before the fold (rows.cuh::load_first_round). The fused
     // add requests every x and residual leaf of it before its first store to residual:
     // x and residual may be the same array, so the compiler may not move a load past

@@ -152,7 +152,7 @@ __device__ __forceinline__ void load_first_round(int64_t hidden_size, bool activ
 
 // `p`, hidden from the optimiser here (no instruction is emitted), so loads through the
 // result stay where they are written. The row kernels request the weights through it
-// right after a row's leaves: a weight load before the row loop, or one the compiler
+// with each row's leaves: a weight load before the row loop, or one the compiler
 // hoisted there as loop-invariant, took the work on the weights (w + weight_offset, the
 // widening to fp32) out of the loop with it, and that work waited for the weights
 // before the row's loads were issued: one more memory round trip a call.
@@ -174,7 +174,7 @@ constexpr bool caches_weights() { return kVecsPerThread <= 2 && max_block_size<k
 
 // The first round of a [hidden_size] vector shared by every row (weight, bias) for the
 // layouts above: cache[a] = leaf lane + a * kThreadsPerRow of `p` (nothing loaded when p
-// is null: callers test it). Called per row, after the row's loads (see pinned).
+// is null: callers test it). Called per row, with the row's loads (see pinned).
 template <typename T, int kThreadsPerRow, int kVecWidth, int kColumns>
 __device__ __forceinline__ void load_shared_first_round(const T* p, int64_t hidden_size, int lane,
                                                         Vec<T, leaf_width<T>()> (&cache)[kColumns]) {
