@@ -271,6 +271,19 @@ def tree_layouts(hidden_size: int, dtype, aligned: bool) -> list[RowLayout]:
             for t in tree_threads_per_row(hidden_size, dtype) for v in widths]
 
 
+def _decode_max_threads_per_row(op: str | None) -> int:
+    """DECODE_MAX_THREADS_PER_ROW[op] (MAX_BLOCK_SIZE for an op it does not name),
+    ValueError naming the constant unless a compiled threads_per_row."""
+    if not isinstance(DECODE_MAX_THREADS_PER_ROW, dict):
+        raise ValueError(f"plans.DECODE_MAX_THREADS_PER_ROW must be a dict of op: threads, "
+                         f"got {DECODE_MAX_THREADS_PER_ROW!r}")
+    value = DECODE_MAX_THREADS_PER_ROW.get(op, MAX_BLOCK_SIZE)
+    if not _is_int(value) or value not in THREADS_PER_ROW_CHOICES:
+        raise ValueError(f"plans.DECODE_MAX_THREADS_PER_ROW[{op!r}] must be one of {THREADS_PER_ROW_CHOICES}, "
+                         f"got {value!r}")
+    return int(value)
+
+
 def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str | None = None) -> RowLayout:
     """Heuristic layout for ``num_rows`` rows of ``hidden_size`` elements of ``dtype``.
 
@@ -288,7 +301,7 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
     columns = tree_columns(hidden_size, dtype)
     is_decode = num_rows <= decode_rows
     per_thread = decode if is_decode else prefill
-    most = DECODE_MAX_THREADS_PER_ROW.get(op, MAX_BLOCK_SIZE) if is_decode else MAX_BLOCK_SIZE
+    most = _decode_max_threads_per_row(op) if is_decode else MAX_BLOCK_SIZE
     fewest = max(1, columns // max(VECS_PER_THREAD_CHOICES))
     threads = min(most, MAX_BLOCK_SIZE, max(fewest, columns // per_thread))
     return RowLayout(threads, vec_width, tree_vecs_per_thread(hidden_size, dtype, threads))

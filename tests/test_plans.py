@@ -42,6 +42,41 @@ def test_row_layouts_at_every_num_rows_compute_the_tree(hidden_size):
         assert len({p.layout for p in plans_}) == 2  # decode and prefill
 
 
+@pytest.mark.parametrize("hidden_size", HIDDEN_SIZES)
+@pytest.mark.parametrize("dtype", _dtypes.DTYPES, ids=_dtypes.short_name)
+def test_softmax_decode_layout_is_capped_and_computes_the_tree(hidden_size, dtype):
+    """softmax gets at most DECODE_MAX_THREADS_PER_ROW["softmax"] threads a row at decode
+    sizes, in a compiled layout that still computes the row's tree (so its bits are those
+    of every other layout); the other row ops keep J / DECODE_VECS_PER_THREAD."""
+    from cupykern.ops import softmax
+
+    cap = plans.DECODE_MAX_THREADS_PER_ROW["softmax"]
+    for num_rows in (1, plans.DECODE_MAX_ROWS):
+        plan = plans.plan_rows(num_rows, hidden_size, dtype, aligned=True, limits=H200_LIMITS, op="softmax")
+        layout = plan.layout
+        assert layout.threads_per_row <= cap
+        assert plans.tree_fits(hidden_size, dtype, layout.threads_per_row, layout.vecs_per_thread)
+        expr = softmax.SOFTMAX.expr(_dtypes.c_type(dtype), _dtypes.c_type(dtype), *layout.template_args())
+        assert expr in families.instantiations()["softmax.cu"]
+        uncapped = plans.row_layout(hidden_size, dtype, True, num_rows=num_rows)
+        assert layout == uncapped or uncapped.threads_per_row > cap
+        assert plans.plan_rows(num_rows, hidden_size, dtype, aligned=True, limits=H200_LIMITS,
+                               op="rms_norm").layout == uncapped
+
+
+@pytest.mark.parametrize("value", [0, 3, 2048, True, 256.0, None])
+def test_bad_decode_thread_caps_are_refused_by_name(monkeypatch, value):
+    monkeypatch.setitem(plans.DECODE_MAX_THREADS_PER_ROW, "softmax", value)
+    with pytest.raises(ValueError, match=r"plans.DECODE_MAX_THREADS_PER_ROW\['softmax'\] must be one of"):
+        plans.plan_rows(1, 8192, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="softmax")
+    # Prefill sizes and other ops do not read it.
+    plans.plan_rows(4096, 8192, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="softmax")
+    plans.plan_rows(1, 8192, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
+    monkeypatch.setattr(plans, "DECODE_MAX_THREADS_PER_ROW", [256])
+    with pytest.raises(ValueError, match="plans.DECODE_MAX_THREADS_PER_ROW must be a dict"):
+        plans.plan_rows(1, 8192, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="softmax")
+
+
 def test_large_row_counts_fit_the_grid():
     small = DeviceLimits(name="tiny", sm_count=2, max_grid_x=65535)
     plan = plans.plan_rows(10_000_000, 4096, _dtypes.float16, aligned=True, limits=small)
@@ -194,6 +229,36 @@ def test_rope_plan_without_overrides():
         plan = plans.plan_rope(64, 40, 128, 128, _dtypes.bfloat16, max_vec_width=8, fused_norm=False,
                                limits=H200_LIMITS, overrides=overrides)
         assert plan.origin == "heuristic"
+
+
+@pytest.mark.parametrize("fused_norm", [False, True])
+@pytest.mark.parametrize("num_heads", [1, 5, 40, 72, 96, 136])
+def test_rope_decode_plans_give_every_head_a_slot_in_one_round(fused_norm, num_heads):
+    """At decode sizes the wide layout raises heads_per_thread to the fewest compiled choice
+    that fits every head of a token in one block (llama-3.1-70b's 64 + 8 heads took a second
+    round with 2 a thread); where none fits it keeps the constant."""
+    allowed = tuple(range(1, plans.ROPE_WIDE_MAX_HEADS + 1)) if fused_norm else plans.ROPE_WIDE_HEADS_CHOICES
+    for num_tokens in (1, 64):
+        plan = plans.plan_rope(num_tokens, num_heads, 128, 128, _dtypes.bfloat16, max_vec_width=8,
+                               fused_norm=fused_norm, limits=H200_LIMITS)
+        assert plan.heads_per_thread in allowed and plan.heads_per_thread >= plans.ROPE_WIDE_DECODE_HEADS_PER_THREAD
+        fits = [h for h in allowed if h >= plans.ROPE_WIDE_DECODE_HEADS_PER_THREAD
+                and -(-num_heads // h) * plan.threads_per_head <= plans.ROPE_MAX_BLOCK_SIZE]
+        if fits:
+            assert plan.heads_per_thread == min(fits)
+            assert plan.head_slots * plan.heads_per_thread >= num_heads  # one round
+        else:
+            assert plan.heads_per_thread == plans.ROPE_WIDE_DECODE_HEADS_PER_THREAD
+    examples = {(72, False): 4, (72, True): 3, (40, False): 2, (136, False): 2}
+    if (num_heads, fused_norm) in examples:
+        plan = plans.plan_rope(1, num_heads, 128, 128, _dtypes.bfloat16, max_vec_width=8, fused_norm=fused_norm,
+                               limits=H200_LIMITS)
+        assert plan.heads_per_thread == examples[num_heads, fused_norm]
+    # Prefill sizes keep their constant.
+    plan = plans.plan_rope(16384, num_heads, 128, 128, _dtypes.bfloat16, max_vec_width=8, fused_norm=fused_norm,
+                           limits=H200_LIMITS)
+    assert plan.heads_per_thread == (plans.ROPE_WIDE_NORM_HEADS_PER_THREAD if fused_norm
+                                     else plans.ROPE_WIDE_HEADS_PER_THREAD)
 
 
 def test_rope_plan_fields():
