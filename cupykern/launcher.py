@@ -268,17 +268,6 @@ def _devices(arrays) -> tuple:
     return (_current_device(), *[a.data.device_id if isinstance(a, _ndarray) else None for a in arrays])
 
 
-def _check_interleaved(offset: int, period: int, a_width: int, b_width: int, message: str) -> None:
-    """Two arrays whose byte extents intersect, ``b`` starting ``offset`` bytes after ``a``:
-    ValueError unless both repeat rows every ``period`` bytes and b's rows sit in the
-    gaps between a's (two column slices of one wide buffer)."""
-    if not period:
-        raise ValueError(message)
-    offset %= period
-    if not (offset >= a_width and offset + b_width <= period):
-        raise ValueError(message)
-
-
 def _tuple_getter(indices):
     """Picks ``indices`` of a sequence as a tuple (itemgetter returns a bare item for one)."""
     if len(indices) == 1:
@@ -352,7 +341,7 @@ class Op:
         for i, j, a_lo, a_hi, b_lo, b_hi, allow_same, rule in overlaps:
             pa, pb = arrays[i].data.ptr, arrays[j].data.ptr
             if pa + a_lo < pb + b_hi and pb + b_lo < pa + a_hi and not (allow_same and pa == pb):
-                _check_interleaved(pb - pa, *rule)
+                _arrays.check_interleaved(pb - pa, *rule)
         if function is not None:
             kargs = pick(arrays)
             if offsets:

@@ -29,7 +29,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from cupykern import _dtypes
+from cupykern import _arrays, _dtypes
 
 #: Workspace bytes per handle: what the cuBLAS documentation recommends for Hopper.
 WORKSPACE_BYTES = 32 * 1024 * 1024
@@ -140,16 +140,14 @@ def _row_stride(a, name: str) -> int:
 def _check_disjoint(out, ldo: int, name: str, a, lda: int) -> None:
     """ValueError if ``out`` shares memory with input ``a`` (cuBLAS would read what it
     writes), unless both are row views of one buffer whose rows interleave (column slices)."""
-    from cupykern import launcher
-
     item = out.dtype.itemsize
     out_lo, a_lo = out.data.ptr, a.data.ptr
     out_hi = out_lo + ((out.shape[0] - 1) * ldo + out.shape[1]) * item
     a_hi = a_lo + ((a.shape[0] - 1) * lda + a.shape[1]) * item
     if out_lo < a_hi and a_lo < out_hi:
         period = lda * item if lda == ldo and min(a.shape[0], out.shape[0]) > 1 else 0
-        launcher._check_interleaved(out_lo - a_lo, period, a.shape[1] * item, out.shape[1] * item,
-                                    f"out overlaps {name} in memory")
+        _arrays.check_interleaved(out_lo - a_lo, period, a.shape[1] * item, out.shape[1] * item,
+                                  f"out overlaps {name} in memory")
 
 
 def matmul_nt(x, w, out=None):
