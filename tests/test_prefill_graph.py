@@ -156,6 +156,19 @@ def test_prefill_graphs_refuse_another_cache_than_theirs():
         graphs.run([1])
 
 
+@pytest.mark.parametrize("num_tokens, message", [
+    (17, r"num_tokens: expected 0 \.\. 16 \(the cache's rows\), got 17"),
+    (10**15, r"num_tokens: expected 0 \.\. 16 \(the cache's rows\), got 1000000000000000"),
+    (-1, r"num_tokens: expected 0 \.\. 16"), (2.0, "num_tokens: expected an int, got 2.0")])
+def test_prepare_refuses_prompts_the_cache_cannot_hold(num_tokens, message):
+    """prepare(10**15) built a list of 2 * 10**12 chunks before capturing anything."""
+    model, cache = _fake_model_and_cache(rows=16)
+    graphs = prefill_graph.PrefillGraphs(model, cache, stream=None)
+    graphs._graph = lambda bucket: pytest.fail("a graph was captured")
+    with pytest.raises(ValueError, match=message):
+        graphs.prepare(num_tokens)
+
+
 def test_prefill_graphs_need_the_kernel_ops():
     from types import SimpleNamespace
 

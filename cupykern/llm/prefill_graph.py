@@ -133,10 +133,18 @@ class PrefillGraphs:
                              "old ones); make a PrefillGraphs for the new cache")
 
     def prepare(self, num_tokens: int) -> float:
-        """Captures the graphs a prompt of ``num_tokens`` needs (none if captured before).
-        Returns the seconds it took. Moves no cache row."""
+        """Captures the graphs a prompt of ``num_tokens`` (an int, 0 .. the cache's rows)
+        needs (none if captured before). Returns the seconds it took. Moves no cache row.
+
+        Raises:
+            ValueError: :attr:`cache` holding other arrays than at construction;
+                ``num_tokens`` not an int or past the cache's rows (no prompt that long fits).
+        """
         t0 = time.perf_counter()
         self._check_cache()
+        _check_count(num_tokens)
+        if not 0 <= num_tokens <= self.cache.max_tokens:
+            raise ValueError(f"num_tokens: expected 0 .. {self.cache.max_tokens} (the cache's rows), got {num_tokens}")
         for _, count in chunks(num_tokens):
             self._graph(bucket_for(count))
         return time.perf_counter() - t0
