@@ -271,6 +271,12 @@ def tree_layouts(hidden_size: int, dtype, aligned: bool) -> list[RowLayout]:
             for t in tree_threads_per_row(hidden_size, dtype) for v in widths]
 
 
+def _check_op(op) -> None:
+    """TypeError unless ``op`` is an op name (str) or None."""
+    if op is not None and not isinstance(op, str):
+        raise TypeError(f"op: expected an op name (str) or None, got {op!r}")
+
+
 def _decode_max_threads_per_row(op: str | None) -> int:
     """DECODE_MAX_THREADS_PER_ROW[op] (MAX_BLOCK_SIZE for an op it does not name),
     ValueError naming the constant unless a compiled threads_per_row."""
@@ -294,6 +300,7 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
     ``num_rows``.
     """
     hidden_size, num_rows = _count(hidden_size, "hidden_size", 1), _count(num_rows, "num_rows", 0)
+    _check_op(op)
     decode_rows = _constant("DECODE_MAX_ROWS", lowest=0)
     decode, prefill = (_constant(name, VECS_PER_THREAD_CHOICES)
                        for name in ("DECODE_VECS_PER_THREAD", "PREFILL_VECS_PER_THREAD"))
@@ -302,8 +309,9 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
     is_decode = num_rows <= decode_rows
     per_thread = decode if is_decode else prefill
     most = _decode_max_threads_per_row(op) if is_decode else MAX_BLOCK_SIZE
+    # Never fewer threads than the compiled leaves a thread allow, whatever the cap.
     fewest = max(1, columns // max(VECS_PER_THREAD_CHOICES))
-    threads = min(most, MAX_BLOCK_SIZE, max(fewest, columns // per_thread))
+    threads = min(MAX_BLOCK_SIZE, max(fewest, min(most, columns // per_thread)))
     return RowLayout(threads, vec_width, tree_vecs_per_thread(hidden_size, dtype, threads))
 
 
@@ -391,7 +399,8 @@ def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: 
     ``overrides`` (keys :data:`ROW_OVERRIDE_KEYS`) replace the heuristic's choices; a
     threads_per_row without vecs_per_thread takes the tree's (:func:`tree_vecs_per_thread`),
     a vecs_per_thread alone the threads_per_row that goes with it. The result is
-    validated (ValueError, also for a layout that would not compute the row's tree). With
+    validated (ValueError, also for a layout that would not compute the row's tree;
+    TypeError for an ``op`` that is not a name). With
     ``op`` and no override, an entry of the tuned file for (op, dtype, hidden_size,
     ``limits.name``) is used first (origin ``"tuned"``); otherwise the heuristic
     :func:`row_layout`, which follows ``num_rows``. Every valid plan gives a row the same
@@ -400,6 +409,7 @@ def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: 
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     check_override_keys(overrides, ROW_OVERRIDE_KEYS, op or "a row kernel")
     hidden_size, num_rows = _count(hidden_size, "hidden_size", 1), _count(num_rows, "num_rows", 0)
+    _check_op(op)
     if op is not None and not overrides:
         tuned = _tuned_plan(op, num_rows, hidden_size, dtype, aligned, limits)
         if tuned is not None:
@@ -507,8 +517,10 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
         raise ValueError(f"vec_width must be one of {allowed} for {_dtypes.short_name(dtype)}{why}, got {vec_width}")
     if block_size is None:
         slots_per_row = -(-d // vec_width)
-        block_size = min(ACTIVATION_BLOCK_SIZE, max(limits.warp_size, _next_pow2(slots_per_row)))
-        while (block_size > ACTIVATION_MIN_BLOCK_SIZE
+        sizes = (32, 64, 128, 256, 512, 1024)
+        widest, narrowest = (_constant(name, sizes) for name in ("ACTIVATION_BLOCK_SIZE", "ACTIVATION_MIN_BLOCK_SIZE"))
+        block_size = min(widest, max(limits.warp_size, _next_pow2(slots_per_row)))
+        while (block_size > narrowest
                and activation_chunks(num_rows, d, block_size, vec_width) < limits.sm_count):
             block_size //= 2
     most = min(limits.max_threads_per_block, ACTIVATION_MAX_BLOCK_SIZE)
@@ -636,6 +648,11 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     The rule takes no launch overrides: any raise ValueError (never ignored).
     """
     check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
+    # Python ints from here on (NumPy's unsigned and small ints wrapped in -(-n // h)).
+    num_tokens, num_heads = _count(num_tokens, "num_tokens", 0), _count(num_heads, "num_heads", 1)
+    head_dim, rotary_dim = _count(head_dim, "head_dim", 2), _count(rotary_dim, "rotary_dim", 2)
+    if rotary_dim > head_dim or rotary_dim % 2:
+        raise ValueError(f"rotary_dim: expected an even number <= head_dim ({head_dim}), got {rotary_dim}")
     half = rotary_dim // 2
     vec_width = max(w for w in rope_vec_widths(dtype, fused_norm=fused_norm)
                     if w <= max_vec_width and half % w == 0 and head_dim % w == 0)

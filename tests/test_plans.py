@@ -77,6 +77,32 @@ def test_bad_decode_thread_caps_are_refused_by_name(monkeypatch, value):
         plans.plan_rows(1, 8192, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="softmax")
 
 
+@pytest.mark.parametrize("cap", [1, 32, 64, 128])
+def test_a_small_decode_cap_still_gives_a_compiled_layout(monkeypatch, cap):
+    """A cap below J / 8 threads gave threads_per_row 128 for 14336 fp32 (no compiled
+    vecs_per_thread fits the tree there) and, at 1, RowLayout(1, 8, 512)."""
+    from cupykern.ops import softmax
+
+    monkeypatch.setitem(plans.DECODE_MAX_THREADS_PER_ROW, "softmax", cap)
+    for dtype in _dtypes.DTYPES:
+        for hidden_size in (5120, 8192, 14336, 16384):
+            layout = plans.plan_rows(1, hidden_size, dtype, aligned=True, limits=H200_LIMITS, op="softmax").layout
+            assert layout.vecs_per_thread in plans.VECS_PER_THREAD_CHOICES
+            assert plans.tree_fits(hidden_size, dtype, layout.threads_per_row, layout.vecs_per_thread)
+            expr = softmax.SOFTMAX.expr(_dtypes.c_type(dtype), _dtypes.c_type(dtype), *layout.template_args())
+            assert expr in families.instantiations()["softmax.cu"]
+
+
+@pytest.mark.parametrize("op", [["softmax"], {}, 5, b"softmax"])
+def test_row_plans_refuse_an_op_that_is_not_a_name(op):
+    """A list raised a bare "unhashable type" at decode sizes; 5 was taken as an op."""
+    for num_rows in (1, 4096):
+        with pytest.raises(TypeError, match="op: expected an op name"):
+            plans.plan_rows(num_rows, 8192, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op=op)
+        with pytest.raises(TypeError, match="op: expected an op name"):
+            plans.row_layout(8192, _dtypes.bfloat16, True, num_rows=num_rows, op=op)
+
+
 def test_large_row_counts_fit_the_grid():
     small = DeviceLimits(name="tiny", sm_count=2, max_grid_x=65535)
     plan = plans.plan_rows(10_000_000, 4096, _dtypes.float16, aligned=True, limits=small)
@@ -259,6 +285,45 @@ def test_rope_decode_plans_give_every_head_a_slot_in_one_round(fused_norm, num_h
                            limits=H200_LIMITS)
     assert plan.heads_per_thread == (plans.ROPE_WIDE_NORM_HEADS_PER_THREAD if fused_norm
                                      else plans.ROPE_WIDE_HEADS_PER_THREAD)
+
+
+def test_rope_plan_reads_counts_as_python_ints():
+    """np.uint32(40) heads planned 32 slots (block 256) where 40 planned 20: -(-n // h)
+    wrapped around in the unsigned type."""
+    import numpy as np
+
+    for fused_norm in (False, True):
+        want = plans.plan_rope(1, 40, 128, 128, _dtypes.bfloat16, max_vec_width=8, fused_norm=fused_norm,
+                               limits=H200_LIMITS)
+        for kind in (np.uint32, np.uint16, np.int16, np.int64):
+            got = plans.plan_rope(kind(1), kind(40), kind(128), kind(128), _dtypes.bfloat16, max_vec_width=8,
+                                  fused_norm=fused_norm, limits=H200_LIMITS)
+            assert got == want and all(type(v) is int for v in (got.head_slots, got.heads_per_thread))
+
+
+@pytest.mark.parametrize("args, message", [
+    ((1, 0, 128, 128), "num_heads: expected an int >= 1, got 0"),
+    ((-1, 40, 128, 128), "num_tokens: expected an int >= 0, got -1"),
+    ((1.5, 40, 128, 128), "num_tokens: expected an int >= 0, got 1.5"),
+    ((1, 40, 0, 128), "head_dim: expected an int >= 2, got 0"),
+    ((1, 40, 128, 0), "rotary_dim: expected an int >= 2, got 0"),
+    ((1, 40, 128, 256), r"rotary_dim: expected an even number <= head_dim \(128\), got 256"),
+    ((1, 40, 128, 63), r"rotary_dim: expected an even number <= head_dim \(128\), got 63"),
+])
+def test_rope_plan_refuses_bad_counts(args, message):
+    """These raised ZeroDivisionError or returned a plan (rotary_dim 256 of head_dim 128)."""
+    for fused_norm in (False, True):
+        with pytest.raises(ValueError, match=message):
+            plans.plan_rope(*args, _dtypes.bfloat16, max_vec_width=8, fused_norm=fused_norm, limits=H200_LIMITS)
+
+
+@pytest.mark.parametrize("name", ["ACTIVATION_BLOCK_SIZE", "ACTIVATION_MIN_BLOCK_SIZE"])
+@pytest.mark.parametrize("value", [-5, 0, 96, True, 1.0, None])
+def test_bad_activation_constants_are_refused_by_name(monkeypatch, name, value):
+    """ACTIVATION_MIN_BLOCK_SIZE -5 raised ZeroDivisionError; 96 halved past itself to 64."""
+    monkeypatch.setattr(plans, name, value)
+    with pytest.raises(ValueError, match=f"plans.{name} must be one of"):
+        plans.plan_activation(1, 8, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
 
 
 def test_rope_plan_fields():
