@@ -696,6 +696,12 @@ def rope_wide(fused_norm: bool, units: int, pass_vecs: int, threads_per_head: in
     return not fused_norm or (units <= threads_per_head and pass_vecs <= threads_per_head)
 
 
+def _rope_wide_heads_choices(fused_norm: bool) -> tuple[int, ...]:
+    """Heads a thread of the wide kernels may hold: apply_rope's compiled kHeadsPerThread
+    choices, qk_rms_norm_rope's launch argument 1 .. ROPE_WIDE_MAX_HEADS."""
+    return tuple(range(1, ROPE_WIDE_MAX_HEADS + 1)) if fused_norm else ROPE_WIDE_HEADS_CHOICES
+
+
 def _rope_decode_heads(num_heads: int, threads_per_head: int, heads_per_thread: int, fused_norm: bool) -> int:
     """Heads a thread holds at decode sizes: ``heads_per_thread`` (the constant), raised
     to the fewest compiled choice that gives every head of a token a slot in one block,
@@ -703,8 +709,7 @@ def _rope_decode_heads(num_heads: int, threads_per_head: int, heads_per_thread: 
     chain: llama-3.1-70b's 64 + 8 heads took 32 slots of 2 heads and 3.5 us a call at one
     token, against 2.5 us for llama-3.1-8b's 32 + 8 in 20 slots; bench/results/NOTES.md,
     item 16). Unchanged where no choice fits."""
-    allowed = tuple(range(1, ROPE_WIDE_MAX_HEADS + 1)) if fused_norm else ROPE_WIDE_HEADS_CHOICES
-    fitting = [h for h in allowed
+    fitting = [h for h in _rope_wide_heads_choices(fused_norm)
                if h >= heads_per_thread and -(-num_heads // h) * threads_per_head <= ROPE_MAX_BLOCK_SIZE]
     return min(fitting, default=heads_per_thread)
 
@@ -715,7 +720,7 @@ def _rope_wide_constants(few_tokens: bool, fused_norm: bool, limits: DeviceLimit
     reads it, and never makes a plan): heads per thread as compiled (apply_rope:
     ROPE_WIDE_HEADS_CHOICES; qk_rms_norm_rope: 1 .. ROPE_WIDE_MAX_HEADS), waves >= 0,
     blocks per SM >= 1."""
-    allowed = tuple(range(1, ROPE_WIDE_MAX_HEADS + 1)) if fused_norm else ROPE_WIDE_HEADS_CHOICES
+    allowed = _rope_wide_heads_choices(fused_norm)
     prefill_heads, decode_heads = (
         _constant(name, allowed) for name in ("ROPE_WIDE_NORM_HEADS_PER_THREAD" if fused_norm
                                               else "ROPE_WIDE_HEADS_PER_THREAD", "ROPE_WIDE_DECODE_HEADS_PER_THREAD"))
