@@ -276,6 +276,18 @@ def vector_aligned(vec_width: int, *sigs_and_strides) -> bool:
     return True
 
 
+def check_interleaved(offset: int, period: int, a_width: int, b_width: int, message: str) -> None:
+    """Two arrays whose byte extents intersect, ``b`` starting ``offset`` bytes after ``a``:
+    ValueError(``message``) unless both repeat rows every ``period`` bytes and b's rows sit
+    in the gaps between a's (two column slices of one wide buffer). The launcher's overlap
+    rules and cupykern.llm.blas call it."""
+    if not period:
+        raise ValueError(message)
+    offset %= period
+    if not (offset >= a_width and offset + b_width <= period):
+        raise ValueError(message)
+
+
 # ----------------------------------------------------------------- scalars
 # The launcher caches a verdict per key, and keys compare scalars with ``==``: so every
 # check here gives one verdict for values that compare equal (1, 1.0, True and 1+0j alike).
@@ -404,18 +416,6 @@ def heads_as_rows(h: Heads) -> Rows | None:
 
 
 # ----------------------------------------------------------------- memory footprint
-def check_interleaved(offset: int, period: int, a_width: int, b_width: int, message: str) -> None:
-    """Two arrays whose byte extents intersect, ``b`` starting ``offset`` bytes after ``a``:
-    ValueError(``message``) unless both repeat rows every ``period`` bytes and b's rows sit
-    in the gaps between a's (two column slices of one wide buffer). The launcher's overlap
-    rules and cupykern.llm.blas call it."""
-    if not period:
-        raise ValueError(message)
-    offset %= period
-    if not (offset >= a_width and offset + b_width <= period):
-        raise ValueError(message)
-
-
 def byte_extent(sig: Sig) -> tuple[int, int]:
     """[lowest, highest + 1) byte offsets from the array's address that its elements occupy."""
     lo = hi = 0

@@ -90,14 +90,6 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) layer_norm_k
   // The decode layouts keep weight and bias in registers (rows.cuh::caches_weights).
   constexpr bool kCacheWeights = caches_weights<kThreadsPerRow, kVecsPerThread>();
   V weight_cache[kCacheWeights ? kVecsPerThread : 1], bias_cache[kCacheWeights ? kVecsPerThread : 1];
-  // Leaf v of weight or bias (slot as in for_each_leaf).
-  auto shared_leaf = [&](const T* p, const V(&cached)[kCacheWeights ? kVecsPerThread : 1], int slot, int64_t v,
-                         int count) -> V {
-    if constexpr (kCacheWeights) {
-      if (slot >= 0) return cached[slot];
-    }
-    return load_leaf<T, kVecWidth>(p, v, count);
-  };
 
   for (int64_t base = g.first_base(); base < num_rows; base += g.base_step()) {
     const int64_t row = base + g.group;
@@ -151,12 +143,12 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) layer_norm_k
 #pragma unroll
       for (int e = 0; e < L; ++e) y[e] = __fmul_rn(__fsub_rn(to_float(a.elt[e]), mean), rstd);
       if (weight != nullptr) {
-        const V w = shared_leaf(weight, weight_cache, slot, v, count);
+        const V w = shared_leaf<kCacheWeights, T, kVecWidth>(weight, weight_cache, slot, v, count);
 #pragma unroll
         for (int e = 0; e < L; ++e) y[e] = __fmul_rn(y[e], to_float(w.elt[e]));
       }
       if (bias != nullptr) {
-        const V b = shared_leaf(bias, bias_cache, slot, v, count);
+        const V b = shared_leaf<kCacheWeights, T, kVecWidth>(bias, bias_cache, slot, v, count);
 #pragma unroll
         for (int e = 0; e < L; ++e) y[e] = __fadd_rn(y[e], to_float(b.elt[e]));
       }

@@ -106,15 +106,10 @@ __device__ __forceinline__ void rms_norm_rows(
                                           [&](int64_t v) { return load_leaf<T, kVecWidth>(x_row, v, L); });
       load_first_round<T, kThreadsPerRow>(hidden_size, active, g.lane, res_cache,
                                           [&](int64_t v) { return load_leaf<T, kVecWidth>(res_row, v, L); });
-      const int64_t num_whole = active ? hidden_size / L : 0;
-#pragma unroll
-      for (int a = 0; a < kVecsPerThread; ++a) {
-        const int64_t v = g.lane + static_cast<int64_t>(a) * kThreadsPerRow;
-        if (v < num_whole) {
-          cache[a] = add_rounded(cache[a], res_cache[a]);
-          store_leaf<T, kVecWidth>(res_row, v, L, cache[a]);
-        }
-      }
+      for_each_first_round_leaf<T, kThreadsPerRow, kVecsPerThread>(hidden_size, active, g.lane, [&](int a, int64_t v) {
+        cache[a] = add_rounded(cache[a], res_cache[a]);
+        store_leaf<T, kVecWidth>(res_row, v, L, cache[a]);
+      });
     } else if constexpr (!kFusedAdd) {
       load_first_round<T, kThreadsPerRow>(hidden_size, active, g.lane, cache,
                                           [&](int64_t v) { return input_leaf(v, L); });
@@ -141,12 +136,7 @@ __device__ __forceinline__ void rms_norm_rows(
     auto each_y = [&](auto&& vec_fn, auto&& tail_fn) {
       walk_leaves([&](int slot, int, int64_t v, int count) {
         const V a = slot >= 0 ? cache[slot] : load_leaf<T, kVecWidth>(again_row, v, count);
-        V w;
-        if constexpr (kCacheWeight) {
-          w = slot >= 0 ? weight_cache[slot] : load_leaf<T, kVecWidth>(weight, v, count);
-        } else {
-          w = load_leaf<T, kVecWidth>(weight, v, count);
-        }
+        const V w = shared_leaf<kCacheWeight, T, kVecWidth>(weight, weight_cache, slot, v, count);
         float y[L];
 #pragma unroll
         for (int e = 0; e < L; ++e) {

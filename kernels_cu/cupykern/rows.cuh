@@ -133,6 +133,19 @@ __device__ __forceinline__ void for_each_leaf(int64_t hidden_size, bool active, 
   }
 }
 
+// Visits this lane's whole leaves of the first round, f(a, v) for leaf v = lane + a *
+// kThreadsPerRow, a < kColumns (a compile-time index once unrolled): the leaves
+// for_each_leaf gives slot a.
+template <typename T, int kThreadsPerRow, int kColumns, typename F>
+__device__ __forceinline__ void for_each_first_round_leaf(int64_t hidden_size, bool active, int lane, F&& f) {
+  const int64_t num_whole = active ? hidden_size / leaf_width<T>() : 0;
+#pragma unroll
+  for (int a = 0; a < kColumns; ++a) {
+    const int64_t v = lane + static_cast<int64_t>(a) * kThreadsPerRow;
+    if (v < num_whole) f(a, v);
+  }
+}
+
 // Loads this lane's whole leaves of the first round, cache[a] = load(v) for leaf
 // v = lane + a * kThreadsPerRow, all requested before any is used; the pass that folds
 // them then takes them from the cache (slot >= 0). Inside for_each_leaf each load sat
@@ -142,12 +155,8 @@ __device__ __forceinline__ void for_each_leaf(int64_t hidden_size, bool active, 
 template <typename T, int kThreadsPerRow, int kColumns, typename V, typename Load>
 __device__ __forceinline__ void load_first_round(int64_t hidden_size, bool active, int lane, V (&cache)[kColumns],
                                                  Load&& load) {
-  const int64_t num_whole = active ? hidden_size / leaf_width<T>() : 0;
-#pragma unroll
-  for (int a = 0; a < kColumns; ++a) {
-    const int64_t v = lane + static_cast<int64_t>(a) * kThreadsPerRow;
-    if (v < num_whole) cache[a] = load(v);
-  }
+  for_each_first_round_leaf<T, kThreadsPerRow, kColumns>(hidden_size, active, lane,
+                                                         [&](int a, int64_t v) { cache[a] = load(v); });
 }
 
 // `p`, hidden from the optimiser here (no instruction is emitted), so loads through the
@@ -182,6 +191,18 @@ __device__ __forceinline__ void load_shared_first_round(const T* p, int64_t hidd
   p = pinned(p);
   load_first_round<T, kThreadsPerRow>(hidden_size, true, lane, cache,
                                       [&](int64_t v) { return load_leaf<T, kVecWidth>(p, v, leaf_width<T>()); });
+}
+
+// Leaf v of a per-column vector (weight, bias): the register copy of a first-round slot
+// when the layout caches it (kCached, from caches_weights), else read from p.
+template <bool kCached, typename T, int kVecWidth, int kColumns>
+__device__ __forceinline__ Vec<T, leaf_width<T>()> shared_leaf(const T* p,
+                                                              const Vec<T, leaf_width<T>()> (&cache)[kColumns],
+                                                              int slot, int64_t v, int count) {
+  if constexpr (kCached) {
+    if (slot >= 0) return cache[slot];
+  }
+  return load_leaf<T, kVecWidth>(p, v, count);
 }
 
 // Vector-by-vector walk of rope.cu's heads (no reduction tree there: a head's row group
