@@ -26,6 +26,7 @@ in as a dict; each plan rule names the keys it takes and rejects the others.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from functools import lru_cache
 
 import numpy as np
@@ -484,6 +485,9 @@ class ActivationPlan:
                 "block_size": self.block_size, "vec_width": self.vec_width}
 
 
+#: Outputs a row of act_and_mul_kernel must stay below: its in-row indices are 32-bit
+#: (cupykern/gated_rows.cuh).
+ACTIVATION_MAX_ROW = 2**31
 #: Launch overrides the activation kernel takes.
 ACTIVATION_OVERRIDE_KEYS = ("block_size", "vec_width")
 
@@ -507,6 +511,9 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     """
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     check_override_keys(overrides, ACTIVATION_OVERRIDE_KEYS, op)
+    if not 0 < d < ACTIVATION_MAX_ROW:
+        raise ValueError(f"d: expected 1 .. {ACTIVATION_MAX_ROW - 1} outputs a row (the kernel's in-row indices are "
+                         f"32-bit), got {d}")
     block_size, vec_width = overrides.get("block_size"), overrides.get("vec_width")
     origin = "override" if overrides else "heuristic"
     allowed = (1, _dtypes.vec_width(dtype)) if aligned else (1,)
@@ -561,13 +568,16 @@ ROPE_MIN_TOKENS_PER_SM = 4
 #: -> store chain after another). Same bits either way (tests/test_rope_layouts.py).
 ROPE_LAYOUT = "wide"
 #: kHeadsPerThread choices of apply_rope_wide_kernel (compiled for each).
-ROPE_WIDE_HEADS_CHOICES = (2, 4)
-#: The wide layout's heads per thread at prefill sizes, apply_rope and qk_rms_norm_rope,
-#: and at decode sizes (fewer than ROPE_MIN_TOKENS_PER_SM tokens per SM: more threads on
-#: the few tokens). Measured (bench_rope.py --variants, llama-3.1-8b bf16, H200, cold L2,
-#: bench/results/NOTES.md item 15): apply_rope at 16,384 tokens 112 us with 2 heads (a
-#: block per token, 160 threads) against 159 us with 4 (3 tokens a block); qk_rms_norm_rope
-#: 110 us with 4 against 135 us with 2; at 1-64 tokens 2 heads beat 4 (2.1 against 2.3 us).
+ROPE_WIDE_HEADS_CHOICES = (2, 3, 4, 5)
+#: The wide layout's heads per thread: apply_rope at prefill sizes takes the choice from
+#: ROPE_WIDE_HEADS_PER_THREAD up whose block is fullest (_rope_apply_heads); at decode
+#: sizes (fewer than ROPE_MIN_TOKENS_PER_SM tokens per SM: more threads on the few
+#: tokens) both ops take the fewest choice from ROPE_WIDE_DECODE_HEADS_PER_THREAD up that
+#: gives every head of a token a slot in one block; qk_rms_norm_rope at prefill sizes
+#: holds ROPE_WIDE_NORM_HEADS_PER_THREAD. Measured (bench_rope.py --variants, llama-3.1-8b
+#: bf16, H200, cold L2, bench/results/NOTES.md item 15): qk_rms_norm_rope 110 us with 4
+#: against 135 us with 2 at 16,384 tokens; at 1-64 tokens 2 heads beat 4 (2.1 against
+#: 2.3 us).
 ROPE_WIDE_HEADS_PER_THREAD = 2
 ROPE_WIDE_NORM_HEADS_PER_THREAD = 4
 ROPE_WIDE_DECODE_HEADS_PER_THREAD = 2
@@ -665,9 +675,12 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     wide = rope_wide(fused_norm, units, (head_dim - rotary_dim) // vec_width, threads_per_head)
     if wide:
         heads_per_thread, max_blocks = _rope_wide_constants(few_tokens, fused_norm, limits)
-        if few_tokens:
+        if not fused_norm:
+            heads_per_thread = _rope_apply_heads(num_heads, threads_per_head, heads_per_thread, few_tokens)
+            wide = heads_per_thread > 0
+        elif few_tokens:
             heads_per_thread = _rope_decode_heads(num_heads, threads_per_head, heads_per_thread, fused_norm)
-    else:
+    if not wide:
         steps_heads = _constant("ROPE_HEADS_PER_THREAD")
         heads_per_thread, max_blocks = (1 if few_tokens else steps_heads), 0
     head_slots = max(1, min(-(-num_heads // heads_per_thread), ROPE_MAX_BLOCK_SIZE // threads_per_head))
@@ -686,14 +699,15 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
 
 
 def rope_wide(fused_norm: bool, units: int, pass_vecs: int, threads_per_head: int) -> bool:
-    """Whether plan_rope takes the wide kernels: ROPE_LAYOUT is "wide" and, for
-    qk_rms_norm_rope, each lane of a head's row group holds at most one unit and one
-    pass-through vector (the wide kernel keeps them in registers)."""
+    """Whether plan_rope may take the wide kernels: ROPE_LAYOUT is "wide" and each lane
+    holds at most one unit (qk_rms_norm_rope: and one pass-through vector) of a head, as
+    the wide kernels keep them in registers. apply_rope also needs its heads to fit one
+    round (:func:`_rope_apply_heads`)."""
     if ROPE_LAYOUT not in ("wide", "steps"):
         raise ValueError(f"ROPE_LAYOUT must be 'wide' or 'steps', got {ROPE_LAYOUT!r}")
     if ROPE_LAYOUT != "wide":
         return False
-    return not fused_norm or (units <= threads_per_head and pass_vecs <= threads_per_head)
+    return units <= threads_per_head and (not fused_norm or pass_vecs <= threads_per_head)
 
 
 def _rope_wide_heads_choices(fused_norm: bool) -> tuple[int, ...]:
@@ -712,6 +726,31 @@ def _rope_decode_heads(num_heads: int, threads_per_head: int, heads_per_thread: 
     fitting = [h for h in _rope_wide_heads_choices(fused_norm)
                if h >= heads_per_thread and -(-num_heads // h) * threads_per_head <= ROPE_MAX_BLOCK_SIZE]
     return min(fitting, default=heads_per_thread)
+
+
+def _rope_apply_heads(num_heads: int, threads_per_head: int, fewest: int, few_tokens: bool) -> int:
+    """Heads a thread of apply_rope_wide_kernel holds, 0 if none fits its launch contract
+    (every head of a token in one round: ceil(num_heads / h) slots of threads_per_head
+    threads in one block; the steps kernel then). Among the compiled choices >= ``fewest``
+    that fit: at decode sizes the fewest (more threads on the few tokens); above, the one
+    whose block of whole tokens rotates a head in the largest share of its thread x head
+    slots (ties: more heads, more bytes in flight a thread). Measured (hand-written kernels
+    of this structure, bench/results/NOTES.md item 17, H200, 16384 tokens): llama-3.1-8b's
+    40 heads at 2 / 4 / 5 heads a thread (block share 0.62 / 0.94 / 1.0) reached 84 / 86 /
+    93 % of copy."""
+    fitting = [h for h in ROPE_WIDE_HEADS_CHOICES
+               if h >= fewest and -(-num_heads // h) * threads_per_head <= ROPE_MAX_BLOCK_SIZE]
+    if not fitting:
+        return 0
+    if few_tokens:
+        return min(fitting)
+
+    def share(h: int) -> Fraction:
+        threads_per_token = -(-num_heads // h) * threads_per_head
+        tokens = ROPE_MAX_BLOCK_SIZE // threads_per_token
+        return Fraction(tokens * num_heads * threads_per_head, ROPE_MAX_BLOCK_SIZE * h)
+
+    return max(fitting, key=lambda h: (share(h), h))
 
 
 def _rope_wide_constants(few_tokens: bool, fused_norm: bool, limits: DeviceLimits) -> tuple[int, int]:

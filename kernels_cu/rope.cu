@@ -431,16 +431,23 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize) qk_rms_norm_rope_kernel(
 // a thread) overlapping that chain. Same per-element expressions (rotate_pairs, the same
 // sum-of-squares order and row group), so the bits are those of the kernels above.
 // Launch contract as above; qk_rms_norm_rope_wide_kernel takes heads_per_thread last.
+// apply_rope_wide_kernel's is narrower (cupykern/plans.py::plan_rope keeps it): one unit
+// a lane (threads_per_head = rotary_dim / 2 / kVecWidth) and one round of heads a token
+// (kHeadsPerThread * head_slots >= num_q_heads + num_kv_heads).
 //
 // Heads qk_rms_norm_rope_wide_kernel's threads hold at most (heads_per_thread is a launch
 // argument there); cupykern/plans.py::ROPE_WIDE_MAX_HEADS mirrors it.
 constexpr int kRopeWideMaxHeads = 4;
 // Blocks of kRopeMaxBlockSize per SM apply_rope_wide_kernel's register budget allows:
-// ptxas needs ~120 registers for 4 heads of two 16-byte vectors (2 blocks: 64 KB of q/k
-// in flight per SM), fewer for 2 heads (3 blocks, 85 registers).
-// M-RoPE's element-wise cos/sin spill at 85 registers even with 2 heads: 2 blocks there too.
+// ptxas needs 80-125 registers for 3 to 5 heads of two 16-byte vectors (2 blocks: up to
+// 80 KB of q/k in flight per SM; 3 heads spilled at 85), 80 for 2 heads (3 blocks).
+// M-RoPE's element-wise cos/sin spill at 85 registers even with 2 heads: 2 blocks there
+// too, and 1 with 5 heads (the interleaved layout spilled at 128 registers).
 template <int kHeadsPerThread, int kMropeLayout>
-constexpr int rope_wide_min_blocks() { return kHeadsPerThread >= 4 || kMropeLayout != 0 ? 2 : 3; }
+constexpr int rope_wide_min_blocks() {
+  if (kMropeLayout != 0) return kHeadsPerThread >= 5 ? 1 : 2;
+  return kHeadsPerThread >= 3 ? 2 : 3;
+}
 
 // kHeadsPerThread: heads a thread holds at once (cupykern/plans.py::ROPE_WIDE_HEADS_CHOICES).
 template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidth, int kMropeLayout,
@@ -460,10 +467,10 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, rope_wide_min_blocks<kHeads
   const RopeThread th(threads_per_head, head_slots);
   if (th.tok_sub >= tokens_per_block) return;  // padding up to a whole warp
   const int64_t half = rotary_dim / 2;
-  const int64_t units = half / kVecWidth;
   const int64_t pass_vecs = (head_dim - rotary_dim) / kVecWidth;
   const int64_t num_heads = num_q_heads + num_kv_heads;
-  const int64_t head_step = static_cast<int64_t>(kHeadsPerThread) * head_slots;
+  int64_t lo, hi;
+  unit_offsets<kIsNeox, kVecWidth>(th.lane, half, lo, hi);
 
   for (int64_t token = static_cast<int64_t>(blockIdx.x) * tokens_per_block + th.tok_sub; token < num_tokens;
        token += static_cast<int64_t>(gridDim.x) * tokens_per_block) {
@@ -479,51 +486,47 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, rope_wide_min_blocks<kHeads
     T* q_out_tok = q_out + token * q_out_token_stride;
     T* k_out_tok = k_out + token * k_out_token_stride;
 
-    for (int64_t u = th.lane; u < units; u += threads_per_head) {
-      int64_t lo, hi;
-      unit_offsets<kIsNeox, kVecWidth>(u, half, lo, hi);
-      for (int64_t h0 = th.slot; h0 < num_heads; h0 += head_step) {
-        V va[kMaxHeads], vb[kMaxHeads];
+    // One unit a lane, every head of the token in this one round (launch contract):
+    // loops over units or rounds of heads here cost 25-35 % of the bandwidth at 4096
+    // tokens (bench/results/NOTES.md, item 17).
+    V va[kMaxHeads], vb[kMaxHeads];
 #pragma unroll
-        for (int j = 0; j < kMaxHeads; ++j) {
-          const int64_t h = h0 + j * head_slots;
-          if (h < num_heads) {
-            const T* in = h < num_q_heads ? q_tok + h * q_head_stride : k_tok + (h - num_q_heads) * k_head_stride;
-            va[j] = load_vec<T, kVecWidth>(in + lo);
-            vb[j] = load_vec<T, kVecWidth>(in + hi);
-          }
-        }
-        bool valid = pos >= 0 && pos < max_position;
-        if constexpr (kMropeLayout != 0) {
-          valid = valid && pos_h >= 0 && pos_h < max_position && pos_w >= 0 && pos_w < max_position;
-        }
-        float c[kVecWidth], s[kVecWidth];
-        if (valid) {
-          const TCache* cs_row = cos_sin_cache + pos * cache_stride;
-          if constexpr (kMropeLayout == 0) {
-            load_cos_sin<TCache, kVecWidth>(cs_row, half, u, c, s);
-          } else {
-            load_cos_sin_mrope<TCache, kVecWidth, kMropeLayout>(cs_row, cos_sin_cache + pos_h * cache_stride,
-                                                                cos_sin_cache + pos_w * cache_stride, half, u,
-                                                                mrope_t, mrope_h, mrope_w, c, s);
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < kMaxHeads; ++j) {
-          const int64_t h = h0 + j * head_slots;
-          if (h >= num_heads) break;
-          T* out = h < num_q_heads ? q_out_tok + h * q_out_head_stride
-                                   : k_out_tok + (h - num_q_heads) * k_out_head_stride;
-          if (!valid) {  // in place: not written; out of place: copied unchanged
-            if (copy_unrotated) {
-              store_vec<T, kVecWidth>(out + lo, va[j]);
-              store_vec<T, kVecWidth>(out + hi, vb[j]);
-            }
-            continue;
-          }
-          rotate_and_store<kIsNeox>(out, lo, hi, va[j], vb[j], c, s);
-        }
+    for (int j = 0; j < kMaxHeads; ++j) {
+      const int64_t h = th.slot + j * head_slots;
+      if (h < num_heads) {
+        const T* in = h < num_q_heads ? q_tok + h * q_head_stride : k_tok + (h - num_q_heads) * k_head_stride;
+        va[j] = load_vec<T, kVecWidth>(in + lo);
+        vb[j] = load_vec<T, kVecWidth>(in + hi);
       }
+    }
+    bool valid = pos >= 0 && pos < max_position;
+    if constexpr (kMropeLayout != 0) {
+      valid = valid && pos_h >= 0 && pos_h < max_position && pos_w >= 0 && pos_w < max_position;
+    }
+    float c[kVecWidth], s[kVecWidth];
+    if (valid) {
+      const TCache* cs_row = cos_sin_cache + pos * cache_stride;
+      if constexpr (kMropeLayout == 0) {
+        load_cos_sin<TCache, kVecWidth>(cs_row, half, th.lane, c, s);
+      } else {
+        load_cos_sin_mrope<TCache, kVecWidth, kMropeLayout>(cs_row, cos_sin_cache + pos_h * cache_stride,
+                                                            cos_sin_cache + pos_w * cache_stride, half, th.lane,
+                                                            mrope_t, mrope_h, mrope_w, c, s);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kMaxHeads; ++j) {
+      const int64_t h = th.slot + j * head_slots;
+      if (h >= num_heads) break;
+      T* out = h < num_q_heads ? q_out_tok + h * q_out_head_stride : k_out_tok + (h - num_q_heads) * k_out_head_stride;
+      if (!valid) {  // in place: not written; out of place: copied unchanged
+        if (copy_unrotated) {
+          store_vec<T, kVecWidth>(out + lo, va[j]);
+          store_vec<T, kVecWidth>(out + hi, vb[j]);
+        }
+        continue;
+      }
+      rotate_and_store<kIsNeox>(out, lo, hi, va[j], vb[j], c, s);
     }
     // Out of place: copy the dims past rotary_dim (in place they are not touched).
     if (copy_unrotated && pass_vecs > 0) {

@@ -226,6 +226,13 @@ def test_activation_plan_rejects_row_override_keys(key, value):
                               op="silu_and_mul")
 
 
+@pytest.mark.parametrize("d", [0, 2**31, 2**40])
+def test_activation_plan_refuses_rows_past_the_kernel_s_32_bit_indices(d):
+    with pytest.raises(ValueError, match=r"^d: expected 1 \.\. 2147483647 outputs a row"):
+        plans.plan_activation(1, d, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="silu_and_mul")
+    assert plans.plan_activation(1, 2**31 - 8, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS).vec_width == 8
+
+
 def test_unknown_row_override_key_raises():
     with pytest.raises(ValueError, match=r"\['head_slots'\] do not apply to rms_norm"):
         plans.plan_rows(4, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm",
@@ -258,33 +265,53 @@ def test_rope_plan_without_overrides():
 
 
 @pytest.mark.parametrize("fused_norm", [False, True])
-@pytest.mark.parametrize("num_heads", [1, 5, 40, 72, 96, 136])
+@pytest.mark.parametrize("num_heads", [1, 5, 40, 72, 96, 136, 200])
 def test_rope_decode_plans_give_every_head_a_slot_in_one_round(fused_norm, num_heads):
     """At decode sizes the wide layout raises heads_per_thread to the fewest compiled choice
     that fits every head of a token in one block (llama-3.1-70b's 64 + 8 heads took a second
-    round with 2 a thread); where none fits it keeps the constant."""
+    round with 2 a thread); where none fits, qk_rms_norm_rope keeps the constant and
+    apply_rope takes the steps kernel (its wide kernel holds one round only)."""
     allowed = tuple(range(1, plans.ROPE_WIDE_MAX_HEADS + 1)) if fused_norm else plans.ROPE_WIDE_HEADS_CHOICES
     for num_tokens in (1, 64):
         plan = plans.plan_rope(num_tokens, num_heads, 128, 128, _dtypes.bfloat16, max_vec_width=8,
                                fused_norm=fused_norm, limits=H200_LIMITS)
-        assert plan.heads_per_thread in allowed and plan.heads_per_thread >= plans.ROPE_WIDE_DECODE_HEADS_PER_THREAD
         fits = [h for h in allowed if h >= plans.ROPE_WIDE_DECODE_HEADS_PER_THREAD
                 and -(-num_heads // h) * plan.threads_per_head <= plans.ROPE_MAX_BLOCK_SIZE]
         if fits:
             assert plan.heads_per_thread == min(fits)
             assert plan.head_slots * plan.heads_per_thread >= num_heads  # one round
         else:
-            assert plan.heads_per_thread == plans.ROPE_WIDE_DECODE_HEADS_PER_THREAD
-    examples = {(72, False): 4, (72, True): 3, (40, False): 2, (136, False): 2}
+            assert plan.heads_per_thread == (plans.ROPE_WIDE_DECODE_HEADS_PER_THREAD if fused_norm else 0)
+    examples = {(72, False): 3, (72, True): 3, (40, False): 2, (136, False): 5, (200, False): 0}
     if (num_heads, fused_norm) in examples:
         plan = plans.plan_rope(1, num_heads, 128, 128, _dtypes.bfloat16, max_vec_width=8, fused_norm=fused_norm,
                                limits=H200_LIMITS)
         assert plan.heads_per_thread == examples[num_heads, fused_norm]
-    # Prefill sizes keep their constant.
-    plan = plans.plan_rope(16384, num_heads, 128, 128, _dtypes.bfloat16, max_vec_width=8, fused_norm=fused_norm,
+
+
+@pytest.mark.parametrize("num_heads, head_dim, heads_per_thread", [
+    (40, 128, 5),   # llama-3.1-8b: 8 slots of 8 lanes, 4 tokens a block, every thread x head slot used
+    (72, 128, 5),   # llama-3.1-70b: 15 slots (75 head slots for 72 heads), 2 tokens a block
+    (32, 128, 4),   # 2 and 4 heads fill a block alike: the tie goes to more heads a thread
+    (12, 64, 3),    # SmolLM2-135M (9 + 3 heads, 4 lanes a head): 16 tokens a block
+    (1, 128, 2),    # one head: a thread holds it whatever the choice, so the fewest leaves least idle
+    (200, 128, 0),  # no choice fits 200 heads in a block: the steps kernel
+])
+def test_apply_rope_prefill_plans_take_the_fullest_block(num_heads, head_dim, heads_per_thread):
+    """apply_rope at prefill sizes: among the compiled choices that fit one round, the one
+    whose block of whole tokens rotates a head in the largest share of its thread x head
+    slots, every head of a token in one round (bench/results/NOTES.md item 17)."""
+    for num_tokens in (4096, 16384):
+        plan = plans.plan_rope(num_tokens, num_heads, head_dim, head_dim, _dtypes.bfloat16, max_vec_width=8,
+                               fused_norm=False, limits=H200_LIMITS)
+        assert plan.heads_per_thread == heads_per_thread
+        if heads_per_thread:
+            assert plan.head_slots * heads_per_thread >= num_heads
+            assert plan.block_size <= plans.ROPE_MAX_BLOCK_SIZE
+    # qk_rms_norm_rope keeps its prefill constant.
+    plan = plans.plan_rope(16384, 40, 128, 128, _dtypes.bfloat16, max_vec_width=8, fused_norm=True,
                            limits=H200_LIMITS)
-    assert plan.heads_per_thread == (plans.ROPE_WIDE_NORM_HEADS_PER_THREAD if fused_norm
-                                     else plans.ROPE_WIDE_HEADS_PER_THREAD)
+    assert plan.heads_per_thread == plans.ROPE_WIDE_NORM_HEADS_PER_THREAD
 
 
 def test_rope_plan_reads_counts_as_python_ints():

@@ -22,8 +22,9 @@ BF16 = _dtypes.bfloat16
 #: (plan constants, id): today's kernels, and the wide ones with each choice the bench compares.
 LAYOUTS = [({"ROPE_LAYOUT": "steps"}, "steps"),
            ({"ROPE_LAYOUT": "wide"}, "wide"),
-           ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_HEADS_PER_THREAD": 4, "ROPE_WIDE_NORM_HEADS_PER_THREAD": 2,
-             "ROPE_WIDE_DECODE_HEADS_PER_THREAD": 4}, "wide-swapped-heads"),
+           ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_HEADS_CHOICES": (2, 4), "ROPE_WIDE_HEADS_PER_THREAD": 4,
+             "ROPE_WIDE_NORM_HEADS_PER_THREAD": 2, "ROPE_WIDE_DECODE_HEADS_PER_THREAD": 4}, "wide-swapped-heads"),
+           ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_HEADS_CHOICES": (2,)}, "wide-2-heads"),
            ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_GRID_WAVES": 1, "ROPE_WIDE_NORM_GRID_WAVES": 0}, "wide-waves-swapped")]
 
 
@@ -37,8 +38,9 @@ def _plan(num_tokens, head_dim=128, rotary_dim=128, dtype=BF16, fused_norm=False
 @pytest.mark.parametrize("fused_norm", [False, True])
 def test_wide_is_the_default_with_heads_by_batch_size(fused_norm):
     assert plans.ROPE_LAYOUT == "wide"
-    prefill_heads = plans.ROPE_WIDE_NORM_HEADS_PER_THREAD if fused_norm else plans.ROPE_WIDE_HEADS_PER_THREAD
-    assert prefill_heads == (4 if fused_norm else 2)
+    # qk_rms_norm_rope: its constant; apply_rope: the fullest block of one round (40 heads: 5 a thread)
+    prefill_heads = plans.ROPE_WIDE_NORM_HEADS_PER_THREAD if fused_norm else 5
+    assert plans.ROPE_WIDE_NORM_HEADS_PER_THREAD == 4
     assert _plan(16384, fused_norm=fused_norm).heads_per_thread == prefill_heads
     assert _plan(4096, fused_norm=fused_norm).heads_per_thread == prefill_heads
     assert _plan(1, fused_norm=fused_norm).heads_per_thread == plans.ROPE_WIDE_DECODE_HEADS_PER_THREAD == 2
@@ -71,8 +73,9 @@ def test_qk_norm_falls_back_to_steps_when_a_lane_holds_two_units():
     # scalar path: 64 units of head_dim 128 over the 32 lanes of the row group
     assert _plan(4096, fused_norm=True, max_vec=1).heads_per_thread == 0
     assert _plan(4096, fused_norm=True, max_vec=8).heads_per_thread == 4
-    # apply_rope's wide kernel walks any number of units
-    assert _plan(4096, max_vec=1).heads_per_thread == plans.ROPE_WIDE_HEADS_PER_THREAD
+    # apply_rope's wide kernel holds a token's heads in one round: 40 heads of 64 lanes fit no block
+    assert _plan(4096, max_vec=1).heads_per_thread == 0
+    assert _plan(4096, max_vec=8).heads_per_thread == 5
 
 
 def test_wide_grid_waves_cap_the_grid(monkeypatch):
@@ -87,7 +90,7 @@ def test_wide_grid_waves_cap_the_grid(monkeypatch):
     assert plan.grid[0] == -(-16384 // plan.tokens_per_block)
 
 
-@pytest.mark.parametrize("name, value", [("ROPE_LAYOUT", "fast"), ("ROPE_WIDE_HEADS_PER_THREAD", 3)])
+@pytest.mark.parametrize("name, value", [("ROPE_LAYOUT", "fast"), ("ROPE_WIDE_HEADS_PER_THREAD", 6)])
 def test_bad_layout_constants_are_refused(monkeypatch, name, value):
     monkeypatch.setattr(plans, name, value)
     with pytest.raises(ValueError, match=name):

@@ -43,21 +43,25 @@ __device__ __forceinline__ void act_and_mul_rows(
   // 16-bit inputs use the fast intrinsics (cupykern/activations.cuh says why and how
   // accurate); fp32 inputs the accurate libdevice functions.
   constexpr bool kFastMath = sizeof(T) == 2;
-  const int64_t slots_per_row = (d + kVecWidth - 1) / kVecWidth;
-  const int64_t chunks_per_row = (slots_per_row + blockDim.x - 1) / blockDim.x;
+  // In-row indices are 32-bit (d < 2^31: plans.plan_activation checks it). The 64-bit
+  // divisions that placed a block's first work item cost 0.07 us of silu_and_mul's 1.45
+  // us at one token, and ptxas 10 registers of gelu_and_mul's 42 (bench/results/NOTES.md,
+  // item 17).
+  const unsigned slots_per_row = (static_cast<unsigned>(d) + kVecWidth - 1) / kVecWidth;
+  const unsigned chunks_per_row = (slots_per_row + blockDim.x - 1) / blockDim.x;
   const int64_t num_chunks = num_rows * chunks_per_row;
 
   // Position of this block's first work item, then a division-free grid-stride walk:
   // the step of gridDim.x chunks is step_rows rows plus step_chunks chunks.
   int64_t row = blockIdx.x / chunks_per_row;
-  int64_t chunk = blockIdx.x - row * chunks_per_row;
-  const int64_t step_rows = gridDim.x / chunks_per_row;
-  const int64_t step_chunks = gridDim.x - step_rows * chunks_per_row;
+  unsigned chunk = blockIdx.x % chunks_per_row;
+  const unsigned step_rows = gridDim.x / chunks_per_row;
+  const unsigned step_chunks = gridDim.x % chunks_per_row;
 
   for (int64_t work = blockIdx.x; work < num_chunks; work += gridDim.x) {
-    const int64_t slot = chunk * blockDim.x + threadIdx.x;
+    const unsigned slot = chunk * blockDim.x + threadIdx.x;
     if (slot < slots_per_row) {
-      const int64_t i = slot * kVecWidth;
+      const int i = static_cast<int>(slot * kVecWidth);
       const T* gate_row = gate + row * gate_row_stride;
       const T* up_row = up + row * up_row_stride;
       if (i + kVecWidth <= d) {
@@ -68,10 +72,10 @@ __device__ __forceinline__ void act_and_mul_rows(
 #pragma unroll
         for (int e = 0; e < kVecWidth; ++e) y[e] = activate<kAct, kFastMath>(to_float(g.elt[e])) * to_float(u.elt[e]);
         store.template vec<kVecWidth>(row, i, y);
-      } else {
+      } else if constexpr (kVecWidth > 1) {
         // Scalar tail: the last d % kVecWidth elements (kVecWidth > 1 only), so a
         // vector never reaches into the next row or past the buffer.
-        for (int64_t j = i; j < d; ++j) {
+        for (int j = i; j < d; ++j) {
           store.scalar(row, j, activate<kAct, kFastMath>(to_float(gate_row[j])) * to_float(up_row[j]));
         }
       }
