@@ -32,8 +32,9 @@ CASES = [(op, n, 128, "bf16") for op in ("apply_rope", "qk_rms_norm_rope") for n
 VARIANTS = (
     ("steps", {"ROPE_LAYOUT": "steps"}),
     ("wide", {"ROPE_LAYOUT": "wide"}),
-    ("wide-4heads", {"ROPE_LAYOUT": "wide", "ROPE_WIDE_HEADS_PER_THREAD": 4, "ROPE_WIDE_NORM_HEADS_PER_THREAD": 2}),
-    ("wide-4heads-decode", {"ROPE_LAYOUT": "wide", "ROPE_WIDE_DECODE_HEADS_PER_THREAD": 4}),
+    ("wide-2-heads", {"ROPE_LAYOUT": "wide", "ROPE_WIDE_HEADS_CHOICES": (2,), "ROPE_WIDE_NORM_HEADS_PER_THREAD": 2}),
+    ("wide-4-heads", {"ROPE_LAYOUT": "wide", "ROPE_WIDE_HEADS_CHOICES": (4,), "ROPE_WIDE_HEADS_PER_THREAD": 4,
+                      "ROPE_WIDE_DECODE_HEADS_PER_THREAD": 4}),
     ("wide-waves-swapped", {"ROPE_LAYOUT": "wide", "ROPE_WIDE_GRID_WAVES": 2, "ROPE_WIDE_NORM_GRID_WAVES": 0}),
 )
 VARIANT_TOKENS = (1, 16, 64, 4096, 16384)
