@@ -486,8 +486,8 @@ class ActivationPlan:
 
 
 #: Outputs a row of act_and_mul_kernel must stay below: its in-row indices are 32-bit
-#: (cupykern/gated_rows.cuh).
-ACTIVATION_MAX_ROW = 2**31
+#: (cupykern/gated_rows.cuh), and a vector's end index, i + vec_width, must not wrap.
+ACTIVATION_MAX_ROW = 2**31 - 16
 #: Launch overrides the activation kernel takes.
 ACTIVATION_OVERRIDE_KEYS = ("block_size", "vec_width")
 
@@ -511,7 +511,8 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     """
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     check_override_keys(overrides, ACTIVATION_OVERRIDE_KEYS, op)
-    if not 0 < d < ACTIVATION_MAX_ROW:
+    num_rows, d = _count(num_rows, "num_rows", 0), _count(d, "d", 1)
+    if d >= ACTIVATION_MAX_ROW:
         raise ValueError(f"d: expected 1 .. {ACTIVATION_MAX_ROW - 1} outputs a row (the kernel's in-row indices are "
                          f"32-bit), got {d}")
     block_size, vec_width = overrides.get("block_size"), overrides.get("vec_width")
@@ -672,6 +673,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     else:
         threads_per_head = min(units, ROPE_MAX_BLOCK_SIZE)
     few_tokens = num_tokens < ROPE_MIN_TOKENS_PER_SM * limits.sm_count
+    steps_heads = _constant("ROPE_HEADS_PER_THREAD")  # read at every shape, so a bad value never waits for one
     wide = rope_wide(fused_norm, units, (head_dim - rotary_dim) // vec_width, threads_per_head)
     if wide:
         heads_per_thread, max_blocks = _rope_wide_constants(few_tokens, fused_norm, limits)
@@ -681,7 +683,6 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
         elif few_tokens:
             heads_per_thread = _rope_decode_heads(num_heads, threads_per_head, heads_per_thread, fused_norm)
     if not wide:
-        steps_heads = _constant("ROPE_HEADS_PER_THREAD")
         heads_per_thread, max_blocks = (1 if few_tokens else steps_heads), 0
     head_slots = max(1, min(-(-num_heads // heads_per_thread), ROPE_MAX_BLOCK_SIZE // threads_per_head))
     threads_per_token = threads_per_head * head_slots
@@ -712,8 +713,22 @@ def rope_wide(fused_norm: bool, units: int, pass_vecs: int, threads_per_head: in
 
 def _rope_wide_heads_choices(fused_norm: bool) -> tuple[int, ...]:
     """Heads a thread of the wide kernels may hold: apply_rope's compiled kHeadsPerThread
-    choices, qk_rms_norm_rope's launch argument 1 .. ROPE_WIDE_MAX_HEADS."""
-    return tuple(range(1, ROPE_WIDE_MAX_HEADS + 1)) if fused_norm else ROPE_WIDE_HEADS_CHOICES
+    choices (ROPE_WIDE_HEADS_CHOICES, checked: distinct ints 1 .. 8, ascending), qk_rms_norm_rope's
+    launch argument 1 .. ROPE_WIDE_MAX_HEADS."""
+    if fused_norm:
+        return tuple(range(1, ROPE_WIDE_MAX_HEADS + 1))
+    return rope_wide_heads_choices()
+
+
+def rope_wide_heads_choices() -> tuple[int, ...]:
+    """ROPE_WIDE_HEADS_CHOICES, ValueError naming it unless a non-empty tuple of distinct
+    ints 1 .. 8 in ascending order (each is a compiled kHeadsPerThread)."""
+    choices = ROPE_WIDE_HEADS_CHOICES
+    if (not isinstance(choices, tuple) or not choices or not all(_is_int(h) and 1 <= h <= 8 for h in choices)
+            or list(choices) != sorted(set(choices))):
+        raise ValueError(f"plans.ROPE_WIDE_HEADS_CHOICES must be a non-empty ascending tuple of distinct ints "
+                         f"1 .. 8, got {choices!r}")
+    return tuple(int(h) for h in choices)
 
 
 def _rope_decode_heads(num_heads: int, threads_per_head: int, heads_per_thread: int, fused_norm: bool) -> int:
@@ -734,11 +749,11 @@ def _rope_apply_heads(num_heads: int, threads_per_head: int, fewest: int, few_to
     threads in one block; the steps kernel then). Among the compiled choices >= ``fewest``
     that fit: at decode sizes the fewest (more threads on the few tokens); above, the one
     whose block of whole tokens rotates a head in the largest share of its thread x head
-    slots (ties: more heads, more bytes in flight a thread). Measured (hand-written kernels
-    of this structure, bench/results/NOTES.md item 17, H200, 16384 tokens): llama-3.1-8b's
-    40 heads at 2 / 4 / 5 heads a thread (block share 0.62 / 0.94 / 1.0) reached 84 / 86 /
-    93 % of copy."""
-    fitting = [h for h in ROPE_WIDE_HEADS_CHOICES
+    slots (ties: more heads, more bytes in flight a thread). Measured (each choice alone,
+    bench/results/NOTES.md item 17, H200, bf16, 16384 tokens): llama-3.1-8b's 40 heads at
+    2 / 3 / 4 / 5 heads a thread (block share 0.62 / 0.83 / 0.94 / 1.0) reached 76 / 73 /
+    80 / 86 % of copy; llama-3.1-70b's 72 at 3 / 4 / 5 69 / 79 / 85 % (rule: 5 for both)."""
+    fitting = [h for h in rope_wide_heads_choices()
                if h >= fewest and -(-num_heads // h) * threads_per_head <= ROPE_MAX_BLOCK_SIZE]
     if not fitting:
         return 0

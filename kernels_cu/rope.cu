@@ -427,7 +427,7 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize) qk_rms_norm_rope_kernel(
 // unit is loaded once and used for all of them, then they are stored. The kernels above
 // rotate one head (16-byte vectors) or two (8-byte) between stores, so a thread walking
 // 4 heads waited out position -> cos/sin -> 4 x (q/k load -> store) per token, with 32
-// bytes in flight; here it is position -> cos/sin, with the q/k loads (up to 128 bytes
+// bytes in flight; here it is position -> cos/sin, with the q/k loads (up to 160 bytes
 // a thread) overlapping that chain. Same per-element expressions (rotate_pairs, the same
 // sum-of-squares order and row group), so the bits are those of the kernels above.
 // Launch contract as above; qk_rms_norm_rope_wide_kernel takes heads_per_thread last.
@@ -487,8 +487,9 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, rope_wide_min_blocks<kHeads
     T* k_out_tok = k_out + token * k_out_token_stride;
 
     // One unit a lane, every head of the token in this one round (launch contract):
-    // loops over units or rounds of heads here cost 25-35 % of the bandwidth at 4096
-    // tokens (bench/results/NOTES.md, item 17).
+    // loops over units and over rounds of heads here, even of one iteration each, took
+    // llama-3.1-8b at 4096 tokens from 25.0 to 34.5 us, either one alone to 26.6-26.9
+    // (bench/results/NOTES.md, item 17).
     V va[kMaxHeads], vb[kMaxHeads];
 #pragma unroll
     for (int j = 0; j < kMaxHeads; ++j) {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 
+import numpy as np
 import pytest
 
 from cupykern import _dtypes, families, launcher, plans
@@ -226,11 +227,22 @@ def test_activation_plan_rejects_row_override_keys(key, value):
                               op="silu_and_mul")
 
 
-@pytest.mark.parametrize("d", [0, 2**31, 2**40])
+@pytest.mark.parametrize("d", [2**31 - 16, 2**31 - 7, 2**31 - 1, 2**31, 2**40])
 def test_activation_plan_refuses_rows_past_the_kernel_s_32_bit_indices(d):
-    with pytest.raises(ValueError, match=r"^d: expected 1 \.\. 2147483647 outputs a row"):
+    """The kernel's last vector of a row ends at i + vec_width in 32 bits: with d = 2**31 - 1
+    and 8-wide vectors that sum wrapped and the vector path wrote past the row (helper-24)."""
+    with pytest.raises(ValueError, match=r"^d: expected 1 \.\. 2147483631 outputs a row"):
         plans.plan_activation(1, d, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="silu_and_mul")
-    assert plans.plan_activation(1, 2**31 - 8, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS).vec_width == 8
+    assert plans.plan_activation(1, 2**31 - 17, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS).vec_width == 8
+
+
+@pytest.mark.parametrize("num_rows, d, message", [(1, 0, "d: expected an int >= 1"), (1, True, "d: expected an int"),
+                                                  (1, 4096.0, "d: expected an int"), (-1, 8, "num_rows: expected")])
+def test_activation_plan_reads_its_counts_as_ints(num_rows, d, message):
+    with pytest.raises(ValueError, match=message):
+        plans.plan_activation(num_rows, d, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
+    plan = plans.plan_activation(np.uint32(3), np.int64(4096), _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
+    assert plan == plans.plan_activation(3, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
 
 
 def test_unknown_row_override_key_raises():

@@ -97,6 +97,27 @@ def test_bad_layout_constants_are_refused(monkeypatch, name, value):
         _plan(16384)
 
 
+@pytest.mark.parametrize("value", [(), (2, 2), (4, 2), (0,), (9,), (2.0, 4), "2", None, [2, 4], (True, 2)])
+def test_bad_heads_choices_are_refused_by_name(monkeypatch, value):
+    """ROPE_WIDE_HEADS_CHOICES lists the compiled kHeadsPerThread: (0,) divided by zero, (2.0, 4)
+    planned float slots and (2, 2) listed every instantiation twice (helper-24)."""
+    monkeypatch.setattr(plans, "ROPE_WIDE_HEADS_CHOICES", value)
+    for n in (1, 16384):
+        with pytest.raises(ValueError, match="ROPE_WIDE_HEADS_CHOICES"):
+            _plan(n)
+    with pytest.raises(ValueError, match="ROPE_WIDE_HEADS_CHOICES"):
+        rope_ops.instantiations()
+
+
+def test_steps_constant_is_read_at_every_shape(monkeypatch):
+    """apply_rope reads ROPE_HEADS_PER_THREAD only where it falls back to the steps kernel
+    (200 heads, scalar lanes); a bad value is refused for the shapes that take the wide one too."""
+    monkeypatch.setattr(plans, "ROPE_HEADS_PER_THREAD", 0)
+    for n, heads in ((1, 40), (16384, 40), (16384, 200)):
+        with pytest.raises(ValueError, match="ROPE_HEADS_PER_THREAD"):
+            plans.plan_rope(n, heads, 128, 128, BF16, max_vec_width=8, fused_norm=False, limits=plans.H200_LIMITS)
+
+
 #: (constant, the ops that read it: False apply_rope, True qk_rms_norm_rope).
 WIDE_CONSTANTS = [("ROPE_WIDE_HEADS_PER_THREAD", (False,)), ("ROPE_WIDE_NORM_HEADS_PER_THREAD", (True,)),
                   ("ROPE_WIDE_DECODE_HEADS_PER_THREAD", (False, True)), ("ROPE_WIDE_GRID_WAVES", (False,)),

@@ -45,7 +45,7 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
                     for w in plans.rope_vec_widths(d, fused_norm=False):
                         for layout in (MROPE_LAYOUTS if neox else (MROPE_NONE,)):
                             spaces[APPLY_ROPE].append(APPLY_ROPE.expr(*lead, w, layout))
-                            for heads in plans.ROPE_WIDE_HEADS_CHOICES:
+                            for heads in plans.rope_wide_heads_choices():
                                 spaces[APPLY_ROPE_WIDE].append(APPLY_ROPE_WIDE.expr(*lead, w, layout, heads))
                     for w in plans.rope_vec_widths(d, fused_norm=True):
                         for g in (plans.ROPE_NORM_THREADS_PER_HEAD if w > 1 else (32,)):

@@ -44,9 +44,8 @@ __device__ __forceinline__ void act_and_mul_rows(
   // accurate); fp32 inputs the accurate libdevice functions.
   constexpr bool kFastMath = sizeof(T) == 2;
   // In-row indices are 32-bit (d < 2^31: plans.plan_activation checks it). The 64-bit
-  // divisions that placed a block's first work item cost 0.07 us of silu_and_mul's 1.45
-  // us at one token, and ptxas 10 registers of gelu_and_mul's 42 (bench/results/NOTES.md,
-  // item 17).
+  // ones cost silu_and_mul 0.04 us at one token and 0.3 us at 64 (of 1.46 and 2.56), and
+  // gelu_and_mul bf16 10 of its 42 registers (bench/results/NOTES.md, item 17).
   const unsigned slots_per_row = (static_cast<unsigned>(d) + kVecWidth - 1) / kVecWidth;
   const unsigned chunks_per_row = (slots_per_row + blockDim.x - 1) / blockDim.x;
   const int64_t num_chunks = num_rows * chunks_per_row;
