@@ -681,7 +681,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
             heads_per_thread = _rope_apply_heads(num_heads, threads_per_head, heads_per_thread, few_tokens)
             wide = heads_per_thread > 0
         elif few_tokens:
-            heads_per_thread = _rope_decode_heads(num_heads, threads_per_head, heads_per_thread, fused_norm)
+            heads_per_thread = _rope_decode_heads(num_heads, threads_per_head, heads_per_thread)
     if not wide:
         heads_per_thread, max_blocks = (1 if few_tokens else steps_heads), 0
     head_slots = max(1, min(-(-num_heads // heads_per_thread), ROPE_MAX_BLOCK_SIZE // threads_per_head))
@@ -711,18 +711,13 @@ def rope_wide(fused_norm: bool, units: int, pass_vecs: int, threads_per_head: in
     return units <= threads_per_head and (not fused_norm or pass_vecs <= threads_per_head)
 
 
-def _rope_wide_heads_choices(fused_norm: bool) -> tuple[int, ...]:
-    """Heads a thread of the wide kernels may hold: apply_rope's compiled kHeadsPerThread
-    choices (ROPE_WIDE_HEADS_CHOICES, checked: distinct ints 1 .. 8, ascending), qk_rms_norm_rope's
-    launch argument 1 .. ROPE_WIDE_MAX_HEADS."""
+def rope_wide_heads_choices(fused_norm: bool = False) -> tuple[int, ...]:
+    """Heads a thread of the wide kernels may hold: qk_rms_norm_rope's launch argument
+    1 .. ROPE_WIDE_MAX_HEADS, or apply_rope's compiled kHeadsPerThread choices,
+    ROPE_WIDE_HEADS_CHOICES (ValueError naming it unless a non-empty ascending tuple of
+    distinct ints 1 .. 8)."""
     if fused_norm:
         return tuple(range(1, ROPE_WIDE_MAX_HEADS + 1))
-    return rope_wide_heads_choices()
-
-
-def rope_wide_heads_choices() -> tuple[int, ...]:
-    """ROPE_WIDE_HEADS_CHOICES, ValueError naming it unless a non-empty tuple of distinct
-    ints 1 .. 8 in ascending order (each is a compiled kHeadsPerThread)."""
     choices = ROPE_WIDE_HEADS_CHOICES
     if (not isinstance(choices, tuple) or not choices or not all(_is_int(h) and 1 <= h <= 8 for h in choices)
             or list(choices) != sorted(set(choices))):
@@ -731,34 +726,38 @@ def rope_wide_heads_choices() -> tuple[int, ...]:
     return tuple(int(h) for h in choices)
 
 
-def _rope_decode_heads(num_heads: int, threads_per_head: int, heads_per_thread: int, fused_norm: bool) -> int:
-    """Heads a thread holds at decode sizes: ``heads_per_thread`` (the constant), raised
-    to the fewest compiled choice that gives every head of a token a slot in one block,
-    so that no thread walks a second round of heads (one more position -> cos/sin -> q/k
-    chain: llama-3.1-70b's 64 + 8 heads took 32 slots of 2 heads and 3.5 us a call at one
-    token, against 2.5 us for llama-3.1-8b's 32 + 8 in 20 slots; bench/results/NOTES.md,
-    item 16). Unchanged where no choice fits."""
-    fitting = [h for h in _rope_wide_heads_choices(fused_norm)
-               if h >= heads_per_thread and -(-num_heads // h) * threads_per_head <= ROPE_MAX_BLOCK_SIZE]
-    return min(fitting, default=heads_per_thread)
+def _rope_one_round_heads(num_heads: int, threads_per_head: int, fewest: int, fused_norm: bool) -> list[int]:
+    """The choices >= ``fewest`` that give every head of a token a slot in one block
+    (ceil(num_heads / h) slots of threads_per_head threads), ascending."""
+    return [h for h in rope_wide_heads_choices(fused_norm)
+            if h >= fewest and -(-num_heads // h) * threads_per_head <= ROPE_MAX_BLOCK_SIZE]
+
+
+def _rope_decode_heads(num_heads: int, threads_per_head: int, heads_per_thread: int) -> int:
+    """qk_rms_norm_rope's heads a thread at decode sizes: ``heads_per_thread`` (the
+    constant), raised to the fewest choice that gives every head of a token a slot in one
+    block, so that no thread walks a second round of heads (one more position -> cos/sin
+    -> q/k chain: llama-3.1-70b's 64 + 8 heads took 32 slots of 2 heads and 3.5 us a call
+    at one token, against 2.5 us for llama-3.1-8b's 32 + 8 in 20 slots;
+    bench/results/NOTES.md, item 16). Unchanged where no choice fits."""
+    return min(_rope_one_round_heads(num_heads, threads_per_head, heads_per_thread, True), default=heads_per_thread)
 
 
 def _rope_apply_heads(num_heads: int, threads_per_head: int, fewest: int, few_tokens: bool) -> int:
     """Heads a thread of apply_rope_wide_kernel holds, 0 if none fits its launch contract
-    (every head of a token in one round: ceil(num_heads / h) slots of threads_per_head
-    threads in one block; the steps kernel then). Among the compiled choices >= ``fewest``
-    that fit: at decode sizes the fewest (more threads on the few tokens); above, the one
-    whose block of whole tokens rotates a head in the largest share of its thread x head
-    slots (ties: more heads, more bytes in flight a thread). Measured (each choice alone,
-    bench/results/NOTES.md item 17, H200, bf16, 16384 tokens): llama-3.1-8b's 40 heads at
-    2 / 3 / 4 / 5 heads a thread (block share 0.62 / 0.83 / 0.94 / 1.0) reached 76 / 73 /
-    80 / 86 % of copy; llama-3.1-70b's 72 at 3 / 4 / 5 69 / 79 / 85 % (rule: 5 for both)."""
-    fitting = [h for h in rope_wide_heads_choices()
-               if h >= fewest and -(-num_heads // h) * threads_per_head <= ROPE_MAX_BLOCK_SIZE]
+    (every head of a token in one round; the steps kernel then). Among the compiled
+    choices >= ``fewest`` that fit: at decode sizes the fewest (more threads on the few
+    tokens); above, the one whose block of whole tokens rotates a head in the largest
+    share of its thread x head slots (ties: more heads, more bytes in flight a thread).
+    Measured (each choice alone, bench/results/NOTES.md item 17, H200, bf16, 16384
+    tokens): llama-3.1-8b's 40 heads at 2 / 3 / 4 / 5 heads a thread (block share 0.62 /
+    0.83 / 0.94 / 1.0) reached 76 / 73 / 80 / 86 % of copy; llama-3.1-70b's 72 at 3 / 4 /
+    5 69 / 79 / 85 % (rule: 5 for both)."""
+    fitting = _rope_one_round_heads(num_heads, threads_per_head, fewest, False)
     if not fitting:
         return 0
     if few_tokens:
-        return min(fitting)
+        return fitting[0]
 
     def share(h: int) -> Fraction:
         threads_per_token = -(-num_heads // h) * threads_per_head
@@ -774,7 +773,7 @@ def _rope_wide_constants(few_tokens: bool, fused_norm: bool, limits: DeviceLimit
     reads it, and never makes a plan): heads per thread as compiled (apply_rope:
     ROPE_WIDE_HEADS_CHOICES; qk_rms_norm_rope: 1 .. ROPE_WIDE_MAX_HEADS), waves >= 0,
     blocks per SM >= 1."""
-    allowed = _rope_wide_heads_choices(fused_norm)
+    allowed = rope_wide_heads_choices(fused_norm)
     prefill_heads, decode_heads = (
         _constant(name, allowed) for name in ("ROPE_WIDE_NORM_HEADS_PER_THREAD" if fused_norm
                                               else "ROPE_WIDE_HEADS_PER_THREAD", "ROPE_WIDE_DECODE_HEADS_PER_THREAD"))
