@@ -53,12 +53,18 @@ step() {
   return "$rc"
 }
 pack() {
+  [ -n "${clock_log:-}" ] && kill "$clock_log" 2>/dev/null
   cp "$RES/summary.txt" "$OUT/" 2>/dev/null
   cp "$RES/pytest_gpu.log" "$OUT/" 2>/dev/null
   tar czf "$OUT/results.tar.gz" -C "$RES" .
   rm -rf "$RES"
 }
 trap pack EXIT
+# The GPU's clocks, power and throttle reasons every 250 ms (clocks.csv): decode-size
+# times of one kernel moved by 0.2 us within a run (bench/results/NOTES.md, item 17).
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+  --format=csv -lms 250 > "$RES/clocks.csv" 2>&1 &
+clock_log=$!
 
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv; \
   python3 -c "import cupy, numpy; print('cupy', cupy.__version__, 'numpy', numpy.__version__)"; \

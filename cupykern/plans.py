@@ -89,6 +89,7 @@ class DeviceLimits:
     sm_count: int
     max_threads_per_block: int = 1024
     max_grid_x: int = 2**31 - 1
+    max_grid_y: int = 65535
     warp_size: int = WARP_SIZE
     max_threads_per_sm: int = 2048
 
@@ -106,6 +107,7 @@ class DeviceLimits:
             sm_count=attrs["MultiProcessorCount"],
             max_threads_per_block=attrs["MaxThreadsPerBlock"],
             max_grid_x=attrs["MaxGridDimX"],
+            max_grid_y=attrs["MaxGridDimY"],
             warp_size=attrs["WarpSize"],
             max_threads_per_sm=attrs["MaxThreadsPerMultiProcessor"],
         )
@@ -115,15 +117,23 @@ class DeviceLimits:
 H200_LIMITS = DeviceLimits(name="NVIDIA H200", sm_count=132)
 
 
+#: Launch overrides that are a choice, not a count: their values are True or False.
+FLAG_OVERRIDE_KEYS = ("grid_stride",)
+
+
 def check_override_keys(overrides: dict, allowed, what: str) -> None:
     """ValueError if ``overrides`` has keys ``what``'s plan rule does not take (never
-    ignored), or a value that is not a positive int (a count of threads, rows or elements)."""
+    ignored), or a value that is not a positive int (a count of threads, rows or
+    elements), or for :data:`FLAG_OVERRIDE_KEYS` not a bool."""
     unknown = sorted(set(overrides) - set(allowed))
     if unknown:
         takes = ", ".join(sorted(allowed)) or "none"
         raise ValueError(f"launch overrides {unknown} do not apply to {what} (its plan takes: {takes})")
     for key, value in overrides.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        if key in FLAG_OVERRIDE_KEYS:
+            if not isinstance(value, bool):
+                raise ValueError(f"launch override {key}: expected True or False, got {value!r}")
+        elif isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"launch override {key}: expected a positive int, got {value!r}")
 
 
@@ -447,7 +457,9 @@ def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: 
 # ----------------------------------------------------------------- activation family
 # act_and_mul_kernel (kernels_cu/activation.cu) is elementwise: no reduction order to
 # protect, so its plan is just a block size, a vector width and a grid over (row,
-# chunk) work items, a chunk being block_size consecutive vectors of one row.
+# chunk) work items, a chunk being block_size consecutive vectors of one row: a block
+# per item where one wave of resident blocks holds them all (decode sizes), else one
+# wave walking them grid-stride.
 
 #: The gated kernels' __launch_bounds__ (cupykern/gated_rows.cuh::kActMaxBlockSize).
 ACTIVATION_MAX_BLOCK_SIZE = 1024
@@ -465,12 +477,14 @@ ACTIVATION_MIN_BLOCK_SIZE = 128
 
 @dataclass(frozen=True)
 class ActivationPlan:
-    """How act_and_mul_kernel is launched: a 1-D block, a vector width, a 1-D grid."""
+    """How act_and_mul_kernel is launched: a 1-D block, a vector width and a grid, 1-D
+    walked grid-stride (``grid_stride``, kGridStride) or (chunks_per_row, num_rows)."""
 
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     vec_width: int
     origin: str  # "heuristic" or "override"
+    grid_stride: bool = True
 
     kind = "activation"
     shared_mem_bytes = 0
@@ -481,15 +495,16 @@ class ActivationPlan:
 
     def fields(self) -> dict:
         """The plan as flat fields of a sweep point (:data:`PLAN_FIELDS`)."""
-        return {**dict.fromkeys(PLAN_FIELDS), "plan_kind": self.kind, "origin": self.origin, "grid": self.grid[0],
-                "block_size": self.block_size, "vec_width": self.vec_width}
+        return {**dict.fromkeys(PLAN_FIELDS), "plan_kind": self.kind, "origin": self.origin,
+                "grid": self.grid[0] * self.grid[1], "block_size": self.block_size, "vec_width": self.vec_width}
 
 
 #: Outputs a row of act_and_mul_kernel must stay below: its in-row indices are 32-bit
 #: (cupykern/gated_rows.cuh), and a vector's end index, i + vec_width, must not wrap.
 ACTIVATION_MAX_ROW = 2**31 - 16
-#: Launch overrides the activation kernel takes.
-ACTIVATION_OVERRIDE_KEYS = ("block_size", "vec_width")
+#: Launch overrides the activation kernel takes (``grid_stride``: True for the 1-D
+#: grid-stride walk, False for a block per work item).
+ACTIVATION_OVERRIDE_KEYS = ("block_size", "vec_width", "grid_stride")
 
 
 def activation_chunks(num_rows: int, d: int, block_size: int, vec_width: int) -> int:
@@ -504,10 +519,12 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
 
     16-byte vectors when ``aligned``; ACTIVATION_BLOCK_SIZE threads, fewer for narrow
     rows (no more threads than vectors, a power of two from one warp) and halved down
-    to ACTIVATION_MIN_BLOCK_SIZE while there are fewer work items than SMs. The grid
-    covers every work item, capped at ``limits.max_grid_x`` (the kernel walks the rest
-    grid-stride). ``overrides`` (keys :data:`ACTIVATION_OVERRIDE_KEYS`) replace the
-    heuristic's choices; the result is validated (ValueError).
+    to ACTIVATION_MIN_BLOCK_SIZE while there are fewer work items than SMs. Where one
+    wave of resident blocks holds every work item and the rows fit
+    ``limits.max_grid_y``, the grid is (chunks_per_row, num_rows), a block per item
+    (``grid_stride`` False); else one wave of blocks (at most ``limits.max_grid_x``)
+    walks the items grid-stride. ``overrides`` (keys :data:`ACTIVATION_OVERRIDE_KEYS`)
+    replace the heuristic's choices; the result is validated (ValueError).
     """
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     check_override_keys(overrides, ACTIVATION_OVERRIDE_KEYS, op)
@@ -535,10 +552,20 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     if not 0 < block_size <= most or block_size % limits.warp_size:
         raise ValueError(f"block_size must be a multiple of {limits.warp_size} and at most {most}, got {block_size}")
     chunks = activation_chunks(num_rows, d, block_size, vec_width)
+    resident = limits.sm_count * max(1, limits.max_threads_per_sm // block_size)
+    grid_stride = overrides.get("grid_stride")
+    if grid_stride is False and num_rows > limits.max_grid_y:
+        raise ValueError(f"grid_stride=False takes at most {limits.max_grid_y} rows (a grid row each), got {num_rows}")
+    if grid_stride is None:
+        grid_stride = not (chunks <= resident and num_rows <= limits.max_grid_y)
+    if not grid_stride and num_rows > 0:
+        # A block per chunk, no walk: the walk's divisions and loop came before the
+        # first load (bench/results/NOTES.md, item 18).
+        return ActivationPlan((chunks // num_rows, num_rows, 1), (block_size, 1, 1), vec_width, origin,
+                              grid_stride=False)
     # One wave of resident blocks walking the chunks grid-stride: a block per chunk
     # made large shapes launch ~10^5 one-vector blocks (16384 x 14336 bf16 ran at 77.6%
     # of copy before, 86.1% after: bench/results/NOTES.md, item 4).
-    resident = limits.sm_count * max(1, limits.max_threads_per_sm // block_size)
     grid = (max(1, min(chunks, resident, limits.max_grid_x)), 1, 1)
     return ActivationPlan(grid, (block_size, 1, 1), vec_width, origin)
 

@@ -22,11 +22,15 @@
 //              when gate, up and out pointers are 16-byte aligned and every row stride
 //              is a multiple of kVecWidth; the last d % kVecWidth elements of a row go
 //              through a scalar tail.
+//   kGridStride true: a 1-D grid of any size walks the (row, chunk) work items
+//              grid-stride, so any number of rows fits (prefill sizes); false: the grid
+//              is (chunks_per_row, num_rows, 1), a block per work item (decode sizes:
+//              no integer divisions or loop before the loads).
 // Launch contract (planned by cupykern/plans.py::plan_activation): 1-D block of
-// block_size threads (a multiple of 32, at most kActMaxBlockSize); 1-D grid of any size
-// over (row, chunk) work items, walked grid-stride, so any number of rows fits. A row
-// is ceil(d / kVecWidth) slots (the last may be the scalar tail); a chunk is
-// block_size consecutive slots, one per thread. No shared memory.
+// block_size threads (a multiple of 32, at most kActMaxBlockSize); the grid of
+// kGridStride. A row is ceil(d / kVecWidth) slots (the last may be the scalar tail); a
+// chunk is block_size consecutive slots, one per thread, chunks_per_row =
+// ceil(slots / block_size). No shared memory.
 #include <cupykern/vec.cuh>
 #include <cupykern/activations.cuh>
 #include <cupykern/gated_rows.cuh>
@@ -36,13 +40,13 @@ using namespace cupykern;
 // ---------------------------------------------------------------- act_and_mul
 // The walk is cupykern/gated_rows.cuh's (shared with quant.cu); here y is rounded
 // once to T.
-template <typename T, int kAct, int kVecWidth>
+template <typename T, int kAct, int kVecWidth, bool kGridStride>
 __global__ void __launch_bounds__(kActMaxBlockSize) act_and_mul_kernel(
     T* out,                          // [num_rows, d], out_row_stride apart
     const T* gate,                   // [num_rows, d], gate_row_stride apart
     const T* up,                     // [num_rows, d], up_row_stride apart
     int64_t num_rows, int64_t d, int64_t gate_row_stride, int64_t up_row_stride,
     int64_t out_row_stride) {
-  act_and_mul_rows<T, kAct, kVecWidth>(StoreRoundedRows<T>{out, out_row_stride}, gate, up, num_rows, d,
-                                       gate_row_stride, up_row_stride);
+  act_and_mul_rows<T, kAct, kVecWidth, kGridStride>(StoreRoundedRows<T>{out, out_row_stride}, gate, up, num_rows,
+                                                    d, gate_row_stride, up_row_stride);
 }

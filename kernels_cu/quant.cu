@@ -34,8 +34,9 @@
 //
 // Template parameters: as norm.cu's rms_norm kernels (T, kThreadsPerRow, kVecWidth,
 // kVecsPerThread, kWarpSize) and activation.cu's act_and_mul_kernel (T, kAct,
-// kVecWidth). kVecWidth counts elements of T per access: the fp8 output is written
-// kVecWidth bytes at a time, so out is aligned to kVecWidth bytes when kVecWidth > 1.
+// kVecWidth, kGridStride). kVecWidth counts elements of T per access: the fp8 output is
+// written kVecWidth bytes at a time, so out is aligned to kVecWidth bytes when
+// kVecWidth > 1.
 // Launch contract: the norm kernels as norm.cu (cupykern/plans.py::plan_rows), the
 // activation kernel as activation.cu (cupykern/plans.py::plan_activation).
 #include <cupykern/vec.cuh>
@@ -167,7 +168,7 @@ fused_add_rms_norm_dynamic_per_token_quant_kernel(
 }
 
 // ---------------------------------------------------------------- act_and_mul, static scale
-template <typename T, int kAct, int kVecWidth>
+template <typename T, int kAct, int kVecWidth, bool kGridStride>
 __global__ void __launch_bounds__(kActMaxBlockSize) act_and_mul_quant_kernel(
     unsigned char* out,              // [num_rows, d] E4M3FN bits, out_row_stride apart
     const T* gate,                   // [num_rows, d], gate_row_stride apart
@@ -175,6 +176,6 @@ __global__ void __launch_bounds__(kActMaxBlockSize) act_and_mul_quant_kernel(
     const float* __restrict__ scale, // [1]
     int64_t num_rows, int64_t d, int64_t gate_row_stride, int64_t up_row_stride,
     int64_t out_row_stride) {
-  act_and_mul_rows<T, kAct, kVecWidth>(StoreE4m3fnGatedRows{out, out_row_stride, __frcp_rn(*scale)}, gate, up, num_rows, d,
-                                       gate_row_stride, up_row_stride);
+  act_and_mul_rows<T, kAct, kVecWidth, kGridStride>(StoreE4m3fnGatedRows{out, out_row_stride, __frcp_rn(*scale)},
+                                                    gate, up, num_rows, d, gate_row_stride, up_row_stride);
 }

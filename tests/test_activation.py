@@ -67,10 +67,11 @@ def _reference(op: str, x) -> np.ndarray:
 # ----------------------------------------------------------------- CPU: instantiations
 def test_instantiations_cover_dtypes_activations_and_vector_widths():
     exprs = set(activation.instantiations()[activation.ACT_AND_MUL])
-    assert len(exprs) == len(DTYPES) * len(activation.ACTIVATIONS) * 2
-    assert "act_and_mul_kernel<__nv_bfloat16, 0, 8>" in exprs
-    assert "act_and_mul_kernel<float, 2, 4>" in exprs
-    assert "act_and_mul_kernel<__half, 1, 1>" in exprs
+    assert len(exprs) == len(DTYPES) * len(activation.ACTIVATIONS) * 2 * 2  # vector widths x walks
+    assert "act_and_mul_kernel<__nv_bfloat16, 0, 8, true>" in exprs
+    assert "act_and_mul_kernel<__nv_bfloat16, 0, 8, false>" in exprs
+    assert "act_and_mul_kernel<float, 2, 4, true>" in exprs
+    assert "act_and_mul_kernel<__half, 1, 1, false>" in exprs
     assert sorted(exprs) == sorted(families.instantiations()["activation.cu"])  # what test_jit_compile compiles
 
 
@@ -141,7 +142,7 @@ def test_fused_activation_launch(op, approximate, act):
     launch = _fused(op, approximate=approximate)
     plan = plans.plan_activation(4, 64, F16, aligned=True, limits=H200_LIMITS, op=op)
     assert launch.template is activation.ACT_AND_MUL and launch.plan == plan and plan.vec_width == 8
-    assert launch.template_args == ("__half", activation.ACTIVATIONS[act], 8)
+    assert launch.template_args == ("__half", activation.ACTIVATIONS[act], 8, False)
     # up is the second half of each row of x: the same array, d elements further on.
     assert launch.pointers == ("out", "x", ("x", 64 * 2))
     assert launch.scalars == (4, 64, 128, 128, 64)
@@ -213,7 +214,7 @@ def test_swiglu_launch():
     up = Sig((4, 64), (256, 2), np.dtype(BF16), 0)
     launch = _swiglu(gate=gate, up=up, out=Sig((4, 64), (80 * 2, 2), np.dtype(BF16), 0))
     assert launch.template is activation.ACT_AND_MUL
-    assert launch.template_args == ("__nv_bfloat16", activation.ACTIVATIONS["silu"], 8)
+    assert launch.template_args == ("__nv_bfloat16", activation.ACTIVATIONS["silu"], 8, False)
     assert launch.pointers == ("out", "gate", "up")
     assert launch.scalars == (4, 64, 128, 128, 80)
     assert launch.allocate == () and launch.returns == "out"
@@ -256,7 +257,7 @@ def test_activation_zero_rows_launch_nothing_cpu():
 def test_activation_launch_follows_overrides():
     launch = _fused(x=contiguous((300, 6000), BF16), overrides={"block_size": 1024, "vec_width": 1})
     assert (launch.plan.origin, launch.plan.block_size, launch.plan.vec_width) == ("override", 1024, 1)
-    assert launch.template_args == ("__nv_bfloat16", 0, 1)
+    assert launch.template_args == ("__nv_bfloat16", 0, 1, True)
     with pytest.raises(ValueError, match=r"\['threads_per_row'\] do not apply to silu_and_mul"):
         _fused(overrides={"threads_per_row": 64})
     for name in ("silu_and_mul", "gelu_and_mul", "swiglu"):
@@ -393,14 +394,47 @@ def test_plan_activation_is_valid_and_compiled(num_rows, d, dtype, aligned):
     assert plan.origin == "heuristic"
     assert plan.vec_width == (_dtypes.vec_width(dtype) if aligned else 1)
     assert plan.block_size % 32 == 0 and 32 <= plan.block_size <= plans.ACTIVATION_MAX_BLOCK_SIZE
-    assert plan.block[1:] == (1, 1) and plan.grid[1:] == (1, 1)
+    assert plan.block[1:] == (1, 1)
     chunks = plans.activation_chunks(num_rows, d, plan.block_size, plan.vec_width)
     resident = H200_LIMITS.sm_count * (H200_LIMITS.max_threads_per_sm // plan.block[0])
-    assert plan.grid[0] == min(chunks, resident, H200_LIMITS.max_grid_x)
+    if chunks <= resident:
+        # A block per (row, chunk) item: the grid is (chunks_per_row, num_rows).
+        assert not plan.grid_stride
+        assert plan.grid == (-(-(-(-d // plan.vec_width)) // plan.block_size), num_rows, 1)
+        assert plan.grid[0] * plan.grid[1] == chunks
+    else:
+        assert plan.grid_stride
+        assert plan.grid == (min(chunks, resident, H200_LIMITS.max_grid_x), 1, 1)
     # Every vector of every row has a thread: chunks x block_size x vec_width >= rows x d.
     assert chunks * plan.block_size * plan.vec_width >= num_rows * d
-    expr = activation.ACT_AND_MUL.expr(_dtypes.c_type(dtype), 0, plan.vec_width)
+    expr = activation.ACT_AND_MUL.expr(_dtypes.c_type(dtype), 0, plan.vec_width, plan.grid_stride)
     assert expr in families.instantiations()["activation.cu"]
+
+
+def test_plan_activation_walks_only_more_items_than_one_wave():
+    bf16 = _dtypes.bfloat16
+    for num_tokens in (1, 16, 64):  # decode sizes of llama-3.1-8b and -70b: a block per item
+        for d in (14336, 28672):
+            plan = plans.plan_activation(num_tokens, d, bf16, aligned=True, limits=H200_LIMITS)
+            assert not plan.grid_stride and plan.grid[1] == num_tokens
+    plan = plans.plan_activation(4096, 14336, bf16, aligned=True, limits=H200_LIMITS)
+    assert plan.grid_stride and plan.grid == (132 * 8, 1, 1)
+    # Rows past the grid's y limit walk, however few items each has.
+    many_sms = DeviceLimits(name="many SMs", sm_count=100_000)
+    assert plans.plan_activation(70_000, 8, bf16, aligned=True, limits=many_sms).grid_stride
+    assert not plans.plan_activation(65_535, 8, bf16, aligned=True, limits=many_sms).grid_stride
+
+
+def test_plan_activation_grid_stride_override():
+    bf16 = _dtypes.bfloat16
+    plan = plans.plan_activation(1, 14336, bf16, aligned=True, limits=H200_LIMITS, overrides={"grid_stride": True})
+    assert plan.grid_stride and plan.grid == (14, 1, 1) and plan.origin == "override"
+    plan = plans.plan_activation(4096, 14336, bf16, aligned=True, limits=H200_LIMITS, overrides={"grid_stride": False})
+    assert not plan.grid_stride and plan.grid == (7, 4096, 1)
+    with pytest.raises(ValueError, match="grid_stride=False takes at most 65535 rows"):
+        plans.plan_activation(65_536, 8, bf16, aligned=True, limits=H200_LIMITS, overrides={"grid_stride": False})
+    with pytest.raises(ValueError, match="launch override grid_stride: expected True or False, got 1"):
+        plans.plan_activation(1, 8, bf16, aligned=True, limits=H200_LIMITS, overrides={"grid_stride": 1})
 
 
 def test_plan_activation_shapes_the_block_to_the_work():
@@ -593,20 +627,42 @@ def test_silu_and_mul_offsets_past_2_31_elements(rng):
     rows = [0, 1, 37_450, num_tokens - 2, num_tokens - 1]  # 37_450 * 2 * d > 2**31
     for r in rows:
         x[r] = random_device(rng, (2 * d,), dtype, scale=2.0)
-    out = cupykern.silu_and_mul(x)
-    for r in rows:
-        assert_close(out[r], reference.silu_and_mul(x[r]), dtype, seed=rng.seed, what=f"row {r}")
-    del x, out
+    for grid_stride in (True, False):  # the heuristic walks these 40,000 rows; a block per item too
+        with launcher.overrides(grid_stride=grid_stride):
+            out = cupykern.silu_and_mul(x)
+        for r in rows:
+            assert_close(out[r], reference.silu_and_mul(x[r]), dtype, seed=rng.seed, what=f"row {r}")
+        del out
+    del x
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("block_size, vec_width", [(32, None), (64, 1), (1024, None), (256, 1)])
-def test_activation_overridden_launches_stay_correct(rng, block_size, vec_width):
+@pytest.mark.parametrize("grid_stride", [True, False])
+def test_activation_overridden_launches_stay_correct(rng, block_size, vec_width, grid_stride):
     dtype = _dtypes.bfloat16
     x = random_device(rng, (300, 2 * 3000), dtype)
-    with launcher.overrides(block_size=block_size, vec_width=vec_width):
+    with launcher.overrides(block_size=block_size, vec_width=vec_width, grid_stride=grid_stride):
         got = cupykern.silu_and_mul(x)
     assert_close(got, reference.silu_and_mul(x), dtype, seed=rng.seed)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_tokens, d", [(1, 14336), (5, 127), (64, 28672), (2048, 2816), (300, 3)])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("op", OPS)
+def test_activation_walks_give_the_same_bytes(rng, op, dtype, num_tokens, d):
+    """A block per item and the grid-stride walk run the same per-element code: same bytes."""
+    x = random_device(rng, (num_tokens, 2 * d), dtype, scale=2.0)
+    got = {}
+    for grid_stride in (True, False):
+        out = Guarded((num_tokens, d), dtype)
+        with launcher.overrides(grid_stride=grid_stride):
+            _run(op, x, out=out.view)
+        out.check_margins()
+        got[grid_stride] = out.view.get()
+    np.testing.assert_array_equal(got[True].view(np.uint8), got[False].view(np.uint8))
+    assert_close(cupy.asarray(got[False]), _reference(op, x), dtype, seed=rng.seed, what=op)
 
 
 # ----------------------------------------------------------------- GPU: streams and graphs

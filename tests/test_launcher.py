@@ -110,7 +110,7 @@ def test_fused_gate_up_passes_up_as_an_address_inside_x(fake_gpu):
     (launch,) = fake_gpu
     assert launch.args[0] is out and launch.args[1] is x
     assert launch.args[2] == np.uint64((1 << 24) + 11 * 4) and launch.args[2].dtype == np.uint64
-    assert launch.template_args == ("float", 0, 1)  # d = 11: rows do not stay 16-byte aligned
+    assert launch.template_args == ("float", 0, 1, False)  # d = 11: rows do not stay 16-byte aligned
 
 
 def test_foreign_and_host_arrays(fake_gpu):

@@ -421,7 +421,7 @@ def test_override_context_is_scoped():
 
 def test_override_context_keys():
     assert launcher.overrides.KEYS == {"threads_per_row", "vec_width", "vecs_per_thread", "rows_per_block",
-                                       "block_size"}
+                                       "block_size", "grid_stride"}
     with launcher.overrides(block_size=256, vec_width=None):  # None: not given
         assert launcher.current_overrides() == {"block_size": 256}
     assert launcher.current_overrides() == {}

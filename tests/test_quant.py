@@ -208,7 +208,7 @@ def test_silu_and_mul_quant_launch():
     launch = op.prepare(prepare_args("silu_and_mul_quant", x=contiguous((3, 256), F16), scale=contiguous((1,), F32),
                                      out=None))
     assert launch.template is quant.ACT_AND_MUL_QUANT
-    assert launch.template_args == ("__half", 0, 8)
+    assert launch.template_args == ("__half", 0, 8, False)
     assert launch.pointers == ("out", "x", ("x", 128 * 2), "scale")
     assert launch.allocate == (("out", (3, 128), U8),)
     assert launch.scalars == (3, 128, 256, 256, 128)
@@ -485,6 +485,24 @@ def test_silu_and_mul_quant_matches_reference(rng, rows, d, dtype):
     assert cupykern.silu_and_mul_quant(x, scale, out=out.view) is out.view
     assert_fp8_matches(out.view, reference.silu_and_mul_quant(x, scale), seed=rng.seed)
     out.check_margins()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows, d", [(1, 14336), (64, 11008), (257, 14336), (4097, 64)])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_silu_and_mul_quant_walks_give_the_same_bytes(rng, rows, d, dtype):
+    """A block per item and the grid-stride walk (activation.cu's kGridStride) agree."""
+    x = random_device(rng, (rows, 2 * d), dtype, scale=2.0)
+    scale = _device_scale(STATIC_SCALE)
+    got = []
+    for grid_stride in (True, False):
+        out = GuardedBytes((rows, d))
+        with launcher.overrides(grid_stride=grid_stride):
+            cupykern.silu_and_mul_quant(x, scale, out=out.view)
+        out.check_margins()
+        got.append(out.view.get())
+    np.testing.assert_array_equal(got[0], got[1])
+    assert_fp8_matches(cupy.asarray(got[1]), reference.silu_and_mul_quant(x, scale), seed=rng.seed)
 
 
 # ----------------------------------------------------------------- GPU: the one rounding of the fp32 value

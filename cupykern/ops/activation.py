@@ -18,9 +18,10 @@ GELU_APPROXIMATIONS = {"none": "gelu", "tanh": "gelu_tanh"}
 
 
 def instantiations() -> dict[KernelTemplate, list[str]]:
-    """Every instantiation of this family: dtype x activation x vector width."""
-    return {ACT_AND_MUL: [ACT_AND_MUL.expr(_dtypes.c_type(d), act, v) for d in _dtypes.DTYPES
-                          for act in ACTIVATIONS.values() for v in sorted({1, _dtypes.vec_width(d)})]}
+    """Every instantiation of this family: dtype x activation x vector width x walk."""
+    return {ACT_AND_MUL: [ACT_AND_MUL.expr(_dtypes.c_type(d), act, v, grid_stride) for d in _dtypes.DTYPES
+                          for act in ACTIVATIONS.values() for v in sorted({1, _dtypes.vec_width(d)})
+                          for grid_stride in (False, True)]}
 
 
 # ----------------------------------------------------------------- intake and plan
@@ -65,7 +66,7 @@ def _act_and_mul_launch(a: launcher.Args, activation: str, gate: _arrays.Sig, ga
     plan = plans.plan_activation(out_rows.num_rows, out_rows.hidden_size, dtype, aligned=aligned, limits=a.limits,
                                  overrides=a.overrides, op=a.op_name)
     return launcher.Launch(
-        ACT_AND_MUL, (_dtypes.c_type(dtype), ACTIVATIONS[activation], plan.vec_width), plan,
+        ACT_AND_MUL, (_dtypes.c_type(dtype), ACTIVATIONS[activation], plan.vec_width, plan.grid_stride), plan,
         pointers=("out", gate_pointer, up_pointer),
         scalars=(np.int64(out_rows.num_rows), np.int64(out_rows.hidden_size), np.int64(gate_rows.row_stride),
                  np.int64(up_rows.row_stride), np.int64(out_rows.row_stride)),

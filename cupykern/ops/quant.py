@@ -41,12 +41,12 @@ _NO_BOUND = np.float32(np.inf)
 
 def instantiations() -> dict[KernelTemplate, list[str]]:
     """Every instantiation of this family: the norm kernels per dtype x row layout, the
-    activation kernel per dtype x activation x vector width."""
+    activation kernel per dtype x activation x vector width x walk."""
     spaces = {t: [t.expr(_dtypes.c_type(d), *layout.template_args()) for d in _dtypes.DTYPES
                   for layout in plans.row_layouts(d)] for t in _ROW_TEMPLATES}
-    spaces[ACT_AND_MUL_QUANT] = [ACT_AND_MUL_QUANT.expr(_dtypes.c_type(d), ACTIVATIONS[act], v)
+    spaces[ACT_AND_MUL_QUANT] = [ACT_AND_MUL_QUANT.expr(_dtypes.c_type(d), ACTIVATIONS[act], v, grid_stride)
                                  for d in _dtypes.DTYPES for act in QUANT_ACTIVATIONS
-                                 for v in sorted({1, _dtypes.vec_width(d)})]
+                                 for v in sorted({1, _dtypes.vec_width(d)}) for grid_stride in (False, True)]
     return spaces
 
 
@@ -156,7 +156,7 @@ def _prepare_silu_and_mul_quant(a: launcher.Args) -> launcher.Launch:
     plan = plans.plan_activation(out_rows.num_rows, d, x.dtype, aligned=aligned, limits=a.limits,
                                  overrides=a.overrides, op=a.op_name)
     return launcher.Launch(
-        ACT_AND_MUL_QUANT, (_dtypes.c_type(x.dtype), ACTIVATIONS["silu"], plan.vec_width), plan,
+        ACT_AND_MUL_QUANT, (_dtypes.c_type(x.dtype), ACTIVATIONS["silu"], plan.vec_width, plan.grid_stride), plan,
         pointers=("out", "x", ("x", d * x.itemsize), "scale"),
         scalars=(np.int64(out_rows.num_rows), np.int64(d), np.int64(half.row_stride), np.int64(half.row_stride),
                  np.int64(out_rows.row_stride)),

@@ -3,9 +3,10 @@
 //
 //   y[r, i] = act(gate[r, i]) * up[r, i]     (fp32; act from cupykern/activations.cuh)
 //
-// Work items are (row, chunk) pairs walked grid-stride: a row is ceil(d / kVecWidth)
-// slots (the last may be the scalar tail), a chunk is blockDim.x consecutive slots, one
-// per thread (launch contract in activation.cu). The values go to a store, which
+// Work items are (row, chunk) pairs: a row is ceil(d / kVecWidth) slots (the last may be
+// the scalar tail), a chunk is blockDim.x consecutive slots, one per thread; a 1-D grid
+// walks them grid-stride, or a 2-D grid gives each block one (launch contract in
+// activation.cu). The values go to a store, which
 // decides what is written: StoreRoundedRows (y rounded once to T: silu_and_mul,
 // gelu_and_mul, swiglu) or the FP8 store of quant.cu. Store contract:
 // store.vec(row, i, y) for a full vector (float y[kVecWidth], elements i ..
@@ -33,20 +34,54 @@ struct StoreRoundedRows {
   }
 };
 
+// Slot `slot` of row `row`: one full vector, or the scalar tail (kVecWidth > 1 only, so a
+// vector never reaches into the next row or past the buffer); nothing past the row's end.
 template <typename T, int kAct, int kVecWidth, typename Store>
+__device__ __forceinline__ void act_and_mul_slot(const Store& store, const T* gate, const T* up, int64_t row,
+                                                 unsigned slot, unsigned slots_per_row, int d,
+                                                 int64_t gate_row_stride, int64_t up_row_stride) {
+  // 16-bit inputs use the fast intrinsics (cupykern/activations.cuh says why and how
+  // accurate); fp32 inputs the accurate libdevice functions.
+  constexpr bool kFastMath = sizeof(T) == 2;
+  if (slot >= slots_per_row) return;
+  const int i = static_cast<int>(slot * kVecWidth);
+  const T* gate_row = gate + row * gate_row_stride;
+  const T* up_row = up + row * up_row_stride;
+  if (i + kVecWidth <= d) {
+    // Full vector: one 16-byte load of each input, one store.
+    const Vec<T, kVecWidth> g = load_vec<T, kVecWidth>(gate_row + i);
+    const Vec<T, kVecWidth> u = load_vec<T, kVecWidth>(up_row + i);
+    float y[kVecWidth];
+#pragma unroll
+    for (int e = 0; e < kVecWidth; ++e) y[e] = activate<kAct, kFastMath>(to_float(g.elt[e])) * to_float(u.elt[e]);
+    store.template vec<kVecWidth>(row, i, y);
+  } else if constexpr (kVecWidth > 1) {
+    for (int j = i; j < d; ++j) {
+      store.scalar(row, j, activate<kAct, kFastMath>(to_float(gate_row[j])) * to_float(up_row[j]));
+    }
+  }
+}
+
+// The rows' work items, each once. kGridStride: a 1-D grid of any size walks the (row,
+// chunk) items grid-stride (prefill sizes: one resident wave). Else the grid is
+// (chunks_per_row, num_rows) and a block does one item: no divisions and no loop before
+// the first load, which at decode sizes is most of the kernel's time (the walk's three
+// 32-bit divisions put 96 instructions before it; bench/results/NOTES.md, item 18).
+template <typename T, int kAct, int kVecWidth, bool kGridStride, typename Store>
 __device__ __forceinline__ void act_and_mul_rows(
     const Store& store,              // where y goes (see the contract above)
     const T* gate,                   // [num_rows, d], gate_row_stride apart
     const T* up,                     // [num_rows, d], up_row_stride apart
     int64_t num_rows, int64_t d, int64_t gate_row_stride, int64_t up_row_stride) {
-  using V = Vec<T, kVecWidth>;
-  // 16-bit inputs use the fast intrinsics (cupykern/activations.cuh says why and how
-  // accurate); fp32 inputs the accurate libdevice functions.
-  constexpr bool kFastMath = sizeof(T) == 2;
   // In-row indices are 32-bit (d < 2^31: plans.plan_activation checks it). The 64-bit
   // ones cost silu_and_mul 0.04 us at one token and 0.3 us at 64 (of 1.46 and 2.56), and
   // gelu_and_mul bf16 10 of its 42 registers (bench/results/NOTES.md, item 17).
   const unsigned slots_per_row = (static_cast<unsigned>(d) + kVecWidth - 1) / kVecWidth;
+  if constexpr (!kGridStride) {
+    act_and_mul_slot<T, kAct, kVecWidth>(store, gate, up, blockIdx.y, blockIdx.x * blockDim.x + threadIdx.x,
+                                         slots_per_row, static_cast<int>(d), gate_row_stride, up_row_stride);
+    return;
+  }
   const unsigned chunks_per_row = (slots_per_row + blockDim.x - 1) / blockDim.x;
   const int64_t num_chunks = num_rows * chunks_per_row;
 
@@ -58,27 +93,8 @@ __device__ __forceinline__ void act_and_mul_rows(
   const unsigned step_chunks = gridDim.x % chunks_per_row;
 
   for (int64_t work = blockIdx.x; work < num_chunks; work += gridDim.x) {
-    const unsigned slot = chunk * blockDim.x + threadIdx.x;
-    if (slot < slots_per_row) {
-      const int i = static_cast<int>(slot * kVecWidth);
-      const T* gate_row = gate + row * gate_row_stride;
-      const T* up_row = up + row * up_row_stride;
-      if (i + kVecWidth <= d) {
-        // Full vector: one 16-byte load of each input, one store.
-        const V g = load_vec<T, kVecWidth>(gate_row + i);
-        const V u = load_vec<T, kVecWidth>(up_row + i);
-        float y[kVecWidth];
-#pragma unroll
-        for (int e = 0; e < kVecWidth; ++e) y[e] = activate<kAct, kFastMath>(to_float(g.elt[e])) * to_float(u.elt[e]);
-        store.template vec<kVecWidth>(row, i, y);
-      } else if constexpr (kVecWidth > 1) {
-        // Scalar tail: the last d % kVecWidth elements (kVecWidth > 1 only), so a
-        // vector never reaches into the next row or past the buffer.
-        for (int j = i; j < d; ++j) {
-          store.scalar(row, j, activate<kAct, kFastMath>(to_float(gate_row[j])) * to_float(up_row[j]));
-        }
-      }
-    }
+    act_and_mul_slot<T, kAct, kVecWidth>(store, gate, up, row, chunk * blockDim.x + threadIdx.x, slots_per_row,
+                                         static_cast<int>(d), gate_row_stride, up_row_stride);
     row += step_rows;
     chunk += step_chunks;
     if (chunk >= chunks_per_row) {
