@@ -504,13 +504,15 @@ def _torch_graph_time(torch, fn, replays: int) -> timing.Timing:
 
 
 def enter_torch_graph_state(torch) -> None:
-    """Captures and replays a one-op torch graph before anything is timed. The first
-    replayed torch graph of a process adds about 0.17 us to every later graph kernel,
-    CuPy's and torch's alike, for the rest of the process (bench/results/NOTES.md, item
-    18); without this the run's first cupykern points would be timed before that state
-    and their peers in it."""
-    probe = torch.zeros(16, device="cuda")
-    _torch_graph_time(torch, lambda: probe * 2, replays=1)  # allocates in the graph's pool, as the peers do
+    """Replays a torch graph of 100 silu-and-mul pairs before anything is timed. The first
+    such graph of a process adds about 0.17 us to every later graph kernel, CuPy's and
+    torch's alike, for the rest of the process (bench/results/NOTES.md, item 18: a graph
+    of 100 in-place multiplies of 16 floats did not); without this the run's first
+    cupykern point is timed before that state and its peers in it."""
+    x = torch.randn(1, 2 * 14336, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(1, 14336, device="cuda", dtype=torch.bfloat16)
+    _torch_graph_time(torch, lambda: torch.mul(torch.nn.functional.silu(x[:, :14336]), x[:, 14336:], out=out),
+                      replays=10)
     torch.cuda.synchronize()
 
 
