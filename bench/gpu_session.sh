@@ -60,8 +60,9 @@ pack() {
   rm -rf "$RES"
 }
 trap pack EXIT
-# The GPU's clocks, power and throttle reasons every 250 ms (clocks.csv): decode-size
-# times of one kernel moved by 0.2 us within a run (bench/results/NOTES.md, item 17).
+# The GPU's clocks, power and throttle reasons every 250 ms (clocks.csv), to tell a
+# clock change from other causes when times move within a run (bench/results/NOTES.md,
+# item 18: the 0.17 us of a torch graph's state, the clocks steady).
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
   --format=csv -lms 250 > "$RES/clocks.csv" 2>&1 &
 clock_log=$!

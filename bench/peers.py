@@ -26,8 +26,9 @@ eight of the README's table) at each num_tokens (default 1, 16, 64, 256, 1024, 4
 Every implementation and formulation is checked against the same float64 reference
 (cupykern.validation on the registry's inputs, shared through DLPack without copies)
 before it is timed the same way: CUDA-graph replay for decode sizes (torch peers through
-torch.cuda.graph), cold-L2 CUDA events otherwise, on one stream. When torch runs, every
-implementation is timed after a torch graph has been replayed (:func:`enter_torch_graph_state`). A point's ``impl``
+torch.cuda.graph), cold-L2 CUDA events otherwise, on one stream; when torch runs, every
+implementation is timed after a torch graph has been replayed
+(:func:`enter_torch_graph_state`). A point's ``impl``
 names the peer and its formulation (``"torch.compile (out of place)"``); points keep the
 sweep engine's schema (cupykern/sweep.py). The ratio is the fastest correct formulation
 of a peer over cupykern (> 1: cupykern is faster); the markdown table printed at the end

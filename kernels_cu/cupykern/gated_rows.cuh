@@ -6,9 +6,9 @@
 // Work items are (row, chunk) pairs: a row is ceil(d / kVecWidth) slots (the last may be
 // the scalar tail), a chunk is blockDim.x consecutive slots, one per thread; a 1-D grid
 // walks them grid-stride, or a 2-D grid gives each block one (launch contract in
-// activation.cu). The values go to a store, which
-// decides what is written: StoreRoundedRows (y rounded once to T: silu_and_mul,
-// gelu_and_mul, swiglu) or the FP8 store of quant.cu. Store contract:
+// activation.cu). The values go to a store, which decides what is written:
+// StoreRoundedRows (y rounded once to T: silu_and_mul, gelu_and_mul, swiglu) or the FP8
+// store of quant.cu. Store contract:
 // store.vec(row, i, y) for a full vector (float y[kVecWidth], elements i ..
 // i + kVecWidth - 1 of row `row`), store.scalar(row, i, y) for one element of the tail.
 #pragma once
