@@ -71,6 +71,20 @@ def _block_size_list(ctx, param, value):
     return values
 
 
+_BOOLS = {"true": True, "false": False}
+
+
+def _bool_list(ctx, param, value):
+    """Callback: comma-separated true / false (either case), as bools."""
+    if value is None:
+        return None
+    items = [v.strip().lower() for v in value.split(",")]
+    bad = [v for v in items if v not in _BOOLS]
+    if bad:
+        raise click.BadParameter(f"expected comma-separated true / false, got {bad}")
+    return [_BOOLS[v] for v in dict.fromkeys(items)]
+
+
 def _model(ctx, param, value):
     from cupykern import models
 
@@ -238,8 +252,8 @@ def _plan_text(point: dict) -> str:
     if kind == "rows":
         text = (f"{point['threads_per_row']}x{point['vec_width']}x{point['vecs_per_thread']} "
                 f"r{point['rows_per_block']}")
-    elif kind == "activation":
-        text = f"b{point['block_size']} x{point['vec_width']}"
+    elif kind == "activation":  # walk: grid-stride over the work items; item: a block per item
+        text = f"b{point['block_size']} x{point['vec_width']} {'walk' if point['grid_stride'] else 'item'}"
     else:  # rope: threads per head x vector width, head slots, tokens per block
         text = f"{point['threads_per_head']}x{point['vec_width']} h{point['head_slots']} t{point['tokens_per_block']}"
     return f"{text} {point['origin']}"
@@ -305,6 +319,9 @@ def _print_sweep(points: list, model_name: str, copy_gbps: float, seed: int, tun
               default=None, help="row kernels: reduction-tree columns (leaves kept in registers) per thread; "
                                  "by default the number threads_per_row needs")
 @click.option("--rows-per-block", callback=_pow2_list, default=None, help="row kernels: rows per block")
+@click.option("--grid-stride", callback=_bool_list, default=None,
+              help="activations: true for one wave of blocks walking the (row, chunk) work items grid-stride, "
+                   "false for a block per item (true,false compares both)")
 @click.option("--repeat", type=click.IntRange(min=1), default=None,
               help="timed samples per point (cold-L2 calls, or graph replays for decode sizes) [default: 50 / 20]")
 @click.option("--seed", default=20261129, show_default=True, type=click.IntRange(min=0),
@@ -318,14 +335,14 @@ def _print_sweep(points: list, model_name: str, copy_gbps: float, seed: int, tun
               help="row kernels: keep the fastest validated layout over the num_tokens list in the tuned file "
                    "(see `cupykern tune`)")
 def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, vec_width, vecs_per_thread,
-          rows_per_block, repeat, seed, json_path, csv_path, tune):
+          rows_per_block, grid_stride, repeat, seed, json_path, csv_path, tune):
     """Validate and time OPS (default: all) over token counts, dtypes and launch configurations.
 
     Row sizes and op constants come from --model (default llama-3.1-8b) unless
     --hidden-size is given. The launch options are crossed and applied to the ops
     whose plan takes them: all of them to the row kernels (norms, softmax,
-    row_reduce), --block-size and --vec-width to the activations, none to RoPE or the
-    decode ops (gemv, attention and tokens families). A combination the plan rejects
+    row_reduce), --block-size, --vec-width and --grid-stride to the activations, none
+    to RoPE or the decode ops (gemv, attention and tokens families). A combination the plan rejects
     for a shape is skipped with a yellow line. Each point reports the plan that was
     launched, its errors against the float64 reference and the device memory one call
     allocates. Exits 1 if any point disagreed with the
@@ -376,7 +393,7 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
         sys.exit(1 if failures else 0)
 
     options = dict(threads_per_row=threads_per_row, vec_width=vec_width, vecs_per_thread=vecs_per_thread,
-                   rows_per_block=rows_per_block, block_size=block_size)
+                   rows_per_block=rows_per_block, block_size=block_size, grid_stride=grid_stride)
     for op in chosen:
         ignored = engine.ignored_options(op, options)
         if ignored:

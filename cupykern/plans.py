@@ -210,7 +210,8 @@ class RowPlan:
 
 #: Every field a plan of any kind reports (None where a kind has no such field).
 PLAN_FIELDS = ("plan_kind", "origin", "grid", "block_size", "vec_width", "threads_per_row", "vecs_per_thread",
-               "rows_per_block", "threads_per_head", "head_slots", "tokens_per_block", "max_tokens", "num_splits")
+               "rows_per_block", "threads_per_head", "head_slots", "tokens_per_block", "max_tokens", "num_splits",
+               "grid_stride")
 
 
 def _next_pow2(n: int) -> int:
@@ -494,9 +495,11 @@ class ActivationPlan:
         return self.block[0]
 
     def fields(self) -> dict:
-        """The plan as flat fields of a sweep point (:data:`PLAN_FIELDS`)."""
+        """The plan as flat fields of a sweep point (:data:`PLAN_FIELDS`); ``grid`` counts
+        the blocks launched (x times y)."""
         return {**dict.fromkeys(PLAN_FIELDS), "plan_kind": self.kind, "origin": self.origin,
-                "grid": self.grid[0] * self.grid[1], "block_size": self.block_size, "vec_width": self.vec_width}
+                "grid": self.grid[0] * self.grid[1], "block_size": self.block_size, "vec_width": self.vec_width,
+                "grid_stride": self.grid_stride}
 
 
 #: Outputs a row of act_and_mul_kernel must stay below: its in-row indices are 32-bit

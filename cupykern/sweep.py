@@ -99,6 +99,7 @@ class Point:
     tokens_per_block: int | None = None
     max_tokens: int | None = None
     num_splits: int | None = None
+    grid_stride: bool | None = None
 
     def as_dict(self) -> dict:
         """The point as a JSON-ready dict (non-finite floats as None: JSON has no inf)."""

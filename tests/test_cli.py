@@ -39,6 +39,8 @@ def invoke(*args, env=None):
     (["sweep", "--block-size", "100"], "multiples of 32"),
     (["sweep", "--threads-per-row", "48"], "threads per row must be one of"),
     (["sweep", "--vec-width", "3"], "vector widths must be one of"),
+    (["sweep", "--grid-stride", "yes"], "expected comma-separated true / false"),
+    (["sweep", "--grid-stride", "true,"], "expected comma-separated true / false"),
     (["sweep", "--rows-per-block", "3"], "powers of two"),
     (["sweep", "--block-size", "128", "--rows-per-block", "2"], "give one of them"),
     (["sweep", "--repeat", "0"], "--repeat"),
@@ -276,6 +278,19 @@ def test_activation_launch_options(fake_gpu, tmp_path):
     points = json.loads(out.read_text())["points"]
     assert [(p["vec_width"], p["block_size"], p["origin"]) for p in points] == \
         [(1, 128, "override"), (8, 128, "override")]
+
+
+def test_activation_grid_stride_option(fake_gpu, tmp_path):
+    out = tmp_path / "g.json"
+    result = invoke("sweep", "silu_and_mul", "rms_norm", "--num-tokens", "1", "--grid-stride", "true,False",
+                    "--json", str(out))
+    assert result.exit_code == 0, result.output
+    assert "rms_norm ignores --grid-stride" in result.output
+    assert [c["grid_stride"] for c in fake_gpu if c["op"] == "silu_and_mul"] == [True, False]
+    points = [p for p in json.loads(out.read_text())["points"] if p["op"] == "silu_and_mul"]
+    assert [(p["grid_stride"], p["grid"], p["origin"]) for p in points] == [(True, 14, "override"),
+                                                                         (False, 14, "override")]
+    assert "b128 x8 walk override" in result.output and "b128 x8 item override" in result.output
 
 
 def test_options_an_op_does_not_take_are_named(fake_gpu):
