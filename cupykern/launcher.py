@@ -202,10 +202,14 @@ class overrides:
     """Context manager that forces launch choices in this thread.
 
     ``with launcher.overrides(threads_per_row=256, rows_per_block=1): rms_norm(x, w)`` is
-    how sweeps try configurations. Keys: the union of the plan rules' (cupykern/plans.py);
-    a rule given a key it does not take raises ValueError at the call, and so does an
-    illegal combination. Layout choices change only how a row is reduced (results differ
-    by rounding at most), never what is computed.
+    how sweeps try configurations. Keys: the union of the plan rules' (cupykern/plans.py):
+    the row kernels take threads_per_row, vec_width, vecs_per_thread, rows_per_block and
+    block_size (counts); the gated activations block_size, vec_width and grid_stride (True:
+    one wave of blocks walks the (row, chunk) work items; False: a block per item, at most
+    the grid's y limit of rows). A rule given a key it does not take raises ValueError at
+    the call, and so does an illegal value or combination; an unknown key raises TypeError
+    here. None of them changes what is computed: the row layouts give the row's reduction
+    tree (the same bits), the activations the same elementwise code.
     """
 
     KEYS = frozenset(plans.ROW_OVERRIDE_KEYS) | frozenset(plans.ACTIVATION_OVERRIDE_KEYS)

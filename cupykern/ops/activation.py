@@ -142,9 +142,11 @@ def silu_and_mul(x, *, out=None):
     Raises:
         TypeError: ``x``/``out`` is a NumPy or non-array object, or has an unsupported
             or mismatched dtype.
-        ValueError: the last axis of ``x`` is odd or empty; wrong ``out`` shape;
-            non-unit last stride; rows that do not share one stride; ``out``
-            overlapping ``x``; an array on another GPU.
+        ValueError: the last axis of ``x`` is odd or empty; d of ``2**31 - 16`` or more
+            (the kernel's in-row indices are 32-bit); wrong ``out`` shape; non-unit last
+            stride; rows that do not share one stride; ``out`` overlapping ``x``; an
+            array on another GPU; a launch override the activations do not take, or an
+            illegal one (``cupykern.launcher.overrides``).
 
     Notes:
         fp32 math, one rounding to the dtype: libdevice ``expf`` and IEEE division
@@ -223,8 +225,9 @@ def swiglu(gate, up, *, out=None):
         TypeError: ``gate``/``up``/``out`` is a NumPy or non-array object, or has an
             unsupported or mismatched dtype.
         ValueError: ``up`` or ``out`` of another shape than ``gate``; an empty last
-            axis; non-unit last stride; rows that do not share one stride; ``out``
-            partially overlapping ``gate`` or ``up``; an array on another GPU.
+            axis, or one of ``2**31 - 16`` elements or more; non-unit last stride; rows
+            that do not share one stride; ``out`` partially overlapping ``gate`` or
+            ``up``; an array on another GPU; a launch override as :func:`silu_and_mul`.
 
     Notes:
         fp32 math, one rounding; same extreme-value behaviour as :func:`silu_and_mul`.

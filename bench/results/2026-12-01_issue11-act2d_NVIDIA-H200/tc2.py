@@ -1,5 +1,7 @@
 """silu_and_mul at decode sizes: hand-written kernels with E elements a thread (2E-byte
-loads) and B threads a block, against torch.compile, all after a torch graph (NOTES 18)."""
+loads) and B threads a block, against cupykern. The torch graph below was meant to enter
+the state of NOTES item 18; a graph of one 16-float multiply does not (state.log), so
+these are torch-free times."""
 import json, os
 os.environ.setdefault("CUPYKERN_CACHE_DIR", "/tmp/ck-user")
 import cupy as cp, numpy as np, ml_dtypes
@@ -39,7 +41,7 @@ import torch
 g = torch.cuda.CUDAGraph(); tz = torch.zeros(16, device="cuda")
 with torch.cuda.graph(g):
     tz2 = tz * 2
-torch.cuda.synchronize()  # the state of drift2.py from here on
+torch.cuda.synchronize()  # meant to enter drift2.py's state; it does not (see the docstring)
 for d in (14336, 28672):
     for n in (1, 16, 64):
         x = cp.asarray(rng.standard_normal((n, 2 * d)).astype(bf)); out = cp.empty((n, d), bf)
