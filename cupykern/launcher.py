@@ -245,7 +245,10 @@ def current_overrides() -> dict:
 def _context_key(arrays) -> tuple:
     """What a key holds beyond the arguments, when it matters: this thread's overrides,
     and with several GPUs the current device and each array's."""
-    return (tuple(sorted(getattr(_local, "choices", {}).items())),
+    # Each value's type is part of the key: True == 1 == 1.0, and a call with a value the
+    # plan rule refuses must not find the recipe of an equal value it accepted.
+    choices = getattr(_local, "choices", {})
+    return (tuple(sorted((k, type(v).__qualname__, v) for k, v in choices.items())),
             _devices(arrays) if _multi_gpu else None)
 
 
@@ -435,13 +438,14 @@ class Op:
             _devices_known = True
         values = {name: _sig(s) if type(s) is tuple else s for name, s in zip(self.arrays, key[:n])}
         values.update(zip(self.scalars, key[n]))
-        overrides, devices = key[n + 1] if len(key) > n + 1 else ((), None)
+        keyed_overrides, devices = key[n + 1] if len(key) > n + 1 else ((), None)
+        overrides = {k: v for k, _, v in keyed_overrides}
         if devices:
             for name, array_device in zip(self.arrays, devices[1:]):
                 if array_device is not None:
                     _arrays.check_device(array_device, device, name)
         if overrides:  # checked here too: a call with zero rows never reaches its plan rule
-            plans.check_override_keys(dict(overrides), self.launch_options, self.name)
+            plans.check_override_keys(overrides, self.launch_options, self.name)
         launch = self.prepare(Args(self.name, values, device=device, overrides=dict(overrides)))
         if any(v is _FOREIGN for v in values.values()):  # an array the intake never looked at
             raise _NeedsConversion()

@@ -131,7 +131,7 @@ def check_override_keys(overrides: dict, allowed, what: str) -> None:
         raise ValueError(f"launch overrides {unknown} do not apply to {what} (its plan takes: {takes})")
     for key, value in overrides.items():
         if key in FLAG_OVERRIDE_KEYS:
-            if not isinstance(value, bool):
+            if not isinstance(value, (bool, np.bool_)):
                 raise ValueError(f"launch override {key}: expected True or False, got {value!r}")
         elif isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"launch override {key}: expected a positive int, got {value!r}")
@@ -485,7 +485,7 @@ class ActivationPlan:
     block: tuple[int, int, int]
     vec_width: int
     origin: str  # "heuristic" or "override"
-    grid_stride: bool = True
+    grid_stride: bool
 
     kind = "activation"
     shared_mem_bytes = 0
@@ -524,10 +524,13 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     rows (no more threads than vectors, a power of two from one warp) and halved down
     to ACTIVATION_MIN_BLOCK_SIZE while there are fewer work items than SMs. Where one
     wave of resident blocks holds every work item and the rows fit
-    ``limits.max_grid_y``, the grid is (chunks_per_row, num_rows), a block per item
-    (``grid_stride`` False); else one wave of blocks (at most ``limits.max_grid_x``)
-    walks the items grid-stride. ``overrides`` (keys :data:`ACTIVATION_OVERRIDE_KEYS`)
-    replace the heuristic's choices; the result is validated (ValueError).
+    ``limits.max_grid_y`` (and the chunks of a row ``limits.max_grid_x``), the grid is
+    (chunks_per_row, num_rows), a block per item (``grid_stride`` False); else one wave
+    of blocks (at most ``limits.max_grid_x``) walks the items grid-stride, as it does
+    for zero rows whatever the override (nothing is launched then). ``overrides`` (keys
+    :data:`ACTIVATION_OVERRIDE_KEYS`: ``block_size``, ``vec_width``, and ``grid_stride``
+    to force either grid) replace the heuristic's choices; the result is validated
+    (ValueError, also for ``grid_stride=False`` on a grid past the device's limits).
     """
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     check_override_keys(overrides, ACTIVATION_OVERRIDE_KEYS, op)
@@ -555,22 +558,25 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     if not 0 < block_size <= most or block_size % limits.warp_size:
         raise ValueError(f"block_size must be a multiple of {limits.warp_size} and at most {most}, got {block_size}")
     chunks = activation_chunks(num_rows, d, block_size, vec_width)
+    chunks_per_row = activation_chunks(1, d, block_size, vec_width)
     resident = limits.sm_count * max(1, limits.max_threads_per_sm // block_size)
+    fits_2d = num_rows <= limits.max_grid_y and chunks_per_row <= limits.max_grid_x
     grid_stride = overrides.get("grid_stride")
-    if grid_stride is False and num_rows > limits.max_grid_y:
-        raise ValueError(f"grid_stride=False takes at most {limits.max_grid_y} rows (a grid row each), got {num_rows}")
     if grid_stride is None:
-        grid_stride = not (chunks <= resident and num_rows <= limits.max_grid_y)
+        grid_stride = not (chunks <= resident and fits_2d)
+    elif not grid_stride and not fits_2d:
+        raise ValueError(f"grid_stride=False launches a (chunks_per_row, num_rows) grid: {chunks_per_row} x "
+                         f"{num_rows} exceeds the device's {limits.max_grid_x} x {limits.max_grid_y}")
     if not grid_stride and num_rows > 0:
         # A block per chunk, no walk: the walk's divisions and loop came before the
         # first load (bench/results/NOTES.md, item 18).
-        return ActivationPlan((chunks // num_rows, num_rows, 1), (block_size, 1, 1), vec_width, origin,
-                              grid_stride=False)
-    # One wave of resident blocks walking the chunks grid-stride: a block per chunk
-    # made large shapes launch ~10^5 one-vector blocks (16384 x 14336 bf16 ran at 77.6%
-    # of copy before, 86.1% after: bench/results/NOTES.md, item 4).
+        return ActivationPlan((chunks_per_row, num_rows, 1), (block_size, 1, 1), vec_width, origin, False)
+    # One wave of resident blocks walking the chunks grid-stride (also for zero rows,
+    # where it launches nothing): a block per chunk made large shapes launch ~10^5
+    # one-vector blocks (16384 x 14336 bf16 ran at 77.6% of copy before, 86.1% after:
+    # bench/results/NOTES.md, item 4).
     grid = (max(1, min(chunks, resident, limits.max_grid_x)), 1, 1)
-    return ActivationPlan(grid, (block_size, 1, 1), vec_width, origin)
+    return ActivationPlan(grid, (block_size, 1, 1), vec_width, origin, True)
 
 
 # ----------------------------------------------------------------- rope family

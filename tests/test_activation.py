@@ -431,10 +431,26 @@ def test_plan_activation_grid_stride_override():
     assert plan.grid_stride and plan.grid == (14, 1, 1) and plan.origin == "override"
     plan = plans.plan_activation(4096, 14336, bf16, aligned=True, limits=H200_LIMITS, overrides={"grid_stride": False})
     assert not plan.grid_stride and plan.grid == (7, 4096, 1)
-    with pytest.raises(ValueError, match="grid_stride=False takes at most 65535 rows"):
+    with pytest.raises(ValueError, match="1 x 65536 exceeds the device's 2147483647 x 65535"):
         plans.plan_activation(65_536, 8, bf16, aligned=True, limits=H200_LIMITS, overrides={"grid_stride": False})
     with pytest.raises(ValueError, match="launch override grid_stride: expected True or False, got 1"):
         plans.plan_activation(1, 8, bf16, aligned=True, limits=H200_LIMITS, overrides={"grid_stride": 1})
+    plan = plans.plan_activation(1, 14336, bf16, aligned=True, limits=H200_LIMITS,
+                                 overrides={"grid_stride": np.bool_(True)})
+    assert plan.grid_stride is True and plan.origin == "override"
+    # Zero rows launch nothing: the walk's plan, whatever the override.
+    assert plans.plan_activation(0, 4096, bf16, aligned=True, limits=H200_LIMITS,
+                                 overrides={"grid_stride": False}).grid_stride
+
+
+def test_plan_activation_block_per_item_respects_grid_x():
+    bf16 = _dtypes.bfloat16
+    narrow_x = DeviceLimits(name="narrow x", sm_count=10_000, max_grid_x=1000)
+    # 2^22 outputs: 4096 chunks of 128 vectors in one row, more than the grid's x limit.
+    plan = plans.plan_activation(1, 2**22, bf16, aligned=True, limits=narrow_x)
+    assert plan.grid_stride and plan.grid[0] <= 1000
+    with pytest.raises(ValueError, match=r"4096 x 1 exceeds the device's 1000 x 65535"):
+        plans.plan_activation(1, 2**22, bf16, aligned=True, limits=narrow_x, overrides={"grid_stride": False})
 
 
 def test_plan_activation_shapes_the_block_to_the_work():

@@ -305,6 +305,23 @@ def test_written_arrays_whose_rows_overlap_are_refused(fake_gpu):
     assert not fake_gpu
 
 
+def test_a_refused_override_value_never_finds_the_recipe_of_an_equal_accepted_one(fake_gpu):
+    """True == 1 == 1.0: the recipe cache keys on each override's type as well."""
+    x = FakeArray((4, 8192), np.float16)
+    with launcher.overrides(grid_stride=True):
+        cupykern.silu_and_mul(x)
+    for bad in (1, 1.0):
+        with launcher.overrides(grid_stride=bad), pytest.raises(ValueError, match="expected True or False"):
+            cupykern.silu_and_mul(x)
+    with launcher.overrides(vec_width=1):
+        cupykern.silu_and_mul(x)
+    with launcher.overrides(vec_width=True), pytest.raises(ValueError, match="expected a positive int"):
+        cupykern.silu_and_mul(x)
+    with launcher.overrides(grid_stride=np.bool_(False)):  # NumPy's bools are bools
+        cupykern.silu_and_mul(x)
+    assert fake_gpu[-1].template_args[-1] is False
+
+
 def test_launch_overrides_are_checked_with_zero_rows_too(fake_gpu):
     x, w = FakeArray((0, 64), np.float32), FakeArray((64,), np.float32)
     for bad in (dict(rows_per_block=0), dict(block_size=64.0), dict(threads_per_row="128")):
