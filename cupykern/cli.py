@@ -340,13 +340,12 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
 
     Row sizes and op constants come from --model (default llama-3.1-8b) unless
     --hidden-size is given. The launch options are crossed and applied to the ops
-    whose plan takes them: all of them to the row kernels (norms, softmax,
-    row_reduce), --block-size, --vec-width and --grid-stride to the activations, none
-    to RoPE or the decode ops (gemv, attention and tokens families). A combination the plan rejects
+    whose plan takes them: the row kernels' five to the norms, softmax and row_reduce;
+    --block-size, --vec-width and --grid-stride to the activations; none to RoPE or the
+    decode ops (gemv, attention and tokens families). A combination the plan rejects
     for a shape is skipped with a yellow line. Each point reports the plan that was
     launched, its errors against the float64 reference and the device memory one call
-    allocates. Exits 1 if any point disagreed with the
-    reference.
+    allocates. Exits 1 if any point disagreed with the reference.
 
     Without a GPU it says so and runs the compile check of `cupykern check` on the
     covering set of the chosen ops' kernels instead (exit 1 if one fails to compile).

@@ -205,8 +205,8 @@ class overrides:
     how sweeps try configurations. Keys: the union of the plan rules' (cupykern/plans.py):
     the row kernels take threads_per_row, vec_width, vecs_per_thread, rows_per_block and
     block_size (counts); the gated activations block_size, vec_width and grid_stride (True:
-    one wave of blocks walks the (row, chunk) work items; False: a block per item, at most
-    the grid's y limit of rows). A rule given a key it does not take raises ValueError at
+    one wave of blocks walks the (row, chunk) work items; False: a block per item, within
+    the grid's limits). A rule given a key it does not take raises ValueError at
     the call, and so does an illegal value or combination; an unknown key raises TypeError
     here. None of them changes what is computed: the row layouts give the row's reduction
     tree (the same bits), the activations the same elementwise code.
