@@ -557,8 +557,8 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     most = min(limits.max_threads_per_block, ACTIVATION_MAX_BLOCK_SIZE)
     if not 0 < block_size <= most or block_size % limits.warp_size:
         raise ValueError(f"block_size must be a multiple of {limits.warp_size} and at most {most}, got {block_size}")
-    chunks = activation_chunks(num_rows, d, block_size, vec_width)
     chunks_per_row = activation_chunks(1, d, block_size, vec_width)
+    chunks = num_rows * chunks_per_row
     resident = limits.sm_count * max(1, limits.max_threads_per_sm // block_size)
     fits_2d = num_rows <= limits.max_grid_y and chunks_per_row <= limits.max_grid_x
     grid_stride = overrides.get("grid_stride")
