@@ -11,7 +11,8 @@
 // gate = x, up = x + d, both with x's row stride; swiglu passes two arrays.
 //
 // Layout: num_rows rows of d elements, unit stride along a row; gate, up and out rows
-// are *_row_stride elements apart (64-bit offsets), so slices of wider buffers work.
+// are *_row_stride elements apart, so slices of wider buffers work. d and the strides
+// are 32-bit (|value| < 2^31, checked in Python), the row offsets 64-bit.
 // Mutates: `out` only. out may be gate or up exactly (each element is read and then
 // written by the same thread); it must not partially overlap them (checked in Python).
 //
@@ -45,8 +46,8 @@ __global__ void __launch_bounds__(kActMaxBlockSize) act_and_mul_kernel(
     T* out,                          // [num_rows, d], out_row_stride apart
     const T* gate,                   // [num_rows, d], gate_row_stride apart
     const T* up,                     // [num_rows, d], up_row_stride apart
-    int64_t num_rows, int64_t d, int64_t gate_row_stride, int64_t up_row_stride,
-    int64_t out_row_stride) {
+    int d, int gate_row_stride, int up_row_stride, int out_row_stride,  // elements, |x| < 2^31
+    int64_t num_rows) {
   act_and_mul_rows<T, kAct, kVecWidth, kGridStride>(StoreRoundedRows<T>{out, out_row_stride}, gate, up, num_rows,
                                                     d, gate_row_stride, up_row_stride);
 }

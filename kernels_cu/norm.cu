@@ -13,6 +13,11 @@
 //
 // Layout: num_rows rows of hidden_size elements, unit stride along a row, rows
 // *_row_stride elements apart (64-bit offsets). weight and bias are [hidden_size].
+// The rms_norm kernels take num_rows, hidden_size and the strides as 32-bit ints
+// (|value| < 2^31, checked in Python) and widen them: 64-bit ones cost 0.03-0.07 us a
+// call at decode sizes. layer_norm keeps 64-bit ones: 32-bit ones made it 1.4-2.3 %
+// slower at 4096-16384 tokens of llama-3.1-70b for 0.02-0.07 us at decode sizes
+// (bench/results/NOTES.md, item 19).
 // Mutates: `out` (rms_norm, layer_norm; it may be `x` itself); x and residual
 // (fused_add_rms_norm). Each element is read and written by the same thread, after
 // the row's reduction, so in-place use is race-free.
@@ -52,7 +57,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) rms_norm_ker
     T* out,                          // [num_rows, hidden_size]
     const T* x,                      // [num_rows, hidden_size]
     const T* __restrict__ weight,    // [hidden_size]
-    int64_t num_rows, int64_t hidden_size, int64_t x_row_stride, int64_t out_row_stride,
+    int num_rows, int hidden_size, int x_row_stride, int out_row_stride,
     float eps, float weight_offset) {
   rms_norm_rows<T, false, kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize>(
       StoreRounded<T>{out, out_row_stride}, x, nullptr, weight, num_rows, hidden_size, x_row_stride, 0,
@@ -64,7 +69,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) fused_add_rm
     T* x,                            // [num_rows, hidden_size] in: x, out: rms_norm(x + residual)
     T* residual,                     // [num_rows, hidden_size] in: residual, out: x + residual
     const T* __restrict__ weight,    // [hidden_size]
-    int64_t num_rows, int64_t hidden_size, int64_t x_row_stride, int64_t residual_row_stride,
+    int num_rows, int hidden_size, int x_row_stride, int residual_row_stride,
     float eps, float weight_offset) {
   rms_norm_rows<T, true, kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize>(
       StoreRounded<T>{x, x_row_stride}, x, residual, weight, num_rows, hidden_size, x_row_stride,

@@ -26,7 +26,7 @@
 // Specification (OFP8) rev. 1.0. vLLM clamps NaN to 448 (fmin/fmax); here NaN stays NaN.
 //
 // Layout: as norm.cu (rows of hidden_size, *_row_stride elements apart, 64-bit offsets)
-// and activation.cu (gate/up/out rows of d). out holds E4M3FN bit patterns, one byte
+// and activation.cu (gate/up/out rows of d; d and the strides 32-bit). out holds E4M3FN bit patterns, one byte
 // per element, out_row_stride bytes (= elements) apart; scales is [num_rows, 1] fp32,
 // scales_row_stride elements apart.
 // Mutates: out, scales (dynamic) and residual (fused add). x, weight, gate, up, scale
@@ -99,14 +99,15 @@ struct StoreE4m3fnPerTokenRows {
 // The store of silu_and_mul_quant: round_e4m3fn(y * (1 / scale)).
 struct StoreE4m3fnGatedRows {
   unsigned char* out;                // [num_rows, d], row_stride apart
-  int64_t row_stride;
+  int row_stride;
   float inv_scale;                   // 1.0f / scale
-  template <int kVecWidth>
-  __device__ __forceinline__ void vec(int64_t row, int64_t i, const float (&y)[kVecWidth]) const {
-    store_e4m3fn<kVecWidth>(out + row * row_stride + i, y, inv_scale);
+  template <int kVecWidth, typename Row>
+  __device__ __forceinline__ void vec(Row row, int i, const float (&y)[kVecWidth]) const {
+    store_e4m3fn<kVecWidth>(out + static_cast<int64_t>(row) * row_stride + i, y, inv_scale);
   }
-  __device__ __forceinline__ void scalar(int64_t row, int64_t i, float y) const {
-    out[row * row_stride + i] = to_e4m3fn(y * inv_scale);
+  template <typename Row>
+  __device__ __forceinline__ void scalar(Row row, int i, float y) const {
+    out[static_cast<int64_t>(row) * row_stride + i] = to_e4m3fn(y * inv_scale);
   }
 };
 
@@ -174,8 +175,8 @@ __global__ void __launch_bounds__(kActMaxBlockSize) act_and_mul_quant_kernel(
     const T* gate,                   // [num_rows, d], gate_row_stride apart
     const T* up,                     // [num_rows, d], up_row_stride apart
     const float* __restrict__ scale, // [1]
-    int64_t num_rows, int64_t d, int64_t gate_row_stride, int64_t up_row_stride,
-    int64_t out_row_stride) {
+    int d, int gate_row_stride, int up_row_stride, int out_row_stride,  // elements, |x| < 2^31
+    int64_t num_rows) {
   act_and_mul_rows<T, kAct, kVecWidth, kGridStride>(StoreE4m3fnGatedRows{out, out_row_stride, __frcp_rn(*scale)},
                                                     gate, up, num_rows, d, gate_row_stride, up_row_stride);
 }

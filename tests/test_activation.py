@@ -145,8 +145,9 @@ def test_fused_activation_launch(op, approximate, act):
     assert launch.template_args == ("__half", activation.ACTIVATIONS[act], 8, False)
     # up is the second half of each row of x: the same array, d elements further on.
     assert launch.pointers == ("out", "x", ("x", 64 * 2))
-    assert launch.scalars == (4, 64, 128, 128, 64)
-    assert [type(v) for v in launch.scalars] == [np.int64] * 5
+    # d and the row strides of x (gate, up) and out, 32-bit; then num_rows.
+    assert launch.scalars == (64, 128, 128, 64, 4)
+    assert [type(v) for v in launch.scalars] == [np.int32] * 4 + [np.int64]
     assert launch.allocate == (("out", (4, 64), F16),) and launch.returns == "out"
     (rule,) = launch.disjoint
     assert (rule.a, rule.b, rule.allow_same) == ("x", "out", False)
@@ -155,7 +156,7 @@ def test_fused_activation_launch(op, approximate, act):
 def test_fused_activation_3d_input_and_given_out():
     out = Sig((2, 3, 100), (3 * 104 * 4, 104 * 4, 4), np.dtype(np.float32), 0)
     launch = _fused(x=contiguous((2, 3, 200), np.float32), out=out)
-    assert launch.allocate == () and launch.scalars == (6, 100, 200, 200, 104)
+    assert launch.allocate == () and launch.scalars == (100, 200, 200, 104, 6)
     assert launch.pointers[2] == ("x", 100 * 4)
 
 
@@ -197,6 +198,24 @@ def test_fused_activation_intake_errors_name_the_argument(kwargs, error, message
         _fused(limits=None, **kwargs)
 
 
+def test_activation_row_strides_are_32_bit():
+    """Rows 2**31 elements apart do not fit the kernels' 32-bit strides: refused, naming
+    the array; one row's stride is never used, so any passes (as 0)."""
+    far = 2**31  # elements between rows
+    x = Sig((2, 128), (far * 2, 2), np.dtype(F16), 0)
+    with pytest.raises(ValueError, match=r"x: rows 2147483648 elements apart; expected fewer than 2\*\*31"):
+        _fused(x=x)
+    out = Sig((2, 64), (far * 2, 2), np.dtype(F16), 0)
+    with pytest.raises(ValueError, match=r"out: rows 2147483648 elements apart"):
+        _fused(x=contiguous((2, 128), F16), out=out)
+    with pytest.raises(ValueError, match=r"up: rows -2147483648 elements apart"):
+        _swiglu(gate=contiguous((2, 64), F16), up=Sig((2, 64), (-far * 2, 2), np.dtype(F16), 0))
+    nearly = _fused(x=Sig((2, 128), ((far - 1) * 2, 2), np.dtype(F16), 0))
+    assert nearly.scalars[1:3] == (far - 1, far - 1)
+    one_row = _fused(x=Sig((1, 128), (far * 2, 2), np.dtype(F16), 0))
+    assert one_row.scalars[1:4] == (0, 0, 0)
+
+
 def test_fused_activation_needs_x():
     with pytest.raises(TypeError, match=r"x: expected a device array \(\.\.\., 2 \* d\), got None"):
         activation._SILU_AND_MUL.prepare(prepare_args("silu_and_mul", x=None, out=None, limits=None))
@@ -216,7 +235,7 @@ def test_swiglu_launch():
     assert launch.template is activation.ACT_AND_MUL
     assert launch.template_args == ("__nv_bfloat16", activation.ACTIVATIONS["silu"], 8, False)
     assert launch.pointers == ("out", "gate", "up")
-    assert launch.scalars == (4, 64, 128, 128, 80)
+    assert launch.scalars == (64, 128, 128, 80, 4)
     assert launch.allocate == () and launch.returns == "out"
     rules = {(r.a, r.b, r.allow_same) for r in launch.disjoint}
     assert rules == {("gate", "out", True), ("up", "out", True)}  # in place as gate or up

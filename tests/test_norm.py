@@ -88,7 +88,7 @@ def test_rms_norm_launch():
     assert launch.pointers == ("out", "x", "weight")
     assert launch.allocate == (("out", (4, 64), F16),) and launch.returns == "out"
     assert launch.scalars == (4, 64, 64, 64, np.float32(1e-6), np.float32(1.0))
-    assert [type(v) for v in launch.scalars] == [np.int64] * 4 + [np.float32] * 2
+    assert [type(v) for v in launch.scalars] == [np.int32] * 4 + [np.float32] * 2
     (rule,) = launch.disjoint
     assert (rule.a, rule.b, rule.allow_same) == ("x", "out", True)
 
@@ -171,6 +171,24 @@ def test_rms_norm_launch_follows_overrides():
     assert launch.template_args == ("__nv_bfloat16", 64, 8, launch.plan.layout.vecs_per_thread, 32)
     with pytest.raises(ValueError, match="block_size and rows_per_block"):
         _rms(overrides={"block_size": 256, "rows_per_block": 2})
+
+
+def test_norm_arguments_are_32_bit():
+    """The rms_norm kernels take num_rows, hidden_size and the row strides as 32-bit
+    ints: 2**31 or more of any is refused, naming the array. layer_norm's are 64-bit."""
+    far = 2**31
+    with pytest.raises(ValueError, match=r"x: rows 2147483648 elements apart; expected fewer than 2\*\*31"):
+        _rms(x=Sig((2, 64), (far * 2, 2), np.dtype(F16), 0))
+    with pytest.raises(ValueError, match=r"out: rows 2147483648 elements apart"):
+        _rms(out=Sig((4, 64), (far * 2, 2), np.dtype(F16), 0))
+    with pytest.raises(ValueError, match=r"residual: rows 2147483648 elements apart"):
+        _fused(residual=Sig((4, 64), (far * 2, 2), np.dtype(BF16), 0))
+    with pytest.raises(ValueError, match=r"x: 2147483648 rows of 1 elements; expected fewer than 2\*\*31 of each"):
+        _rms(x=contiguous((far, 1), F16))
+    assert _layer(x=Sig((2, 64), (far * 4, 4), np.dtype(F32), 0)).scalars[:4] == (2, 64, far, 64)
+    with pytest.raises(ValueError, match=r"x: 1 rows of 2147483648 elements"):
+        _rms(x=contiguous((1, far), F16))
+    assert _rms(x=Sig((2, 64), ((far - 1) * 2, 2), np.dtype(F16), 0)).scalars[:4] == (2, 64, far - 1, 64)
 
 
 def _fused(*, x=None, residual=None, weight=None, eps=1e-6, **kw):

@@ -211,7 +211,7 @@ def test_silu_and_mul_quant_launch():
     assert launch.template_args == ("__half", 0, 8, False)
     assert launch.pointers == ("out", "x", ("x", 128 * 2), "scale")
     assert launch.allocate == (("out", (3, 128), U8),)
-    assert launch.scalars == (3, 128, 256, 256, 128)
+    assert launch.scalars == (128, 256, 256, 128, 3)  # d, 32-bit row strides (x, x, out), num_rows
 
 
 def test_zero_rows_launch_nothing():

@@ -56,6 +56,8 @@ def _act_and_mul_launch(a: launcher.Args, activation: str, gate: _arrays.Sig, ga
     ``gate_pointer``/``up_pointer`` name their arrays, or (name, byte offset) for the
     second half of a fused row."""
     dtype = gate.dtype
+    gate_name = gate_pointer if isinstance(gate_pointer, str) else gate_pointer[0]
+    up_name = up_pointer if isinstance(up_pointer, str) else up_pointer[0]
     _arrays.distinct_rows(out_rows, "out")
     if out_rows.num_rows == 0:
         return launcher.Launch(None, allocate=allocate, returns="out")
@@ -68,8 +70,9 @@ def _act_and_mul_launch(a: launcher.Args, activation: str, gate: _arrays.Sig, ga
     return launcher.Launch(
         ACT_AND_MUL, (_dtypes.c_type(dtype), ACTIVATIONS[activation], plan.vec_width, plan.grid_stride), plan,
         pointers=("out", gate_pointer, up_pointer),
-        scalars=(np.int64(out_rows.num_rows), np.int64(out_rows.hidden_size), np.int64(gate_rows.row_stride),
-                 np.int64(up_rows.row_stride), np.int64(out_rows.row_stride)),
+        scalars=(np.int32(out_rows.hidden_size), _arrays.int32_row_stride(gate_rows, gate_name),
+                 _arrays.int32_row_stride(up_rows, up_name), _arrays.int32_row_stride(out_rows, "out"),
+                 np.int64(out_rows.num_rows)),
         allocate=allocate, returns="out", disjoint=disjoint)
 
 
@@ -143,8 +146,9 @@ def silu_and_mul(x, *, out=None):
         TypeError: ``x``/``out`` is a NumPy or non-array object, or has an unsupported
             or mismatched dtype.
         ValueError: the last axis of ``x`` is odd or empty; d of ``2**31 - 16`` or more
-            (the kernel's in-row indices are 32-bit); wrong ``out`` shape; non-unit last
-            stride; rows that do not share one stride; ``out`` overlapping ``x``; an
+            (the kernel's in-row indices are 32-bit); rows of ``x`` or ``out`` ``2**31``
+            elements or more apart (its row strides are 32-bit); wrong ``out`` shape;
+            non-unit last stride; rows that do not share one stride; ``out`` overlapping ``x``; an
             array on another GPU; a launch override the activations do not take, or an
             illegal one (``cupykern.launcher.overrides``).
 
@@ -225,7 +229,8 @@ def swiglu(gate, up, *, out=None):
         TypeError: ``gate``/``up``/``out`` is a NumPy or non-array object, or has an
             unsupported or mismatched dtype.
         ValueError: ``up`` or ``out`` of another shape than ``gate``; an empty last
-            axis, or one of ``2**31 - 16`` elements or more; non-unit last stride; rows
+            axis, or one of ``2**31 - 16`` elements or more; rows ``2**31`` elements or
+            more apart; non-unit last stride; rows
             that do not share one stride; ``out`` partially overlapping ``gate`` or
             ``up``; an array on another GPU; a launch override as :func:`silu_and_mul`.
 

@@ -22,8 +22,10 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
 
 
 # ----------------------------------------------------------------- intake and plan
-def _row_scalars(rows: _arrays.Rows, *row_strides: int) -> tuple:
-    return (np.int64(rows.num_rows), np.int64(rows.hidden_size), *map(np.int64, row_strides))
+def _row_scalars(rows: _arrays.Rows, *strided: tuple[_arrays.Rows, str]) -> tuple:
+    """num_rows, hidden_size and each (rows, name)'s row stride as the rms_norm kernels'
+    32-bit arguments; ValueError (naming the array) for one of 2**31 or more."""
+    return (*_arrays.int32_rows(rows, "x"), *(_arrays.int32_row_stride(r, name) for r, name in strided))
 
 
 def _prepare_rms_norm(a: launcher.Args) -> launcher.Launch:
@@ -42,7 +44,7 @@ def _prepare_rms_norm(a: launcher.Args) -> launcher.Launch:
     return launcher.Launch(
         RMS_NORM, (_dtypes.c_type(x.dtype), *plan.layout.template_args()), plan,
         pointers=("out", "x", "weight"),
-        scalars=(*_row_scalars(rows, rows.row_stride, out_rows.row_stride), eps, weight_offset),
+        scalars=(*_row_scalars(rows, (rows, "x"), (out_rows, "out")), eps, weight_offset),
         allocate=allocate, returns="out",
         disjoint=(launcher.Disjoint("x", "out", allow_same=True, a_rows=rows, b_rows=out_rows),))
 
@@ -67,7 +69,7 @@ def _prepare_fused_add_rms_norm(a: launcher.Args) -> launcher.Launch:
     return launcher.Launch(
         FUSED_ADD_RMS_NORM, (_dtypes.c_type(x.dtype), *plan.layout.template_args()), plan,
         pointers=("x", "residual", "weight"),
-        scalars=(*_row_scalars(rows, rows.row_stride, res_rows.row_stride), eps, weight_offset),
+        scalars=(*_row_scalars(rows, (rows, "x"), (res_rows, "residual")), eps, weight_offset),
         returns=("x", "residual"),
         disjoint=(launcher.Disjoint("x", "residual", a_rows=rows, b_rows=res_rows),))
 
@@ -89,7 +91,9 @@ def _prepare_layer_norm(a: launcher.Args) -> launcher.Launch:
     return launcher.Launch(
         LAYER_NORM, (_dtypes.c_type(x.dtype), *plan.layout.template_args()), plan,
         pointers=("out", "x", "weight", "bias"),
-        scalars=(*_row_scalars(rows, rows.row_stride, out_rows.row_stride), eps),
+        # layer_norm_kernel's are 64-bit (norm.cu says why).
+        scalars=(np.int64(rows.num_rows), np.int64(rows.hidden_size), np.int64(rows.row_stride),
+                 np.int64(out_rows.row_stride), eps),
         allocate=allocate, returns="out",
         disjoint=(launcher.Disjoint("x", "out", allow_same=True, a_rows=rows, b_rows=out_rows),))
 
@@ -134,8 +138,9 @@ def rms_norm(x, weight, eps: float = 1e-6, *, weight_offset: float = 0.0, out=No
         ValueError: wrong ``weight``/``out`` shape, non-unit last stride, rows that do
             not share one stride, an empty last axis, ``eps`` < 0 or not finite,
             ``eps``/``weight_offset`` nonzero below 1.1754944e-38 in magnitude or
-            beyond float32's range, ``out`` partially overlapping ``x``, or an array
-            on another GPU.
+            beyond float32's range, ``out`` partially overlapping ``x``, ``2**31`` rows
+            or more, rows of ``2**31`` elements or more or as far apart (the kernels'
+            arguments are 32-bit), or an array on another GPU.
 
     Notes:
         Sum of squares in fp32, result rounded once to the dtype. A row's result does
@@ -199,7 +204,8 @@ def layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None):
     Mutates: ``out`` only.
 
     Raises:
-        TypeError, ValueError: as :func:`rms_norm`, for ``weight`` and ``bias`` alike.
+        TypeError, ValueError: as :func:`rms_norm`, for ``weight`` and ``bias`` alike,
+            but for its ``2**31`` limits (layer_norm's kernel arguments are 64-bit).
 
     Notes:
         Mean and variance in fp32, two passes over the row held in registers (the

@@ -158,8 +158,8 @@ def _prepare_silu_and_mul_quant(a: launcher.Args) -> launcher.Launch:
     return launcher.Launch(
         ACT_AND_MUL_QUANT, (_dtypes.c_type(x.dtype), ACTIVATIONS["silu"], plan.vec_width, plan.grid_stride), plan,
         pointers=("out", "x", ("x", d * x.itemsize), "scale"),
-        scalars=(np.int64(out_rows.num_rows), np.int64(d), np.int64(half.row_stride), np.int64(half.row_stride),
-                 np.int64(out_rows.row_stride)),
+        scalars=(np.int32(d), _arrays.int32_row_stride(half, "x"), _arrays.int32_row_stride(half, "x"),
+                 _arrays.int32_row_stride(out_rows, "out"), np.int64(out_rows.num_rows)),
         allocate=allocate, returns="out",
         disjoint=(launcher.Disjoint("x", "out", a_rows=rows, b_rows=out_rows), launcher.Disjoint("scale", "out")))
 

@@ -10,7 +10,13 @@
 // StoreRoundedRows (y rounded once to T: silu_and_mul, gelu_and_mul, swiglu) or the FP8
 // store of quant.cu. Store contract:
 // store.vec(row, i, y) for a full vector (float y[kVecWidth], elements i ..
-// i + kVecWidth - 1 of row `row`), store.scalar(row, i, y) for one element of the tail.
+// i + kVecWidth - 1 of row `row`), store.scalar(row, i, y) for one element of the tail;
+// `row` is an int (a block per item) or an int64_t (the walk).
+//
+// d and the row strides are 32-bit (|value| < 2^31, checked in Python), the row offsets
+// 64-bit (int64_t(row) * stride). 64-bit ones cost the block-per-item kernel 0.09-0.12 us
+// a call at decode sizes, a tenth of its time: a second exit test, 64-bit multiplies and
+// the strides read late (bench/results/NOTES.md, item 19).
 #pragma once
 #include <cupykern/vec.cuh>
 #include <cupykern/activations.cuh>
@@ -24,29 +30,30 @@ constexpr int kActMaxBlockSize = 1024;
 template <typename T>
 struct StoreRoundedRows {
   T* out;                            // [num_rows, d], row_stride apart
-  int64_t row_stride;
-  template <int kVecWidth>
-  __device__ __forceinline__ void vec(int64_t row, int64_t i, const float (&y)[kVecWidth]) const {
-    store_rounded<T, kVecWidth>(out + row * row_stride + i, y);
+  int row_stride;
+  template <int kVecWidth, typename Row>
+  __device__ __forceinline__ void vec(Row row, int i, const float (&y)[kVecWidth]) const {
+    store_rounded<T, kVecWidth>(out + static_cast<int64_t>(row) * row_stride + i, y);
   }
-  __device__ __forceinline__ void scalar(int64_t row, int64_t i, float y) const {
-    out[row * row_stride + i] = from_float<T>(y);
+  template <typename Row>
+  __device__ __forceinline__ void scalar(Row row, int i, float y) const {
+    out[static_cast<int64_t>(row) * row_stride + i] = from_float<T>(y);
   }
 };
 
 // Slot `slot` of row `row`: one full vector, or the scalar tail (kVecWidth > 1 only, so a
 // vector never reaches into the next row or past the buffer); nothing past the row's end.
-template <typename T, int kAct, int kVecWidth, typename Store>
-__device__ __forceinline__ void act_and_mul_slot(const Store& store, const T* gate, const T* up, int64_t row,
+template <typename T, int kAct, int kVecWidth, typename Store, typename Row>
+__device__ __forceinline__ void act_and_mul_slot(const Store& store, const T* gate, const T* up, Row row,
                                                  unsigned slot, unsigned slots_per_row, int d,
-                                                 int64_t gate_row_stride, int64_t up_row_stride) {
+                                                 int gate_row_stride, int up_row_stride) {
   // 16-bit inputs use the fast intrinsics (cupykern/activations.cuh says why and how
   // accurate); fp32 inputs the accurate libdevice functions.
   constexpr bool kFastMath = sizeof(T) == 2;
   if (slot >= slots_per_row) return;
   const int i = static_cast<int>(slot * kVecWidth);
-  const T* gate_row = gate + row * gate_row_stride;
-  const T* up_row = up + row * up_row_stride;
+  const T* gate_row = gate + static_cast<int64_t>(row) * gate_row_stride;
+  const T* up_row = up + static_cast<int64_t>(row) * up_row_stride;
   if (i + kVecWidth <= d) {
     // Full vector: one 16-byte load of each input, one store.
     const Vec<T, kVecWidth> g = load_vec<T, kVecWidth>(gate_row + i);
@@ -72,14 +79,15 @@ __device__ __forceinline__ void act_and_mul_rows(
     const Store& store,              // where y goes (see the contract above)
     const T* gate,                   // [num_rows, d], gate_row_stride apart
     const T* up,                     // [num_rows, d], up_row_stride apart
-    int64_t num_rows, int64_t d, int64_t gate_row_stride, int64_t up_row_stride) {
+    int64_t num_rows, int d, int gate_row_stride, int up_row_stride) {
   // In-row indices are 32-bit (d < 2^31: plans.plan_activation checks it). The 64-bit
   // ones cost silu_and_mul 0.04 us at one token and 0.3 us at 64 (of 1.46 and 2.56), and
   // gelu_and_mul bf16 10 of its 42 registers (bench/results/NOTES.md, item 17).
   const unsigned slots_per_row = (static_cast<unsigned>(d) + kVecWidth - 1) / kVecWidth;
   if constexpr (!kGridStride) {
-    act_and_mul_slot<T, kAct, kVecWidth>(store, gate, up, blockIdx.y, blockIdx.x * blockDim.x + threadIdx.x,
-                                         slots_per_row, static_cast<int>(d), gate_row_stride, up_row_stride);
+    act_and_mul_slot<T, kAct, kVecWidth>(store, gate, up, static_cast<int>(blockIdx.y),
+                                         blockIdx.x * blockDim.x + threadIdx.x, slots_per_row, d, gate_row_stride,
+                                         up_row_stride);
     return;
   }
   const unsigned chunks_per_row = (slots_per_row + blockDim.x - 1) / blockDim.x;
@@ -93,8 +101,8 @@ __device__ __forceinline__ void act_and_mul_rows(
   const unsigned step_chunks = gridDim.x % chunks_per_row;
 
   for (int64_t work = blockIdx.x; work < num_chunks; work += gridDim.x) {
-    act_and_mul_slot<T, kAct, kVecWidth>(store, gate, up, row, chunk * blockDim.x + threadIdx.x, slots_per_row,
-                                         static_cast<int>(d), gate_row_stride, up_row_stride);
+    act_and_mul_slot<T, kAct, kVecWidth>(store, gate, up, row, chunk * blockDim.x + threadIdx.x, slots_per_row, d,
+                                         gate_row_stride, up_row_stride);
     row += step_rows;
     chunk += step_chunks;
     if (chunk >= chunks_per_row) {
