@@ -13,11 +13,12 @@
 //
 // Layout: num_rows rows of hidden_size elements, unit stride along a row, rows
 // *_row_stride elements apart (64-bit offsets). weight and bias are [hidden_size].
-// The rms_norm kernels take num_rows, hidden_size and the strides as 32-bit ints
-// (|value| < 2^31, checked in Python) and widen them: 64-bit ones cost 0.03-0.07 us a
-// call at decode sizes. layer_norm keeps 64-bit ones: 32-bit ones made it 1.4-2.3 %
-// slower at 4096-16384 tokens of llama-3.1-70b for 0.02-0.07 us at decode sizes
-// (bench/results/NOTES.md, item 19).
+// rms_norm_kernel takes num_rows, hidden_size and the strides as 32-bit ints
+// (|value| < 2^31, checked in Python) and widens them: 64-bit ones cost it 0.04-0.07 us
+// a call at decode sizes. The other two keep 64-bit ones, where 32-bit ones measured
+// worse (bench/results/NOTES.md, item 19): layer_norm 1.4-2.3 % slower at 4096-16384
+// tokens of llama-3.1-70b, fused_add_rms_norm 1.3 % at 4096 of 8b and an 8-byte spill
+// in its fp32 decode layout, each for 0.01-0.07 us at decode sizes.
 // Mutates: `out` (rms_norm, layer_norm; it may be `x` itself); x and residual
 // (fused_add_rms_norm). Each element is read and written by the same thread, after
 // the row's reduction, so in-place use is race-free.
@@ -69,7 +70,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) fused_add_rm
     T* x,                            // [num_rows, hidden_size] in: x, out: rms_norm(x + residual)
     T* residual,                     // [num_rows, hidden_size] in: residual, out: x + residual
     const T* __restrict__ weight,    // [hidden_size]
-    int num_rows, int hidden_size, int x_row_stride, int residual_row_stride,
+    int64_t num_rows, int64_t hidden_size, int64_t x_row_stride, int64_t residual_row_stride,
     float eps, float weight_offset) {
   rms_norm_rows<T, true, kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize>(
       StoreRounded<T>{x, x_row_stride}, x, residual, weight, num_rows, hidden_size, x_row_stride,

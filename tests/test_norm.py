@@ -174,15 +174,15 @@ def test_rms_norm_launch_follows_overrides():
 
 
 def test_norm_arguments_are_32_bit():
-    """The rms_norm kernels take num_rows, hidden_size and the row strides as 32-bit
-    ints: 2**31 or more of any is refused, naming the array. layer_norm's are 64-bit."""
+    """rms_norm's kernel takes num_rows, hidden_size and the row strides as 32-bit ints:
+    2**31 or more of any is refused, naming the array. layer_norm's and
+    fused_add_rms_norm's are 64-bit."""
     far = 2**31
     with pytest.raises(ValueError, match=r"x: rows 2147483648 elements apart; expected fewer than 2\*\*31"):
         _rms(x=Sig((2, 64), (far * 2, 2), np.dtype(F16), 0))
     with pytest.raises(ValueError, match=r"out: rows 2147483648 elements apart"):
         _rms(out=Sig((4, 64), (far * 2, 2), np.dtype(F16), 0))
-    with pytest.raises(ValueError, match=r"residual: rows 2147483648 elements apart"):
-        _fused(residual=Sig((4, 64), (far * 2, 2), np.dtype(BF16), 0))
+    assert _fused(residual=Sig((4, 64), (far * 2, 2), np.dtype(BF16), 0)).scalars[:4] == (4, 64, 64, far)
     with pytest.raises(ValueError, match=r"x: 2147483648 rows of 1 elements; expected fewer than 2\*\*31 of each"):
         _rms(x=contiguous((far, 1), F16))
     assert _layer(x=Sig((2, 64), (far * 4, 4), np.dtype(F32), 0)).scalars[:4] == (2, 64, far, 64)

@@ -23,7 +23,7 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
 
 # ----------------------------------------------------------------- intake and plan
 def _row_scalars(rows: _arrays.Rows, *strided: tuple[_arrays.Rows, str]) -> tuple:
-    """num_rows, hidden_size and each (rows, name)'s row stride as the rms_norm kernels'
+    """num_rows, hidden_size and each (rows, name)'s row stride as rms_norm_kernel's
     32-bit arguments; ValueError (naming the array) for one of 2**31 or more."""
     return (*_arrays.int32_rows(rows, "x"), *(_arrays.int32_row_stride(r, name) for r, name in strided))
 
@@ -69,7 +69,9 @@ def _prepare_fused_add_rms_norm(a: launcher.Args) -> launcher.Launch:
     return launcher.Launch(
         FUSED_ADD_RMS_NORM, (_dtypes.c_type(x.dtype), *plan.layout.template_args()), plan,
         pointers=("x", "residual", "weight"),
-        scalars=(*_row_scalars(rows, (rows, "x"), (res_rows, "residual")), eps, weight_offset),
+        # fused_add_rms_norm_kernel's are 64-bit (norm.cu says why).
+        scalars=(np.int64(rows.num_rows), np.int64(rows.hidden_size), np.int64(rows.row_stride),
+                 np.int64(res_rows.row_stride), eps, weight_offset),
         returns=("x", "residual"),
         disjoint=(launcher.Disjoint("x", "residual", a_rows=rows, b_rows=res_rows),))
 
@@ -174,7 +176,8 @@ def fused_add_rms_norm(x, residual, weight, eps: float = 1e-6, *, weight_offset:
 
     Raises:
         TypeError: as :func:`rms_norm`, and ``residual`` of another dtype than ``x``.
-        ValueError: as :func:`rms_norm`; ``residual`` of another shape than ``x``, or
+        ValueError: as :func:`rms_norm` but for its ``2**31`` limits (this kernel's
+            arguments are 64-bit); ``residual`` of another shape than ``x``, or
             sharing memory with it.
 
     References:
