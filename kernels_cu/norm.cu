@@ -17,7 +17,7 @@
 // (|value| < 2^31, checked in Python) and widens them: 64-bit ones cost it 0.04-0.07 us
 // a call at decode sizes. The other two keep 64-bit ones, where 32-bit ones measured
 // worse (bench/results/NOTES.md, item 19): layer_norm 1.4-2.3 % slower at 4096-16384
-// tokens of llama-3.1-70b, fused_add_rms_norm 1.3 % at 4096 of 8b and an 8-byte spill
+// tokens of llama-3.1-70b, fused_add_rms_norm 1.3-1.7 % at 4096 of 8b and an 8-byte spill
 // in its fp32 decode layout, each for 0.01-0.07 us at decode sizes.
 // Mutates: `out` (rms_norm, layer_norm; it may be `x` itself); x and residual
 // (fused_add_rms_norm). Each element is read and written by the same thread, after

@@ -14,9 +14,9 @@
 // `row` is an int (a block per item) or an int64_t (the walk).
 //
 // d and the row strides are 32-bit (|value| < 2^31, checked in Python), the row offsets
-// 64-bit (int64_t(row) * stride). 64-bit ones cost the block-per-item kernel 0.09-0.12 us
-// a call at decode sizes, a tenth of its time: a second exit test, 64-bit multiplies and
-// the strides read late (bench/results/NOTES.md, item 19).
+// 64-bit (int64_t(row) * stride). 64-bit ones cost 0.04-0.07 us a call at 1-16 tokens and
+// up to 0.17 at 64, about half for the larger parameter list and half for the 64-bit
+// exit test and multiplies (bench/results/NOTES.md, item 19).
 #pragma once
 #include <cupykern/vec.cuh>
 #include <cupykern/activations.cuh>
