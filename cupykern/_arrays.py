@@ -169,9 +169,9 @@ def rows_view(shape, strides, itemsize: int, name: str) -> Rows:
     return Rows(math.prod(shape[:-1]), hidden_size, row_stride if lead else hidden_size)
 
 
-#: Elements between rows, rows and elements a row that kernels with 32-bit arguments take
-#: (activation.cu, norm.cu, quant.cu's act_and_mul_quant_kernel): fewer than this, either sign.
-INT32_ROW_STRIDE_LIMIT = 2**31
+#: Kernels that take sizes and row strides as 32-bit ints (activation.cu, quant.cu's
+#: act_and_mul_quant_kernel, norm.cu's rms_norm_kernel) take values of magnitude below this.
+INT32_LIMIT = 2**31
 
 
 def int32_rows(rows: Rows, name: str) -> tuple[np.int32, np.int32]:
@@ -180,9 +180,9 @@ def int32_rows(rows: Rows, name: str) -> tuple[np.int32, np.int32]:
     Raises:
         ValueError: ``2**31`` rows or more, or rows of ``2**31`` elements or more.
     """
-    if rows.num_rows >= INT32_ROW_STRIDE_LIMIT or rows.hidden_size >= INT32_ROW_STRIDE_LIMIT:
-        raise ValueError(f"{name}: {rows.num_rows} rows of {rows.hidden_size} elements; expected fewer than 2**31 "
-                         f"of each (32-bit kernel arguments)")
+    if rows.num_rows >= INT32_LIMIT or rows.hidden_size >= INT32_LIMIT:
+        raise ValueError(f"{name}: {rows.num_rows} row(s) of {rows.hidden_size} elements; expected fewer than "
+                         f"2**31 of each (32-bit kernel arguments)")
     return np.int32(rows.num_rows), np.int32(rows.hidden_size)
 
 
@@ -194,9 +194,9 @@ def int32_row_stride(rows: Rows, name: str) -> np.int32:
     """
     if rows.num_rows <= 1:
         return np.int32(0)
-    if not -INT32_ROW_STRIDE_LIMIT < rows.row_stride < INT32_ROW_STRIDE_LIMIT:
+    if not -INT32_LIMIT < rows.row_stride < INT32_LIMIT:
         raise ValueError(f"{name}: rows {rows.row_stride} elements apart; expected fewer than 2**31 elements "
-                         f"between rows (32-bit row strides), pass a contiguous copy")
+                         f"between rows (the kernel's row strides are 32-bit)")
     return np.int32(rows.row_stride)
 
 

@@ -46,8 +46,8 @@ __global__ void __launch_bounds__(kActMaxBlockSize) act_and_mul_kernel(
     T* out,                          // [num_rows, d], out_row_stride apart
     const T* gate,                   // [num_rows, d], gate_row_stride apart
     const T* up,                     // [num_rows, d], up_row_stride apart
-    int d, int gate_row_stride, int up_row_stride, int out_row_stride,  // elements, |x| < 2^31
-    int64_t num_rows) {
+    int d, int gate_row_stride, int up_row_stride, int out_row_stride,  // elements: |value| < 2^31, d < 2^31 - 16
+    int64_t num_rows) {                                                 // last: only the grid-stride walk reads it
   act_and_mul_rows<T, kAct, kVecWidth, kGridStride>(StoreRoundedRows<T>{out, out_row_stride}, gate, up, num_rows,
                                                     d, gate_row_stride, up_row_stride);
 }

@@ -25,10 +25,11 @@
 // by the per-token scale there, here it multiplies by the reciprocal as for static); FlashInfer's rmsnorm_fp8 family; the E4M3FN format, OCP 8-bit Floating Point
 // Specification (OFP8) rev. 1.0. vLLM clamps NaN to 448 (fmin/fmax); here NaN stays NaN.
 //
-// Layout: as norm.cu (rows of hidden_size, *_row_stride elements apart, 64-bit offsets)
-// and activation.cu (gate/up/out rows of d; d and the strides 32-bit). out holds E4M3FN bit patterns, one byte
-// per element, out_row_stride bytes (= elements) apart; scales is [num_rows, 1] fp32,
-// scales_row_stride elements apart.
+// Layout: rows of hidden_size, *_row_stride elements apart, as norm.cu's, but the norm
+// kernels here take 64-bit sizes and strides (norm.cu's rms_norm_kernel 32-bit ones);
+// gate/up/out rows of d as activation.cu's (d and the strides 32-bit). out holds E4M3FN
+// bit patterns, one byte per element, out_row_stride bytes (= elements) apart; scales is
+// [num_rows, 1] fp32, scales_row_stride elements apart.
 // Mutates: out, scales (dynamic) and residual (fused add). x, weight, gate, up, scale
 // are read only; out must not overlap them (checked in Python).
 //
@@ -175,8 +176,8 @@ __global__ void __launch_bounds__(kActMaxBlockSize) act_and_mul_quant_kernel(
     const T* gate,                   // [num_rows, d], gate_row_stride apart
     const T* up,                     // [num_rows, d], up_row_stride apart
     const float* __restrict__ scale, // [1]
-    int d, int gate_row_stride, int up_row_stride, int out_row_stride,  // elements, |x| < 2^31
-    int64_t num_rows) {
+    int d, int gate_row_stride, int up_row_stride, int out_row_stride,  // elements: |value| < 2^31, d < 2^31 - 16
+    int64_t num_rows) {                                                 // last: only the grid-stride walk reads it
   act_and_mul_rows<T, kAct, kVecWidth, kGridStride>(StoreE4m3fnGatedRows{out, out_row_stride, __frcp_rn(*scale)},
                                                     gate, up, num_rows, d, gate_row_stride, up_row_stride);
 }

@@ -173,7 +173,7 @@ def test_rms_norm_launch_follows_overrides():
         _rms(overrides={"block_size": 256, "rows_per_block": 2})
 
 
-def test_norm_arguments_are_32_bit():
+def test_rms_norm_arguments_are_32_bit_the_others_64():
     """rms_norm's kernel takes num_rows, hidden_size and the row strides as 32-bit ints:
     2**31 or more of any is refused, naming the array. layer_norm's and
     fused_add_rms_norm's are 64-bit."""
@@ -183,10 +183,10 @@ def test_norm_arguments_are_32_bit():
     with pytest.raises(ValueError, match=r"out: rows 2147483648 elements apart"):
         _rms(out=Sig((4, 64), (far * 2, 2), np.dtype(F16), 0))
     assert _fused(residual=Sig((4, 64), (far * 2, 2), np.dtype(BF16), 0)).scalars[:4] == (4, 64, 64, far)
-    with pytest.raises(ValueError, match=r"x: 2147483648 rows of 1 elements; expected fewer than 2\*\*31 of each"):
+    with pytest.raises(ValueError, match=r"x: 2147483648 row\(s\) of 1 elements; expected fewer than 2\*\*31 of each"):
         _rms(x=contiguous((far, 1), F16))
     assert _layer(x=Sig((2, 64), (far * 4, 4), np.dtype(F32), 0)).scalars[:4] == (2, 64, far, 64)
-    with pytest.raises(ValueError, match=r"x: 1 rows of 2147483648 elements"):
+    with pytest.raises(ValueError, match=r"x: 1 row\(s\) of 2147483648 elements"):
         _rms(x=contiguous((1, far), F16))
     assert _rms(x=Sig((2, 64), ((far - 1) * 2, 2), np.dtype(F16), 0)).scalars[:4] == (2, 64, far - 1, 64)
 

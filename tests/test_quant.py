@@ -214,6 +214,23 @@ def test_silu_and_mul_quant_launch():
     assert launch.scalars == (128, 256, 256, 128, 3)  # d, 32-bit row strides (x, x, out), num_rows
 
 
+def test_silu_and_mul_quant_row_strides_are_32_bit():
+    """As silu_and_mul's: x's rows (2 * d apart when contiguous) and out's must be fewer
+    than 2**31 elements apart; one row passes whatever its stride."""
+    op = launcher.ops()["silu_and_mul_quant"]
+
+    def prepare(x, out=None):
+        return op.prepare(prepare_args("silu_and_mul_quant", x=x, scale=contiguous((1,), F32), out=out))
+
+    d = 2**30  # a contiguous x's rows are 2 * d = 2**31 elements apart
+    with pytest.raises(ValueError, match=r"x: rows 2147483648 elements apart; expected fewer than 2\*\*31"):
+        prepare(contiguous((2, 2 * d), F16))
+    with pytest.raises(ValueError, match=r"out: rows 2147483648 elements apart"):
+        prepare(contiguous((2, 256), F16), out=Sig((2, 128), (2**31, 1), np.dtype(U8), 0))
+    assert prepare(contiguous((1, 2 * d), F16)).scalars == (d, 0, 0, 0, 1)
+    assert prepare(contiguous((2, 2 * (d - 8)), F16)).scalars[1:3] == (2 * (d - 8), 2 * (d - 8))
+
+
 def test_zero_rows_launch_nothing():
     launch = _norm("rms_norm_dynamic_per_token_quant", x=contiguous((0, 64), F32))
     assert launch.template is None

@@ -147,10 +147,12 @@ def silu_and_mul(x, *, out=None):
             or mismatched dtype.
         ValueError: the last axis of ``x`` is odd or empty; d of ``2**31 - 16`` or more
             (the kernel's in-row indices are 32-bit); rows of ``x`` or ``out`` ``2**31``
-            elements or more apart (its row strides are 32-bit); wrong ``out`` shape;
-            non-unit last stride; rows that do not share one stride; ``out`` overlapping ``x``; an
-            array on another GPU; a launch override the activations do not take, or an
-            illegal one (``cupykern.launcher.overrides``).
+            elements or more apart (its row strides are 32-bit), so with more than one
+            row d of ``2**30`` or more even when ``x`` is contiguous (its rows are 2 * d
+            apart); wrong ``out`` shape;
+            non-unit last stride; rows that do not share one stride; ``out``
+            overlapping ``x``; an array on another GPU; a launch override the
+            activations do not take, or an illegal one (``cupykern.launcher.overrides``).
 
     Notes:
         fp32 math, one rounding to the dtype: libdevice ``expf`` and IEEE division
@@ -230,8 +232,8 @@ def swiglu(gate, up, *, out=None):
             unsupported or mismatched dtype.
         ValueError: ``up`` or ``out`` of another shape than ``gate``; an empty last
             axis, or one of ``2**31 - 16`` elements or more; rows ``2**31`` elements or
-            more apart; non-unit last stride; rows
-            that do not share one stride; ``out`` partially overlapping ``gate`` or
+            more apart; non-unit last stride; rows that do not share one stride;
+            ``out`` partially overlapping ``gate`` or
             ``up``; an array on another GPU; a launch override as :func:`silu_and_mul`.
 
     Notes:

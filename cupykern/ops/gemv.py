@@ -247,7 +247,8 @@ def gemv(x, weight, *, out=None, out_dtype=None):
         TypeError: a non-device or NumPy array; dtypes that differ or are unsupported;
             an ``out_dtype`` other than x's dtype or float32.
         ValueError: ``weight`` not 2-d or of another ``k``; more than 16 rows; a wrong
-            ``out`` shape; layouts as :func:`cupykern.rms_norm`; ``out`` overlapping an
+            ``out`` shape; layouts as :func:`cupykern.rms_norm` (but for its ``2**31``
+            limits); ``out`` overlapping an
             input; an array on another GPU.
 
     Notes:

@@ -216,7 +216,8 @@ def rms_norm_quant(x, weight, scale, eps: float = 1e-6, *, weight_offset: float 
             host ``scale`` too), ``scale`` is not float32, ``out`` is not uint8, or x's
             dtype is unsupported or mismatched by ``weight``.
         ValueError: ``scale`` not of shape (1,); otherwise as :func:`cupykern.rms_norm`
-            (shapes, strides, eps, weight_offset, overlaps, another GPU).
+            (shapes, strides, eps, weight_offset, overlaps, another GPU) but for its
+            ``2**31`` limits (this kernel's arguments are 64-bit).
 
     Notes:
         y is computed exactly as :func:`cupykern.rms_norm` computes it (fp32, the same

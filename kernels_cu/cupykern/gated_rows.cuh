@@ -14,9 +14,10 @@
 // `row` is an int (a block per item) or an int64_t (the walk).
 //
 // d and the row strides are 32-bit (|value| < 2^31, checked in Python), the row offsets
-// 64-bit (int64_t(row) * stride). 64-bit ones cost 0.04-0.07 us a call at 1-16 tokens and
-// up to 0.17 at 64, about half for the larger parameter list and half for the 64-bit
-// exit test and multiplies (bench/results/NOTES.md, item 19).
+// 64-bit (int64_t(row) * stride). 64-bit sizes and strides cost 0.04-0.07 us a call at
+// 1-16 tokens and up to 0.17 at 64; at 1-16 tokens about half of that is the larger
+// parameter list, half the 64-bit exit test and multiplies (bench/results/NOTES.md,
+// item 19).
 #pragma once
 #include <cupykern/vec.cuh>
 #include <cupykern/activations.cuh>
@@ -80,9 +81,10 @@ __device__ __forceinline__ void act_and_mul_rows(
     const T* gate,                   // [num_rows, d], gate_row_stride apart
     const T* up,                     // [num_rows, d], up_row_stride apart
     int64_t num_rows, int d, int gate_row_stride, int up_row_stride) {
-  // In-row indices are 32-bit (d < 2^31: plans.plan_activation checks it). The 64-bit
-  // ones cost silu_and_mul 0.04 us at one token and 0.3 us at 64 (of 1.46 and 2.56), and
-  // gelu_and_mul bf16 10 of its 42 registers (bench/results/NOTES.md, item 17).
+  // In-row indices are 32-bit (d < 2^31 - 16: plans.plan_activation checks it). 64-bit
+  // in-row indices (before the sizes and strides of the header's note) cost silu_and_mul
+  // 0.04 us at one token and 0.3 us at 64 (of 1.46 and 2.56), and gelu_and_mul bf16 10 of
+  // its 42 registers (bench/results/NOTES.md, item 17).
   const unsigned slots_per_row = (static_cast<unsigned>(d) + kVecWidth - 1) / kVecWidth;
   if constexpr (!kGridStride) {
     act_and_mul_slot<T, kAct, kVecWidth>(store, gate, up, static_cast<int>(blockIdx.y),
