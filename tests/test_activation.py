@@ -354,6 +354,8 @@ def test_reference_argument_errors():
 
 
 _GATE_UP = np.ones((3, 8), F16)
+# Rows 2**31 elements apart (two pages touched: as_strided allocates nothing).
+_FAR_ROWS = np.lib.stride_tricks.as_strided(np.zeros(16, F16), shape=(2, 8), strides=(2**31 * 2, 2))
 
 
 @pytest.mark.parametrize("op, args, kwargs", [
@@ -370,6 +372,8 @@ _GATE_UP = np.ones((3, 8), F16)
     ("swiglu", (_GATE_UP, np.ones((3, 4), F16)), {}),
     ("swiglu", (_GATE_UP, _GATE_UP.astype(np.float32)), {}),
     ("swiglu", (np.ones((3, 0), F16), np.ones((3, 0), F16)), {}),
+    ("silu_and_mul", (_FAR_ROWS,), {}),
+    ("swiglu", (np.ones((2, 8), F16), _FAR_ROWS), {}),
 ])
 def test_reference_refuses_what_the_kernel_refuses(fake_launcher, op, args, kwargs):
     assert_same_error(getattr(cupykern, op), getattr(reference, op), *args, **kwargs)

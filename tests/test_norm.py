@@ -308,6 +308,8 @@ REFUSED = [  # (op, args, kwargs): refused alike by the kernel op and its float6
     ("layer_norm", (_X, _W, np.ones(32, F16)), {}),
     ("layer_norm", (_X, _W.astype(F32), None), {}),
     ("layer_norm", (_X, None, None), {"eps": 1e-44}),
+    # Rows 2**31 elements apart: rms_norm's kernel strides are 32-bit (as_strided allocates nothing).
+    ("rms_norm", (np.lib.stride_tricks.as_strided(np.zeros(64, F16), shape=(2, 64), strides=(2**32, 2)), _W), {}),
 ]
 
 

@@ -61,6 +61,9 @@ def _act_and_mul_launch(a: launcher.Args, activation: str, gate: _arrays.Sig, ga
     _arrays.distinct_rows(out_rows, "out")
     if out_rows.num_rows == 0:
         return launcher.Launch(None, allocate=allocate, returns="out")
+    # Before the plan: checks, so the float64 twins (launcher.Op.check) raise them too.
+    row_strides = (_arrays.int32_row_stride(gate_rows, gate_name), _arrays.int32_row_stride(up_rows, up_name),
+                   _arrays.int32_row_stride(out_rows, "out"))
     if isinstance(up_pointer, tuple):  # up starts inside gate's row: its alignment follows from gate's
         up = up._replace(align=(gate.align + up_pointer[1]) % 16)
     aligned = _arrays.vector_aligned(_dtypes.vec_width(dtype), (gate, gate_rows.row_stride), (up, up_rows.row_stride),
@@ -70,9 +73,7 @@ def _act_and_mul_launch(a: launcher.Args, activation: str, gate: _arrays.Sig, ga
     return launcher.Launch(
         ACT_AND_MUL, (_dtypes.c_type(dtype), ACTIVATIONS[activation], plan.vec_width, plan.grid_stride), plan,
         pointers=("out", gate_pointer, up_pointer),
-        scalars=(np.int32(out_rows.hidden_size), _arrays.int32_row_stride(gate_rows, gate_name),
-                 _arrays.int32_row_stride(up_rows, up_name), _arrays.int32_row_stride(out_rows, "out"),
-                 np.int64(out_rows.num_rows)),
+        scalars=(np.int32(out_rows.hidden_size), *row_strides, np.int64(out_rows.num_rows)),
         allocate=allocate, returns="out", disjoint=disjoint)
 
 

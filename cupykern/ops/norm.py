@@ -38,6 +38,7 @@ def _prepare_rms_norm(a: launcher.Args) -> launcher.Launch:
     out_rows = _arrays.written_rows(out, "out")
     if rows.num_rows == 0:
         return launcher.Launch(None, allocate=allocate, returns="out")
+    scalars = _rms_norm_scalars(rows, out_rows)  # before the plan, so the float64 twin checks them too
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride),
                                      (weight, 0))
     plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits,
@@ -45,7 +46,7 @@ def _prepare_rms_norm(a: launcher.Args) -> launcher.Launch:
     return launcher.Launch(
         RMS_NORM, (_dtypes.c_type(x.dtype), *plan.layout.template_args()), plan,
         pointers=("out", "x", "weight"),
-        scalars=(*_rms_norm_scalars(rows, out_rows), eps, weight_offset),
+        scalars=(*scalars, eps, weight_offset),
         allocate=allocate, returns="out",
         disjoint=(launcher.Disjoint("x", "out", allow_same=True, a_rows=rows, b_rows=out_rows),))
 

@@ -150,6 +150,8 @@ def _prepare_silu_and_mul_quant(a: launcher.Args) -> launcher.Launch:
         return launcher.Launch(None, allocate=allocate, returns="out")
     d = out_shape[-1]
     half = _arrays.Rows(rows.num_rows, d, rows.row_stride)
+    # Before the plan: checks, so the float64 twin (launcher.Op.check) raises them too.
+    x_stride, out_stride = _arrays.int32_row_stride(half, "x"), _arrays.int32_row_stride(out_rows, "out")
     up = x._replace(align=(x.align + d * x.itemsize) % 16)  # up starts d elements into each row of x
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, half.row_stride), (up, half.row_stride),
                                      (out, out_rows.row_stride))
@@ -158,8 +160,7 @@ def _prepare_silu_and_mul_quant(a: launcher.Args) -> launcher.Launch:
     return launcher.Launch(
         ACT_AND_MUL_QUANT, (_dtypes.c_type(x.dtype), ACTIVATIONS["silu"], plan.vec_width, plan.grid_stride), plan,
         pointers=("out", "x", ("x", d * x.itemsize), "scale"),
-        scalars=(np.int32(d), _arrays.int32_row_stride(half, "x"), _arrays.int32_row_stride(half, "x"),
-                 _arrays.int32_row_stride(out_rows, "out"), np.int64(out_rows.num_rows)),
+        scalars=(np.int32(d), x_stride, x_stride, out_stride, np.int64(out_rows.num_rows)),
         allocate=allocate, returns="out",
         disjoint=(launcher.Disjoint("x", "out", a_rows=rows, b_rows=out_rows), launcher.Disjoint("scale", "out")))
 

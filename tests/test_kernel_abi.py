@@ -1,0 +1,97 @@
+"""The arguments a launch passes match its kernel's parameter list: count, order, width.
+
+CuPy passes each scalar by address and the driver reads as many bytes as the kernel's
+parameter declares, so a np.int32 given for an ``int64_t`` reads four stray bytes, and
+nothing on the GPU says so. These kernels take a mix of 32- and 64-bit sizes and strides
+(bench/results/NOTES.md, item 19). CPU only: the parameter list is read from the PTX
+NVRTC makes of the planned instantiation, with the options CuPy uses.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from cupykern import _dtypes, jit, launcher, tuning
+from tests.helpers import contiguous, prepare_args
+
+F16, BF16, F32 = _dtypes.float16, _dtypes.bfloat16, np.dtype(np.float32)
+
+
+def _values(op: str, num_tokens: int, hidden: int, dtype) -> dict:
+    x = contiguous((num_tokens, hidden), dtype)
+    weight = contiguous((hidden,), dtype)
+    gated = contiguous((num_tokens, 2 * hidden), dtype)
+    return {
+        "rms_norm": dict(x=x, weight=weight, out=None, eps=1e-6, weight_offset=0.0),
+        "fused_add_rms_norm": dict(x=x, residual=contiguous((num_tokens, hidden), dtype), weight=weight, eps=1e-6,
+                                   weight_offset=0.0),
+        "layer_norm": dict(x=x, weight=weight, bias=weight, out=None, eps=1e-5),
+        "silu_and_mul": dict(x=gated, out=None),
+        "gelu_and_mul": dict(x=gated, out=None, approximate="none"),
+        "swiglu": dict(gate=x, up=x, out=None),
+        "silu_and_mul_quant": dict(x=gated, scale=contiguous((1,), F32), out=None),
+    }[op]
+
+
+def _launches():
+    """One launch per (op, instantiation): decode and prefill sizes, 16-bit and fp32."""
+    seen = {}
+    with tuning.suspended():
+        for op in ("rms_norm", "fused_add_rms_norm", "layer_norm", "silu_and_mul", "gelu_and_mul", "swiglu",
+                   "silu_and_mul_quant"):
+            for dtype in (BF16, F32):
+                for num_tokens in (1, 4096):
+                    launch = launcher.ops()[op].prepare(prepare_args(op, **_values(op, num_tokens, 4096, dtype)))
+                    seen.setdefault((op, launch.template.expr(*launch.template_args)), launch)
+    return seen
+
+
+def _ptx_parameters(source: str, exprs: list[str]) -> dict[str, list[str]]:
+    """{name expression: PTX parameter types of its entry, in order} (``u64``, ``u32``, ``f32``...)."""
+    from cupy_backends.cuda.libs import nvrtc
+
+    program = nvrtc.createProgram(jit.source(source), source, (), ())
+    for expr in exprs:
+        nvrtc.addNameExpression(program, expr)
+    nvrtc.compileProgram(program, jit.nvrtc_options("90"))
+    ptx = nvrtc.getPTX(program)
+    ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
+    parameters = {}
+    for expr in exprs:
+        lowered = nvrtc.getLoweredName(program, expr)
+        entry = re.search(r"\.entry\s+" + re.escape(lowered) + r"\s*\((.*?)\)", ptx, re.DOTALL)
+        parameters[expr] = re.findall(r"\.param\s+\.(\w+)", entry.group(1))
+    return parameters
+
+
+def _ptx_type(value) -> str:
+    """The PTX parameter type a scalar argument fills: its kind and width."""
+    dtype = np.dtype(type(value))
+    kind = {"i": "s", "u": "u", "f": "f"}[dtype.kind]
+    return f"{kind}{dtype.itemsize * 8}"
+
+
+def test_scalars_match_the_kernel_parameters():
+    launches = _launches()
+    by_source: dict[str, list[str]] = {}
+    for (_, expr), launch in launches.items():
+        by_source.setdefault(launch.template.source, []).append(expr)
+    parameters = {}
+    for source, exprs in by_source.items():
+        parameters.update(_ptx_parameters(source, exprs))
+    assert len(launches) >= 14  # every op at two sizes and two dtypes, less shared instantiations
+    for (op, expr), launch in launches.items():
+        params = parameters[expr]
+        pointers, scalars = params[:len(launch.pointers)], params[len(launch.pointers):]
+        assert pointers == ["u64"] * len(launch.pointers), (op, expr, params)
+        # PTX declares integer parameters unsigned (.u32/.u64): compare widths for them.
+        got = [p.replace("s", "u") for p in map(_ptx_type, launch.scalars)]
+        assert got == scalars, (op, expr, [type(s).__name__ for s in launch.scalars], params)
+
+
+@pytest.mark.parametrize("value, expected", [(np.int32(1), "s32"), (np.int64(1), "s64"), (np.float32(1), "f32")])
+def test_ptx_type_of_a_scalar(value, expected):
+    assert _ptx_type(value) == expected
