@@ -4,7 +4,8 @@ CuPy passes each scalar by address and the driver reads as many bytes as the ker
 parameter declares, so a np.int32 given for an ``int64_t`` reads four stray bytes, and
 nothing on the GPU says so. These kernels take a mix of 32- and 64-bit sizes and strides
 (bench/results/NOTES.md, item 19). CPU only: the parameter list is read from the PTX
-NVRTC makes of the planned instantiation, with the options CuPy uses.
+NVRTC makes of the planned instantiation, with the options CuPy uses. The ops: the row
+and gated families this applies to, and RoPE, whose kernels take the longest lists.
 """
 
 from __future__ import annotations
@@ -33,15 +34,24 @@ def _values(op: str, num_tokens: int, hidden: int, dtype) -> dict:
         "gelu_and_mul": dict(x=gated, out=None, approximate="none"),
         "swiglu": dict(gate=x, up=x, out=None),
         "silu_and_mul_quant": dict(x=gated, scale=contiguous((1,), F32), out=None),
+        "apply_rope": dict(q=contiguous((num_tokens, 32, 128), dtype), k=contiguous((num_tokens, 8, 128), dtype),
+                           positions=contiguous((num_tokens,), np.dtype(np.int64)),
+                           cos_sin_cache=contiguous((8192, 128), F32), q_out=None, k_out=None, is_neox=True,
+                           inplace=False, mrope_section=None, mrope_interleaved=False),
+        "qk_rms_norm_rope": dict(q=contiguous((num_tokens, 32, 128), dtype), k=contiguous((num_tokens, 8, 128), dtype),
+                                 q_weight=contiguous((128,), dtype), k_weight=contiguous((128,), dtype),
+                                 positions=contiguous((num_tokens,), np.dtype(np.int64)),
+                                 cos_sin_cache=contiguous((8192, 128), F32), eps=1e-6, is_neox=True),
     }[op]
 
 
 def _launches():
-    """One launch per (op, instantiation): decode and prefill sizes, 16-bit and fp32."""
+    """One launch per (op, instantiation): decode and prefill sizes, 16-bit and fp32
+    (llama-3.1-8b's shapes: 4096 wide, 32 + 8 heads of 128)."""
     seen = {}
     with tuning.suspended():
         for op in ("rms_norm", "fused_add_rms_norm", "layer_norm", "silu_and_mul", "gelu_and_mul", "swiglu",
-                   "silu_and_mul_quant"):
+                   "silu_and_mul_quant", "apply_rope", "qk_rms_norm_rope"):
             for dtype in (BF16, F32):
                 for num_tokens in (1, 4096):
                     launch = launcher.ops()[op].prepare(prepare_args(op, **_values(op, num_tokens, 4096, dtype)))
