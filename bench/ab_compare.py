@@ -2,6 +2,8 @@
 
     python3 bench/ab_compare.py DIR base-a8,new-a8,new-a8again base-r8,new-r8
 
+DIR holds the JSON files: the ``ab/`` of an unpacked ``$OUT/ab.tar.gz`` (bench/ab.sh).
+
 Each comma-separated group is a table: one row per (op, dtype, num_tokens) point all its
 files share, the median us of each file, the second's difference from the first, and
 % of the same-run copy from 4096 tokens on. A point whose check failed is marked.
