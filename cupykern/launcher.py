@@ -446,7 +446,7 @@ class Op:
                     _arrays.check_device(array_device, device, name)
         if overrides:  # checked here too: a call with zero rows never reaches its plan rule
             plans.check_override_keys(overrides, self.launch_options, self.name)
-        launch = self.prepare(Args(self.name, values, device=device, overrides=dict(overrides)))
+        launch = self.prepare(Args(self.name, values, device=device, overrides=overrides))
         if any(v is _FOREIGN for v in values.values()):  # an array the intake never looked at
             raise _NeedsConversion()
         return self._recipe(launch, values)

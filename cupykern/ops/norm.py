@@ -22,6 +22,12 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
 
 
 # ----------------------------------------------------------------- intake and plan
+def _row_scalars(rows: _arrays.Rows, *row_strides: int) -> tuple:
+    """num_rows, hidden_size and the row strides as the 64-bit arguments of
+    fused_add_rms_norm_kernel and layer_norm_kernel (norm.cu says why they stay 64-bit)."""
+    return (np.int64(rows.num_rows), np.int64(rows.hidden_size), *map(np.int64, row_strides))
+
+
 def _rms_norm_scalars(rows: _arrays.Rows, out_rows: _arrays.Rows) -> tuple:
     """num_rows, hidden_size and the row strides of x and out as rms_norm_kernel's 32-bit
     arguments; ValueError (naming the array) for one of 2**31 or more."""
@@ -71,9 +77,7 @@ def _prepare_fused_add_rms_norm(a: launcher.Args) -> launcher.Launch:
     return launcher.Launch(
         FUSED_ADD_RMS_NORM, (_dtypes.c_type(x.dtype), *plan.layout.template_args()), plan,
         pointers=("x", "residual", "weight"),
-        # 64-bit: 32-bit ones spilled its fp32 decode layout and cost 1.3-1.7 % at 4096 tokens (norm.cu).
-        scalars=(np.int64(rows.num_rows), np.int64(rows.hidden_size), np.int64(rows.row_stride),
-                 np.int64(res_rows.row_stride), eps, weight_offset),
+        scalars=(*_row_scalars(rows, rows.row_stride, res_rows.row_stride), eps, weight_offset),
         returns=("x", "residual"),
         disjoint=(launcher.Disjoint("x", "residual", a_rows=rows, b_rows=res_rows),))
 
@@ -95,9 +99,7 @@ def _prepare_layer_norm(a: launcher.Args) -> launcher.Launch:
     return launcher.Launch(
         LAYER_NORM, (_dtypes.c_type(x.dtype), *plan.layout.template_args()), plan,
         pointers=("out", "x", "weight", "bias"),
-        # 64-bit: 32-bit ones cost it 1.4-2.3 % at 4096-16384 tokens of llama-3.1-70b (norm.cu).
-        scalars=(np.int64(rows.num_rows), np.int64(rows.hidden_size), np.int64(rows.row_stride),
-                 np.int64(out_rows.row_stride), eps),
+        scalars=(*_row_scalars(rows, rows.row_stride, out_rows.row_stride), eps),
         allocate=allocate, returns="out",
         disjoint=(launcher.Disjoint("x", "out", allow_same=True, a_rows=rows, b_rows=out_rows),))
 
