@@ -420,8 +420,9 @@ def test_plan_activation_is_valid_and_compiled(num_rows, d, dtype, aligned):
     assert plan.block[1:] == (1, 1)
     chunks = plans.activation_chunks(num_rows, d, plan.block_size, plan.vec_width)
     resident = H200_LIMITS.sm_count * (H200_LIMITS.max_threads_per_sm // plan.block[0])
-    if chunks <= resident:
-        # A block per (row, chunk) item: the grid is (chunks_per_row, num_rows).
+    if chunks <= resident and d % plan.vec_width == 0:
+        # A block per (row, chunk) item: the grid is (chunks_per_row, num_rows); whole
+        # vectors only (that kernel has no scalar tail).
         assert not plan.grid_stride
         assert plan.grid == (-(-(-(-d // plan.vec_width)) // plan.block_size), num_rows, 1)
         assert plan.grid[0] * plan.grid[1] == chunks
@@ -456,6 +457,12 @@ def test_plan_activation_grid_stride_override():
     assert not plan.grid_stride and plan.grid == (7, 4096, 1)
     with pytest.raises(ValueError, match="1 x 65536 exceeds the device's 2147483647 x 65535"):
         plans.plan_activation(65_536, 8, bf16, aligned=True, limits=H200_LIMITS, overrides={"grid_stride": False})
+    with pytest.raises(ValueError, match=r"grid_stride=False needs d a multiple of vec_width .* d = 14337, vec_width = 8"):
+        plans.plan_activation(1, 14337, bf16, aligned=True, limits=H200_LIMITS, overrides={"grid_stride": False})
+    plan = plans.plan_activation(1, 14337, bf16, aligned=True, limits=H200_LIMITS,
+                                 overrides={"grid_stride": False, "vec_width": 1})
+    assert not plan.grid_stride and plan.vec_width == 1
+    assert plans.plan_activation(1, 14337, bf16, aligned=True, limits=H200_LIMITS).grid_stride  # a tail: the walk
     with pytest.raises(ValueError, match="launch override grid_stride: expected True or False, got 1"):
         plans.plan_activation(1, 8, bf16, aligned=True, limits=H200_LIMITS, overrides={"grid_stride": 1})
     plan = plans.plan_activation(1, 14336, bf16, aligned=True, limits=H200_LIMITS,
