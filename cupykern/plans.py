@@ -541,7 +541,7 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
                          f"32-bit), got {d}")
     block_size, vec_width = overrides.get("block_size"), overrides.get("vec_width")
     origin = "override" if overrides else "heuristic"
-    allowed = (1, _dtypes.vec_width(dtype)) if aligned else (1,)
+    allowed = (1, _dtypes.vec_width(dtype) // 2, _dtypes.vec_width(dtype)) if aligned else (1,)
     if vec_width is None:
         vec_width = allowed[-1]
     if vec_width not in allowed:
@@ -575,6 +575,17 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     if not grid_stride and num_rows > 0:
         # A block per chunk, no walk: the walk's divisions and loop came before the
         # first load (bench/results/NOTES.md, item 18).
+        if not {"vec_width", "block_size"} & set(overrides) and vec_width > 1:
+            # EXPERIMENT (branch next/issue11-act-half-vectors): 8-byte vectors and twice
+            # the threads a block at decode sizes: hand-written, 4 bf16 elements x 256
+            # threads took 0.01-0.12 us less than 8 x 128 (NOTES items 18 and 19).
+            half = vec_width // 2
+            widest = _constant("ACTIVATION_BLOCK_SIZE", (32, 64, 128, 256, 512, 1024))
+            half_block = min(widest, max(limits.warp_size, _next_pow2(-(-d // half))))
+            half_chunks = activation_chunks(1, d, half_block, half)
+            if (num_rows * half_chunks <= limits.sm_count * max(1, limits.max_threads_per_sm // half_block)
+                    and half_chunks <= limits.max_grid_x):
+                vec_width, block_size, chunks_per_row = half, half_block, half_chunks
         return ActivationPlan((chunks_per_row, num_rows, 1), (block_size, 1, 1), vec_width, origin, False)
     # One wave of resident blocks walking the chunks grid-stride (also for zero rows,
     # where it launches nothing): a block per chunk made large shapes launch ~10^5
