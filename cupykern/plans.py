@@ -523,8 +523,9 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     16-byte vectors when ``aligned``; ACTIVATION_BLOCK_SIZE threads, fewer for narrow
     rows (no more threads than vectors, a power of two from one warp) and halved down
     to ACTIVATION_MIN_BLOCK_SIZE while there are fewer work items than SMs. Where one
-    wave of resident blocks holds every work item and the rows fit
-    ``limits.max_grid_y`` (and the chunks of a row ``limits.max_grid_x``), the grid is
+    wave of resident blocks holds every work item, the rows fit ``limits.max_grid_y``
+    (and the chunks of a row ``limits.max_grid_x``) and d is a multiple of the vector
+    width (that kernel has no scalar tail), the grid is
     (chunks_per_row, num_rows), a block per item (``grid_stride`` False); else one wave
     of blocks (at most ``limits.max_grid_x``) walks the items grid-stride, as it does
     for zero rows whatever the override (nothing is launched then). ``overrides`` (keys
@@ -540,7 +541,7 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
                          f"32-bit), got {d}")
     block_size, vec_width = overrides.get("block_size"), overrides.get("vec_width")
     origin = "override" if overrides else "heuristic"
-    allowed = (1, _dtypes.vec_width(dtype)) if aligned else (1,)
+    allowed = (1, _dtypes.vec_width(dtype) // 2, _dtypes.vec_width(dtype)) if aligned else (1,)
     if vec_width is None:
         vec_width = allowed[-1]
     if vec_width not in allowed:
@@ -561,15 +562,30 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     chunks = num_rows * chunks_per_row
     resident = limits.sm_count * max(1, limits.max_threads_per_sm // block_size)
     fits_2d = num_rows <= limits.max_grid_y and chunks_per_row <= limits.max_grid_x
+    whole_vectors = d % vec_width == 0  # the block-per-item kernel has no scalar tail
     grid_stride = overrides.get("grid_stride")
     if grid_stride is None:
-        grid_stride = not (chunks <= resident and fits_2d)
+        grid_stride = not (chunks <= resident and fits_2d and whole_vectors)
     elif not grid_stride and not fits_2d:
         raise ValueError(f"grid_stride=False launches a (chunks_per_row, num_rows) grid: {chunks_per_row} x "
                          f"{num_rows} exceeds the device's {limits.max_grid_x} x {limits.max_grid_y}")
+    elif not grid_stride and not whole_vectors and num_rows > 0:
+        raise ValueError(f"grid_stride=False needs d a multiple of vec_width (the block-per-item kernel has no "
+                         f"scalar tail): d = {d}, vec_width = {vec_width}; pass vec_width=1")
     if not grid_stride and num_rows > 0:
         # A block per chunk, no walk: the walk's divisions and loop came before the
         # first load (bench/results/NOTES.md, item 18).
+        if not {"vec_width", "block_size"} & set(overrides) and vec_width > 1:
+            # EXPERIMENT (branch next/issue11-act-half-vectors): 8-byte vectors and twice
+            # the threads a block at decode sizes: hand-written, 4 bf16 elements x 256
+            # threads took 0.01-0.12 us less than 8 x 128 (NOTES items 18 and 19).
+            half = vec_width // 2
+            widest = _constant("ACTIVATION_BLOCK_SIZE", (32, 64, 128, 256, 512, 1024))
+            half_block = min(widest, max(limits.warp_size, _next_pow2(-(-d // half))))
+            half_chunks = activation_chunks(1, d, half_block, half)
+            if (num_rows * half_chunks <= limits.sm_count * max(1, limits.max_threads_per_sm // half_block)
+                    and half_chunks <= limits.max_grid_x):
+                vec_width, block_size, chunks_per_row = half, half_block, half_chunks
         return ActivationPlan((chunks_per_row, num_rows, 1), (block_size, 1, 1), vec_width, origin, False)
     # One wave of resident blocks walking the chunks grid-stride (also for zero rows,
     # where it launches nothing): a block per chunk made large shapes launch ~10^5

@@ -19,14 +19,15 @@
 // Template parameters:
 //   T          float, __half, __nv_bfloat16
 //   kAct       0 silu, 1 gelu (erf), 2 gelu (tanh approximation)
-//   kVecWidth  1 or 16 / sizeof(T): elements per memory access. 16 / sizeof(T) only
-//              when gate, up and out pointers are 16-byte aligned and every row stride
-//              is a multiple of kVecWidth; the last d % kVecWidth elements of a row go
-//              through a scalar tail.
+//   kVecWidth  1, 8 / sizeof(T) (EXPERIMENT: decode sizes) or 16 / sizeof(T): elements
+//              per memory access. More than 1 only when gate, up and out pointers are
+//              16-byte aligned and every row stride is a multiple of kVecWidth; the last
+//              d % kVecWidth elements of a row go through a scalar tail.
 //   kGridStride true: a 1-D grid of any size walks the (row, chunk) work items
 //              grid-stride, so any number of rows fits (prefill sizes); false: the grid
 //              is (chunks_per_row, num_rows, 1), a block per work item (decode sizes:
-//              no integer divisions or loop before the loads).
+//              no integer divisions or loop before the loads), and d must be a
+//              multiple of kVecWidth (no scalar tail; plans.plan_activation ensures it).
 // Launch contract (planned by cupykern/plans.py::plan_activation): 1-D block of
 // block_size threads (a multiple of 32, at most kActMaxBlockSize); the grid of
 // kGridStride. A row is ceil(d / kVecWidth) slots (the last may be the scalar tail); a

@@ -67,7 +67,7 @@ def _reference(op: str, x) -> np.ndarray:
 # ----------------------------------------------------------------- CPU: instantiations
 def test_instantiations_cover_dtypes_activations_and_vector_widths():
     exprs = set(activation.instantiations()[activation.ACT_AND_MUL])
-    assert len(exprs) == len(DTYPES) * len(activation.ACTIVATIONS) * 2 * 2  # vector widths x walks
+    assert len(exprs) == len(DTYPES) * len(activation.ACTIVATIONS) * 3 * 2  # vector widths x walks
     assert "act_and_mul_kernel<__nv_bfloat16, 0, 8, true>" in exprs
     assert "act_and_mul_kernel<__nv_bfloat16, 0, 8, false>" in exprs
     assert "act_and_mul_kernel<float, 2, 4, true>" in exprs
@@ -141,8 +141,9 @@ def _swiglu(*, gate=None, up=None, out=None, **kw):
 def test_fused_activation_launch(op, approximate, act):
     launch = _fused(op, approximate=approximate)
     plan = plans.plan_activation(4, 64, F16, aligned=True, limits=H200_LIMITS, op=op)
-    assert launch.template is activation.ACT_AND_MUL and launch.plan == plan and plan.vec_width == 8
-    assert launch.template_args == ("__half", activation.ACTIVATIONS[act], 8, False)
+    # A block per item at 4 rows: 8-byte vectors (4 fp16) with up to 256 threads.
+    assert launch.template is activation.ACT_AND_MUL and launch.plan == plan and plan.vec_width == 4
+    assert launch.template_args == ("__half", activation.ACTIVATIONS[act], 4, False)
     # up is the second half of each row of x: the same array, d elements further on.
     assert launch.pointers == ("out", "x", ("x", 64 * 2))
     # d and the row strides of x (gate, up) and out, 32-bit; then num_rows.
@@ -162,7 +163,7 @@ def test_fused_activation_3d_input_and_given_out():
 
 def test_fused_up_alignment_follows_from_x():
     """up starts d elements into x's row: its address class is x's plus d * itemsize."""
-    assert _fused(x=contiguous((4, 128), F16)).plan.vec_width == 8  # d = 64: up 128 bytes in, aligned
+    assert _fused(x=contiguous((4, 128), F16)).plan.vec_width == 4  # d = 64: up 128 bytes in, aligned (8-byte vectors at decode)
     out = Sig((4, 60), (64 * 2, 2), np.dtype(F16), 0)  # rows 64 apart: aligned
     # d = 60: gate aligned, rows 120 elements apart (a vector multiple), but up starts 120 bytes in.
     assert _fused(x=contiguous((4, 120), F16), out=out).plan.vec_width == 1
@@ -233,7 +234,7 @@ def test_swiglu_launch():
     up = Sig((4, 64), (256, 2), np.dtype(BF16), 0)
     launch = _swiglu(gate=gate, up=up, out=Sig((4, 64), (80 * 2, 2), np.dtype(BF16), 0))
     assert launch.template is activation.ACT_AND_MUL
-    assert launch.template_args == ("__nv_bfloat16", activation.ACTIVATIONS["silu"], 8, False)
+    assert launch.template_args == ("__nv_bfloat16", activation.ACTIVATIONS["silu"], 4, False)
     assert launch.pointers == ("out", "gate", "up")
     assert launch.scalars == (64, 128, 128, 80, 4)
     assert launch.allocate == () and launch.returns == "out"
@@ -241,7 +242,7 @@ def test_swiglu_launch():
     assert rules == {("gate", "out", True), ("up", "out", True)}  # in place as gate or up
     assert _swiglu(gate=gate, up=up._replace(align=2)).plan.vec_width == 1
     fresh = _swiglu()
-    assert fresh.allocate == (("out", (4, 64), F16),) and fresh.plan.vec_width == 8
+    assert fresh.allocate == (("out", (4, 64), F16),) and fresh.plan.vec_width == 4
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
@@ -415,13 +416,20 @@ def _kernel_walk(grid: int, block_size: int, num_rows: int, d: int, vec_width: i
 def test_plan_activation_is_valid_and_compiled(num_rows, d, dtype, aligned):
     plan = plans.plan_activation(num_rows, d, dtype, aligned=aligned, limits=H200_LIMITS)
     assert plan.origin == "heuristic"
-    assert plan.vec_width == (_dtypes.vec_width(dtype) if aligned else 1)
+    # 16-byte vectors, or 8-byte ones with 256 threads a block on the block-per-item grid.
+    if not aligned:
+        assert plan.vec_width == 1
+    elif plan.grid_stride:
+        assert plan.vec_width == _dtypes.vec_width(dtype)
+    else:
+        assert plan.vec_width in (_dtypes.vec_width(dtype), _dtypes.vec_width(dtype) // 2)
     assert plan.block_size % 32 == 0 and 32 <= plan.block_size <= plans.ACTIVATION_MAX_BLOCK_SIZE
     assert plan.block[1:] == (1, 1)
     chunks = plans.activation_chunks(num_rows, d, plan.block_size, plan.vec_width)
     resident = H200_LIMITS.sm_count * (H200_LIMITS.max_threads_per_sm // plan.block[0])
-    if chunks <= resident:
-        # A block per (row, chunk) item: the grid is (chunks_per_row, num_rows).
+    if chunks <= resident and d % plan.vec_width == 0:
+        # A block per (row, chunk) item: the grid is (chunks_per_row, num_rows); whole
+        # vectors only (that kernel has no scalar tail).
         assert not plan.grid_stride
         assert plan.grid == (-(-(-(-d // plan.vec_width)) // plan.block_size), num_rows, 1)
         assert plan.grid[0] * plan.grid[1] == chunks
@@ -456,6 +464,12 @@ def test_plan_activation_grid_stride_override():
     assert not plan.grid_stride and plan.grid == (7, 4096, 1)
     with pytest.raises(ValueError, match="1 x 65536 exceeds the device's 2147483647 x 65535"):
         plans.plan_activation(65_536, 8, bf16, aligned=True, limits=H200_LIMITS, overrides={"grid_stride": False})
+    with pytest.raises(ValueError, match=r"grid_stride=False needs d a multiple of vec_width .* d = 14337, vec_width = 8"):
+        plans.plan_activation(1, 14337, bf16, aligned=True, limits=H200_LIMITS, overrides={"grid_stride": False})
+    plan = plans.plan_activation(1, 14337, bf16, aligned=True, limits=H200_LIMITS,
+                                 overrides={"grid_stride": False, "vec_width": 1})
+    assert not plan.grid_stride and plan.vec_width == 1
+    assert plans.plan_activation(1, 14337, bf16, aligned=True, limits=H200_LIMITS).grid_stride  # a tail: the walk
     with pytest.raises(ValueError, match="launch override grid_stride: expected True or False, got 1"):
         plans.plan_activation(1, 8, bf16, aligned=True, limits=H200_LIMITS, overrides={"grid_stride": 1})
     plan = plans.plan_activation(1, 14336, bf16, aligned=True, limits=H200_LIMITS,
@@ -480,8 +494,9 @@ def test_plan_activation_shapes_the_block_to_the_work():
     bf16 = _dtypes.bfloat16
     # Throughput: 256 threads, one 16-byte vector each.
     assert plans.plan_activation(4096, 14336, bf16, aligned=True, limits=H200_LIMITS).block_size == 256
-    # Decode: fewer work items than SMs, so smaller blocks spread over more SMs.
-    assert plans.plan_activation(1, 14336, bf16, aligned=True, limits=H200_LIMITS).block_size == 128
+    # Decode: a block per item, 8-byte vectors and 256 threads (EXPERIMENT: half vectors).
+    decode = plans.plan_activation(1, 14336, bf16, aligned=True, limits=H200_LIMITS)
+    assert (decode.block_size, decode.vec_width, decode.grid) == (256, 4, (14, 1, 1))
     # Narrow rows: no more threads than vectors, at least one warp.
     assert plans.plan_activation(4096, 3, bf16, aligned=False, limits=H200_LIMITS).block_size == 32
 

@@ -42,9 +42,11 @@ struct StoreRoundedRows {
   }
 };
 
-// Slot `slot` of row `row`: one full vector, or the scalar tail (kVecWidth > 1 only, so a
-// vector never reaches into the next row or past the buffer); nothing past the row's end.
-template <typename T, int kAct, int kVecWidth, typename Store, typename Row>
+// Slot `slot` of row `row`: one full vector, or the scalar tail (kTail and kVecWidth > 1
+// only, so a vector never reaches into the next row or past the buffer); nothing past the
+// row's end. !kTail: d is a multiple of kVecWidth (the block-per-item grid's contract),
+// so no test for the tail, which cost 0.03-0.06 us a call (bench/results/NOTES.md, item 19).
+template <typename T, int kAct, int kVecWidth, bool kTail, typename Store, typename Row>
 __device__ __forceinline__ void act_and_mul_slot(const Store& store, const T* gate, const T* up, Row row,
                                                  unsigned slot, unsigned slots_per_row, int d,
                                                  int gate_row_stride, int up_row_stride) {
@@ -55,7 +57,7 @@ __device__ __forceinline__ void act_and_mul_slot(const Store& store, const T* ga
   const int i = static_cast<int>(slot * kVecWidth);
   const T* gate_row = gate + static_cast<int64_t>(row) * gate_row_stride;
   const T* up_row = up + static_cast<int64_t>(row) * up_row_stride;
-  if (i + kVecWidth <= d) {
+  if (!kTail || i + kVecWidth <= d) {
     // Full vector: one 16-byte load of each input, one store.
     const Vec<T, kVecWidth> g = load_vec<T, kVecWidth>(gate_row + i);
     const Vec<T, kVecWidth> u = load_vec<T, kVecWidth>(up_row + i);
@@ -63,7 +65,7 @@ __device__ __forceinline__ void act_and_mul_slot(const Store& store, const T* ga
 #pragma unroll
     for (int e = 0; e < kVecWidth; ++e) y[e] = activate<kAct, kFastMath>(to_float(g.elt[e])) * to_float(u.elt[e]);
     store.template vec<kVecWidth>(row, i, y);
-  } else if constexpr (kVecWidth > 1) {
+  } else if constexpr (kTail && kVecWidth > 1) {
     for (int j = i; j < d; ++j) {
       store.scalar(row, j, activate<kAct, kFastMath>(to_float(gate_row[j])) * to_float(up_row[j]));
     }
@@ -87,7 +89,7 @@ __device__ __forceinline__ void act_and_mul_rows(
   // its 42 registers (bench/results/NOTES.md, item 17).
   const unsigned slots_per_row = (static_cast<unsigned>(d) + kVecWidth - 1) / kVecWidth;
   if constexpr (!kGridStride) {
-    act_and_mul_slot<T, kAct, kVecWidth>(store, gate, up, static_cast<int>(blockIdx.y),
+    act_and_mul_slot<T, kAct, kVecWidth, false>(store, gate, up, static_cast<int>(blockIdx.y),
                                          blockIdx.x * blockDim.x + threadIdx.x, slots_per_row, d, gate_row_stride,
                                          up_row_stride);
     return;
@@ -103,7 +105,7 @@ __device__ __forceinline__ void act_and_mul_rows(
   const unsigned step_chunks = gridDim.x % chunks_per_row;
 
   for (int64_t work = blockIdx.x; work < num_chunks; work += gridDim.x) {
-    act_and_mul_slot<T, kAct, kVecWidth>(store, gate, up, row, chunk * blockDim.x + threadIdx.x, slots_per_row, d,
+    act_and_mul_slot<T, kAct, kVecWidth, true>(store, gate, up, row, chunk * blockDim.x + threadIdx.x, slots_per_row, d,
                                          gate_row_stride, up_row_stride);
     row += step_rows;
     chunk += step_chunks;
