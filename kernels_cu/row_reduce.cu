@@ -47,7 +47,7 @@ template <int kOp, typename T, int kThreadsPerRow, int kVecWidth, int kVecsPerTh
 __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) row_reduce_kernel(
     float* out,                      // [num_rows], out_stride apart
     const T* x,                      // [num_rows, hidden_size]
-    int64_t num_rows, int64_t hidden_size, int64_t x_row_stride, int64_t out_stride,
+    int num_rows, int hidden_size, int x_row_stride, int out_stride,  // EXPERIMENT: 32-bit, widened
     float scale) {
   using Op = RowReduceOp<kOp>;
   __shared__ float scratch[tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>()];

@@ -34,7 +34,7 @@ template <typename T, typename TOut, int kThreadsPerRow, int kVecWidth, int kVec
 __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) softmax_kernel(
     TOut* out,                       // [num_rows, hidden_size]
     const T* x,                      // [num_rows, hidden_size]
-    int64_t num_rows, int64_t hidden_size, int64_t x_row_stride, int64_t out_row_stride,
+    int num_rows, int hidden_size, int x_row_stride, int out_row_stride,  // EXPERIMENT: 32-bit, widened
     float inv_temperature) {
   constexpr int L = leaf_width<T>();
   using V = Vec<T, L>;

@@ -45,8 +45,8 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
     return launcher.Launch(
         ROW_REDUCE, (OPS[op], _dtypes.c_type(x.dtype), *plan.layout.template_args()), plan,
         pointers=("out", "x"),
-        scalars=(np.int64(rows.num_rows), np.int64(rows.hidden_size), np.int64(rows.row_stride), np.int64(out_stride),
-                 scale),
+        scalars=(*_arrays.int32_rows(rows, "x"), _arrays.int32_row_stride(rows, "x"),
+                 _arrays.int32_row_stride(_arrays.Rows(rows.num_rows, 1, out_stride), "out"), scale),
         allocate=allocate, returns="out",
         disjoint=(launcher.Disjoint("x", "out"),))
 

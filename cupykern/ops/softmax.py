@@ -50,8 +50,8 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
     return launcher.Launch(
         SOFTMAX, (_dtypes.c_type(x.dtype), _dtypes.c_type(out_dtype), *plan.layout.template_args()), plan,
         pointers=("out", "x"),
-        scalars=(np.int64(rows.num_rows), np.int64(rows.hidden_size), np.int64(rows.row_stride),
-                 np.int64(out_rows.row_stride), scale),
+        scalars=(*_arrays.int32_rows(rows, "x"), _arrays.int32_row_stride(rows, "x"),
+                 _arrays.int32_row_stride(out_rows, "out"), scale),
         allocate=allocate, returns="out",
         disjoint=(launcher.Disjoint("x", "out", allow_same=True, a_rows=rows, b_rows=out_rows),))
 
