@@ -18,6 +18,9 @@
 // apply_rope_pos_ids_cos_sin_cache; QK-norm as in HF Qwen3/OLMo2/Gemma 3 attention
 // (RMSNorm of each head, arXiv:1910.07467, before the rotation).
 //
+// EXPERIMENT (branch next/issue11-int32-rope): the kernels' int64_t sizes and strides are
+// 32-bit ints here, widened where used, for the A/B of NOTES item 19's open list.
+//
 // Layout: q [num_tokens, num_q_heads, head_dim], k [num_tokens, num_kv_heads,
 // head_dim] (k may be null: num_kv_heads = 0); unit stride along head_dim, token and
 // head strides in elements, passed separately for q, k and the outputs (views of one
@@ -214,13 +217,13 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, kRopeMinBlocksPerSm) apply_
     const T* k,                             // [num_tokens, num_kv_heads, head_dim] or null
     const TPos* __restrict__ positions,     // [num_tokens] ([3, num_tokens] for M-RoPE)
     const TCache* __restrict__ cos_sin_cache,  // [max_position, rotary_dim]
-    int64_t num_tokens, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim,
-    int64_t rotary_dim, int64_t max_position, int64_t positions_stride,
-    int64_t q_token_stride, int64_t q_head_stride, int64_t k_token_stride, int64_t k_head_stride,
-    int64_t q_out_token_stride, int64_t q_out_head_stride, int64_t k_out_token_stride,
-    int64_t k_out_head_stride, int64_t cache_stride,
+    int num_tokens, int num_q_heads, int num_kv_heads, int head_dim,
+    int rotary_dim, int max_position, int positions_stride,
+    int q_token_stride, int q_head_stride, int k_token_stride, int k_head_stride,
+    int q_out_token_stride, int q_out_head_stride, int k_out_token_stride,
+    int k_out_head_stride, int cache_stride,
     int threads_per_head, int head_slots, int tokens_per_block, int copy_unrotated,
-    int64_t positions_row_stride, int mrope_t, int mrope_h, int mrope_w) {  // M-RoPE only
+    int positions_row_stride, int mrope_t, int mrope_h, int mrope_w) {  // M-RoPE only
   using V = Vec<T, kVecWidth>;
   constexpr int kHeadsPerStep = heads_per_step<T, kVecWidth>();
   const RopeThread th(threads_per_head, head_slots);
@@ -330,10 +333,10 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize) qk_rms_norm_rope_kernel(
     const T* __restrict__ k_weight,         // [head_dim]
     const TPos* __restrict__ positions,     // [num_tokens]
     const TCache* __restrict__ cos_sin_cache,  // [max_position, rotary_dim]
-    int64_t num_tokens, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim,
-    int64_t rotary_dim, int64_t max_position, int64_t positions_stride,
-    int64_t q_token_stride, int64_t q_head_stride, int64_t k_token_stride, int64_t k_head_stride,
-    int64_t cache_stride, float eps, int head_slots, int tokens_per_block) {
+    int num_tokens, int num_q_heads, int num_kv_heads, int head_dim,
+    int rotary_dim, int max_position, int positions_stride,
+    int q_token_stride, int q_head_stride, int k_token_stride, int k_head_stride,
+    int cache_stride, float eps, int head_slots, int tokens_per_block) {
   using V = Vec<T, kVecWidth>;
   const RopeThread th(kThreadsPerHead, head_slots);
   const int64_t half = rotary_dim / 2;
@@ -455,13 +458,13 @@ template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidt
 __global__ void __launch_bounds__(kRopeMaxBlockSize, rope_wide_min_blocks<kHeadsPerThread, kMropeLayout>()) apply_rope_wide_kernel(
     T* q_out, T* k_out, const T* q, const T* k,
     const TPos* __restrict__ positions, const TCache* __restrict__ cos_sin_cache,
-    int64_t num_tokens, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim,
-    int64_t rotary_dim, int64_t max_position, int64_t positions_stride,
-    int64_t q_token_stride, int64_t q_head_stride, int64_t k_token_stride, int64_t k_head_stride,
-    int64_t q_out_token_stride, int64_t q_out_head_stride, int64_t k_out_token_stride,
-    int64_t k_out_head_stride, int64_t cache_stride,
+    int num_tokens, int num_q_heads, int num_kv_heads, int head_dim,
+    int rotary_dim, int max_position, int positions_stride,
+    int q_token_stride, int q_head_stride, int k_token_stride, int k_head_stride,
+    int q_out_token_stride, int q_out_head_stride, int k_out_token_stride,
+    int k_out_head_stride, int cache_stride,
     int threads_per_head, int head_slots, int tokens_per_block, int copy_unrotated,
-    int64_t positions_row_stride, int mrope_t, int mrope_h, int mrope_w) {
+    int positions_row_stride, int mrope_t, int mrope_h, int mrope_w) {
   using V = Vec<T, kVecWidth>;
   constexpr int kMaxHeads = kHeadsPerThread;
   const RopeThread th(threads_per_head, head_slots);
@@ -553,10 +556,10 @@ template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidt
 __global__ void __launch_bounds__(kRopeMaxBlockSize) qk_rms_norm_rope_wide_kernel(
     T* q, T* k, const T* __restrict__ q_weight, const T* __restrict__ k_weight,
     const TPos* __restrict__ positions, const TCache* __restrict__ cos_sin_cache,
-    int64_t num_tokens, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim,
-    int64_t rotary_dim, int64_t max_position, int64_t positions_stride,
-    int64_t q_token_stride, int64_t q_head_stride, int64_t k_token_stride, int64_t k_head_stride,
-    int64_t cache_stride, float eps, int head_slots, int tokens_per_block, int heads_per_thread) {
+    int num_tokens, int num_q_heads, int num_kv_heads, int head_dim,
+    int rotary_dim, int max_position, int positions_stride,
+    int q_token_stride, int q_head_stride, int k_token_stride, int k_head_stride,
+    int cache_stride, float eps, int head_slots, int tokens_per_block, int heads_per_thread) {
   using V = Vec<T, kVecWidth>;
   constexpr int kMaxHeads = kRopeWideMaxHeads;
   const RopeThread th(kThreadsPerHead, head_slots);

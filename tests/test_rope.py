@@ -321,7 +321,7 @@ def test_apply_rope_launch_in_place(is_neox):
     assert launch.allocate == () and launch.returns == ("q", "k")
     assert launch.scalars == (4, 8, 2, 128, 128, 64, 1, 8 * 128, 128, 2 * 128, 128, 8 * 128, 128, 2 * 128, 128, 128,
                               plan.threads_per_head, plan.head_slots, plan.tokens_per_block, 0, 0, 0, 0, 0)
-    assert [type(v) for v in launch.scalars] == [np.int64] * 16 + [np.int32] * 4 + [np.int64] + [np.int32] * 3
+    assert [type(v) for v in launch.scalars] == [np.int32] * 24  # EXPERIMENT: 32-bit
     (rule,) = launch.disjoint
     assert (rule.a, rule.b, rule.allow_same) == ("q", "k", False)
 
@@ -424,7 +424,7 @@ def test_qk_rms_norm_rope_launch():
     assert launch.allocate == () and launch.returns == ("q", "k")
     assert launch.scalars == (4, 8, 2, 128, 128, 64, 1, 8 * 128, 128, 2 * 128, 128, 128, np.float32(1e-5),
                               plan.head_slots, plan.tokens_per_block, plan.heads_per_thread)
-    assert [type(v) for v in launch.scalars] == [np.int64] * 12 + [np.float32] + [np.int32] * 3
+    assert [type(v) for v in launch.scalars] == [np.int32] * 12 + [np.float32] + [np.int32] * 3  # EXPERIMENT
     # A misaligned weight limits the vector width as q does.
     assert _qk_norm(k_weight=contiguous((128,), BF16, align=2)).plan.vec_width == 1
 
@@ -1180,7 +1180,7 @@ def test_apply_rope_mrope_launch(interleaved, layout):
     assert launch.template_args[:6] == ("__nv_bfloat16", "float", "long long", True, 8, layout)
     # positions (3, 4) C-contiguous: token stride 1, row stride 4; the sections last.
     assert launch.scalars[6] == 1 and launch.scalars[20:] == (4, 16, 24, 24)
-    assert [type(v) for v in launch.scalars[20:]] == [np.int64] + [np.int32] * 3
+    assert [type(v) for v in launch.scalars[20:]] == [np.int32] * 4  # EXPERIMENT
     # (num_tokens, 3) storage seen transposed: token stride 3, row stride 1.
     strided = Sig((3, 4), (8, 24), np.dtype(np.int64), 0)
     launch = _apply(positions=strided, mrope_section=list(section), mrope_interleaved=interleaved)

@@ -241,11 +241,11 @@ def _prepare_apply_rope(a: launcher.Args) -> launcher.Launch:
     return launcher.Launch(
         *((APPLY_ROPE_WIDE, (*targs, plan.heads_per_thread)) if plan.heads_per_thread else (APPLY_ROPE, targs)), plan,
         pointers=(*names, "q", "k", "positions", "cos_sin_cache"),
-        scalars=(*map(np.int64, (qh.num_tokens, qh.num_heads, num_kv_heads, qh.head_dim, rotary_dim, cache.shape[0],
+        scalars=(*map(np.int32, (qh.num_tokens, qh.num_heads, num_kv_heads, qh.head_dim, rotary_dim, cache.shape[0],
                                  pos_stride, qh.token_stride, qh.head_stride, k_ts, k_hs, qo_ts, qo_hs, ko_ts, ko_hs,
                                  cache_stride)),
                  *map(np.int32, (plan.threads_per_head, plan.head_slots, plan.tokens_per_block, 0 if inplace else 1)),
-                 np.int64(row_stride), *map(np.int32, sections)),
+                 np.int32(row_stride), *map(np.int32, sections)),  # EXPERIMENT: 32-bit, unchecked
         allocate=allocate, returns=names, disjoint=_qk_disjoint(qh, kh))
 
 
@@ -274,9 +274,9 @@ def _prepare_qk_rms_norm_rope(a: launcher.Args) -> launcher.Launch:
         (_dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype), POSITION_TYPES[positions.dtype],
          is_neox, plan.vec_width, plan.threads_per_head), plan,
         pointers=("q", "k", "q_weight", "k_weight", "positions", "cos_sin_cache"),
-        scalars=(*map(np.int64, (qh.num_tokens, qh.num_heads, kh.num_heads, qh.head_dim, rotary_dim, cache.shape[0],
+        scalars=(*map(np.int32, (qh.num_tokens, qh.num_heads, kh.num_heads, qh.head_dim, rotary_dim, cache.shape[0],
                                  pos_stride, qh.token_stride, qh.head_stride, kh.token_stride, kh.head_stride,
-                                 cache_stride)),
+                                 cache_stride)),  # EXPERIMENT: 32-bit, unchecked
                  eps, np.int32(plan.head_slots), np.int32(plan.tokens_per_block),
                  *((np.int32(plan.heads_per_thread),) if wide else ())),
         returns=("q", "k"), disjoint=_qk_disjoint(qh, kh))
