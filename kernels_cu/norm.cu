@@ -88,7 +88,9 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) layer_norm_k
     float eps) {
   constexpr int L = leaf_width<T>();
   using V = Vec<T, L>;
-  __shared__ float scratch[tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>()];
+  constexpr int kScratch = tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>();
+  __shared__ float scratch[2 * kScratch];
+  ScratchPair<kScratch> scratch_pair(scratch);
   const RowGroup<kThreadsPerRow> g;
   const float inv_n = 1.0f / static_cast<float>(hidden_size);
   V cache[kVecsPerThread];
@@ -126,8 +128,8 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) layer_norm_k
         return __fadd_rn(s, e);
       }));
     });
-    const float mean = __fmul_rn(row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch),
-                                 inv_n);
+    const float mean = __fmul_rn(
+        row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch_pair.next()), inv_n);
 
     // Pass 2: sum of squared deviations from the mean (no E[x^2] - E[x]^2 cancellation).
 #pragma unroll
@@ -139,7 +141,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) layer_norm_k
         return __fmaf_rn(d, d, s);
       }));
     });
-    const float ssd = row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch);
+    const float ssd = row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch_pair.next());
     const float rstd = rsqrtf(__fmaf_rn(ssd, inv_n, eps));
 
     // Pass 3: normalise, scale, shift, round once, store.

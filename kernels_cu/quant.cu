@@ -55,8 +55,8 @@ struct StoreE4m3fnRows {
   unsigned char* out;                // [num_rows, hidden_size], row_stride apart
   int64_t row_stride;
   float inv_scale;                   // 1.0f / scale
-  template <typename EachY>
-  __device__ __forceinline__ void operator()(int64_t row, bool, int, float*, EachY&& each_y) const {
+  template <typename Scratch, typename EachY>
+  __device__ __forceinline__ void operator()(int64_t row, bool, int, Scratch&, EachY&& each_y) const {
     unsigned char* out_row = out + row * row_stride;
     each_y([&](int64_t i, const auto& y) { store_e4m3fn(out_row + i, y, inv_scale); },
            [&](int64_t i, float y) { out_row[i] = to_e4m3fn(y * inv_scale); });
@@ -72,8 +72,8 @@ struct StoreE4m3fnPerTokenRows {
   float* scales;                     // [num_rows], scales_row_stride apart
   int64_t scales_row_stride;
   float scale_ub;                    // +inf: no bound
-  template <typename EachY>
-  __device__ __forceinline__ void operator()(int64_t row, bool active, int lane, float* scratch,
+  template <typename Scratch, typename EachY>
+  __device__ __forceinline__ void operator()(int64_t row, bool active, int lane, Scratch& scratch_pair,
                                              EachY&& each_y) const {
     float absmax = 0.0f;
     each_y([&](int64_t, const auto& y) {
@@ -83,7 +83,7 @@ struct StoreE4m3fnPerTokenRows {
            [&](int64_t, float y) { absmax = MaxOp::apply(absmax, fabsf(y)); });
     // The max of |y| is exact in any order (no signed zeros; a NaN y comes from arithmetic,
     // so every NaN is the one canonical NaN), so the layout's own order gives the same bits.
-    absmax = row_group_reduce<MaxOp, kThreadsPerRow, kWarpSize>(absmax, scratch);
+    absmax = row_group_reduce<MaxOp, kThreadsPerRow, kWarpSize>(absmax, scratch_pair.next());
     // Written as comparisons so that a NaN maximum stays NaN (fminf/fmaxf would drop it).
     float s = absmax > scale_ub ? scale_ub : absmax;
     s = s / kE4m3fnMax;

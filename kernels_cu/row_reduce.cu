@@ -50,7 +50,9 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) row_reduce_k
     int num_rows, int hidden_size, int x_row_stride, int out_stride,  // EXPERIMENT: 32-bit, widened
     float scale) {
   using Op = RowReduceOp<kOp>;
-  __shared__ float scratch[tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>()];
+  constexpr int kScratch = tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>();
+  __shared__ float scratch[2 * kScratch];
+  ScratchPair<kScratch> scratch_pair(scratch);
   const RowGroup<kThreadsPerRow> g;
 
   for (int64_t base = g.first_base(); base < num_rows; base += g.base_step()) {
@@ -68,7 +70,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) row_reduce_k
       const Vec<T, leaf_width<T>()> a = load_leaf<T, kVecWidth>(x_row, v, count);
       add_to_column<Op>(column, col, fold_leaf<Op, T>(a, count, [](float s, float e) { return Op::step(s, e); }));
     });
-    const float acc = row_tree_reduce<Op, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch);
+    const float acc = row_tree_reduce<Op, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch_pair.next());
     if (active && g.lane == 0) out[row * out_stride] = __fmul_rn(acc, scale);
   }
 }

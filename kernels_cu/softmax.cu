@@ -39,7 +39,9 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) softmax_kern
   constexpr int L = leaf_width<T>();
   using V = Vec<T, L>;
   constexpr bool kFastMath = sizeof(TOut) == 2;
-  __shared__ float scratch[tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>()];
+  constexpr int kScratch = tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>();
+  __shared__ float scratch[2 * kScratch];
+  ScratchPair<kScratch> scratch_pair(scratch);
   const RowGroup<kThreadsPerRow> g;
   V cache[kVecsPerThread];
   float column[kVecsPerThread];
@@ -68,7 +70,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) softmax_kern
         return MaxOp::apply(s, e);
       }));
     });
-    const float row_max = row_tree_reduce<MaxOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch);
+    const float row_max = row_tree_reduce<MaxOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch_pair.next());
     auto exp_at = [&](float e) { return exp_of<kFastMath>(__fmul_rn(__fsub_rn(e, row_max), inv_temperature)); };
 
     // Pass 2: sum of exponentials.
@@ -81,7 +83,8 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) softmax_kern
       }));
     });
     // The correctly rounded reciprocal: the bits of 1.0f / sum, without the division.
-    const float inv_sum = __frcp_rn(row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch));
+    const float inv_sum =
+        __frcp_rn(row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch_pair.next()));
 
     // Pass 3: normalise, round once, store.
     walk_leaves([&](int slot, int, int64_t v, int count) {

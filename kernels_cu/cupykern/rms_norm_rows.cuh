@@ -10,7 +10,7 @@
 // once to T: rms_norm, fused_add_rms_norm) or the FP8 epilogues of quant.cu. Everything
 // up to the epilogue is one code path, so every output of one row sees the same y bits.
 //
-// Epilogue contract: epilogue(row, active, lane, scratch, each_y) is called once per
+// Epilogue contract: epilogue(row, active, lane, scratch_pair, each_y) is called once per
 // row by every thread of the block (active is false for the threads of a row past the
 // end, which must still join any row_group_reduce); each_y(vec_fn, tail_fn) visits
 // this thread's elements of the row: vec_fn(i, y) for each whole leaf on the vector
@@ -30,8 +30,8 @@ template <typename T>
 struct StoreRounded {
   T* out;                            // [num_rows, hidden_size], row_stride apart
   int64_t row_stride;
-  template <typename EachY>
-  __device__ __forceinline__ void operator()(int64_t row, bool, int, float*, EachY&& each_y) const {
+  template <typename Scratch, typename EachY>
+  __device__ __forceinline__ void operator()(int64_t row, bool, int, Scratch&, EachY&& each_y) const {
     T* out_row = out + row * row_stride;
     each_y([&](int64_t i, const auto& y) { store_rounded<T>(out_row + i, y); },
            [&](int64_t i, float y) { out_row[i] = from_float<T>(y); });
@@ -57,7 +57,9 @@ __device__ __forceinline__ void rms_norm_rows(
     float eps, float weight_offset) {
   constexpr int L = leaf_width<T>();
   using V = Vec<T, L>;
-  __shared__ float scratch[tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>()];
+  constexpr int kScratch = tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>();
+  __shared__ float scratch[2 * kScratch];
+  ScratchPair<kScratch> scratch_pair(scratch);
   const RowGroup<kThreadsPerRow> g;
   V cache[kVecsPerThread];
   constexpr bool kCacheWeight = caches_weights<kThreadsPerRow, kVecsPerThread>();
@@ -126,7 +128,7 @@ __device__ __forceinline__ void rms_norm_rows(
         return __fmaf_rn(e, e, s);
       }));
     });
-    const float sumsq = row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch);
+    const float sumsq = row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch_pair.next());
     const float inv_rms = rsqrtf(sumsq / static_cast<float>(hidden_size) + eps);
 
     // Pass 2 (each call of each_y): scale by inv_rms and the (offset) weight. Leaves past
@@ -145,7 +147,7 @@ __device__ __forceinline__ void rms_norm_rows(
         emit_leaf<T, kVecWidth>(v, count, y, vec_fn, tail_fn);
       });
     };
-    epilogue(row, active, g.lane, scratch, each_y);
+    epilogue(row, active, g.lane, scratch_pair, each_y);
   }
 }
 
