@@ -200,6 +200,19 @@ def int32_row_stride(rows: Rows, name: str) -> np.int32:
     return np.int32(rows.row_stride)
 
 
+def int32_args(*args: tuple[str, str, int]) -> tuple[np.int32, ...]:
+    """Each ``(name, what, value)``'s value as a kernel's 32-bit argument, in order.
+
+    Raises:
+        ValueError: naming the array and what of it is 2**31 or more in magnitude.
+    """
+    for name, what, value in args:
+        if not -INT32_LIMIT < value < INT32_LIMIT:
+            raise ValueError(f"{name}: {what} {value}; expected less than 2**31 in magnitude (the kernel's sizes and "
+                             f"strides are 32-bit)")
+    return tuple(np.int32(value) for _, _, value in args)
+
+
 def element_aligned(sig: Sig, name: str) -> None:
     """ValueError unless the array's address is a multiple of its item size (a misaligned
     element access would fault on the GPU)."""

@@ -510,6 +510,11 @@ ACTIVATION_MAX_ROW = 2**31 - 16
 ACTIVATION_OVERRIDE_KEYS = ("block_size", "vec_width", "grid_stride")
 
 
+def activation_vec_widths(dtype) -> tuple[int, ...]:
+    """Elements per access act_and_mul_kernel is built for: 1, and 8- and 16-byte vectors."""
+    return tuple(sorted({1, _dtypes.vec_width(dtype) // 2, _dtypes.vec_width(dtype)}))
+
+
 def activation_chunks(num_rows: int, d: int, block_size: int, vec_width: int) -> int:
     """Work items of act_and_mul_kernel: rows x ceil(ceil(d / vec_width) / block_size)."""
     slots_per_row = -(-d // vec_width)
@@ -525,8 +530,10 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     to ACTIVATION_MIN_BLOCK_SIZE while there are fewer work items than SMs. Where one
     wave of resident blocks holds every work item, the rows fit ``limits.max_grid_y``
     (and the chunks of a row ``limits.max_grid_x``) and d is a multiple of the vector
-    width (that kernel has no scalar tail), the grid is
-    (chunks_per_row, num_rows), a block per item (``grid_stride`` False); else one wave
+    width (that kernel has no scalar tail), the grid is (chunks_per_row, num_rows), a
+    block per item (``grid_stride`` False); there, unless ``block_size`` or ``vec_width``
+    is overridden, 8-byte vectors and a block of up to ACTIVATION_BLOCK_SIZE threads
+    take over where they still fit one wave (decode sizes). Else one wave
     of blocks (at most ``limits.max_grid_x``) walks the items grid-stride, as it does
     for zero rows whatever the override (nothing is launched then). ``overrides`` (keys
     :data:`ACTIVATION_OVERRIDE_KEYS`: ``block_size``, ``vec_width``, and ``grid_stride``
@@ -541,7 +548,7 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
                          f"32-bit), got {d}")
     block_size, vec_width = overrides.get("block_size"), overrides.get("vec_width")
     origin = "override" if overrides else "heuristic"
-    allowed = (1, _dtypes.vec_width(dtype) // 2, _dtypes.vec_width(dtype)) if aligned else (1,)
+    allowed = activation_vec_widths(dtype) if aligned else (1,)
     if vec_width is None:
         vec_width = allowed[-1]
     if vec_width not in allowed:
@@ -576,9 +583,9 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
         # A block per chunk, no walk: the walk's divisions and loop came before the
         # first load (bench/results/NOTES.md, item 18).
         if not {"vec_width", "block_size"} & set(overrides) and vec_width > 1:
-            # EXPERIMENT (branch next/issue11-act-half-vectors): 8-byte vectors and twice
-            # the threads a block at decode sizes: hand-written, 4 bf16 elements x 256
-            # threads took 0.01-0.12 us less than 8 x 128 (NOTES items 18 and 19).
+            # 8-byte vectors and up to twice the threads a block where they still fit one
+            # wave: 0.01-0.16 us less than 16-byte ones at 1-64 tokens, gelu the most
+            # (bench/results/NOTES.md, item 20).
             half = vec_width // 2
             widest = _constant("ACTIVATION_BLOCK_SIZE", (32, 64, 128, 256, 512, 1024))
             half_block = min(widest, max(limits.warp_size, _next_pow2(-(-d // half))))

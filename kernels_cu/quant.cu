@@ -83,7 +83,7 @@ struct StoreE4m3fnPerTokenRows {
            [&](int64_t, float y) { absmax = MaxOp::apply(absmax, fabsf(y)); });
     // The max of |y| is exact in any order (no signed zeros; a NaN y comes from arithmetic,
     // so every NaN is the one canonical NaN), so the layout's own order gives the same bits.
-    absmax = row_group_reduce<MaxOp, kThreadsPerRow, kWarpSize>(absmax, scratch_pair.next());
+    absmax = row_group_reduce<MaxOp, kThreadsPerRow, kWarpSize>(absmax, scratch_pair);
     // Written as comparisons so that a NaN maximum stays NaN (fminf/fmaxf would drop it).
     float s = absmax > scale_ub ? scale_ub : absmax;
     s = s / kE4m3fnMax;

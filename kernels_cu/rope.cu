@@ -18,14 +18,16 @@
 // apply_rope_pos_ids_cos_sin_cache; QK-norm as in HF Qwen3/OLMo2/Gemma 3 attention
 // (RMSNorm of each head, arXiv:1910.07467, before the rotation).
 //
-// EXPERIMENT (branch next/issue11-int32-rope): the kernels' int64_t sizes and strides are
-// 32-bit ints here, widened where used, for the A/B of NOTES item 19's open list.
-//
 // Layout: q [num_tokens, num_q_heads, head_dim], k [num_tokens, num_kv_heads,
 // head_dim] (k may be null: num_kv_heads = 0); unit stride along head_dim, token and
 // head strides in elements, passed separately for q, k and the outputs (views of one
 // fused QKV buffer work); 64-bit offsets. positions [num_tokens] (int or long long,
 // positions_stride apart); cache [max_position, rotary_dim], cache_stride apart.
+// apply_rope's kernels take the sizes and strides as 32-bit ints (each |value|, and q +
+// kv heads, below 2^31: checked in Python), widened where they meet a 64-bit index:
+// 64-bit ones cost them 0.08-0.10 us a call at decode sizes. The qk_rms_norm_rope
+// kernels keep 64-bit ones, where 32-bit ones cost up to 1.3 % at 4096 tokens
+// (bench/results/NOTES.md, item 20).
 // A token whose position is outside [0, max_position) reads no cache row and is left
 // unchanged (apply_rope out of place copies it to the output unrotated).
 //
@@ -241,7 +243,7 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, kRopeMinBlocksPerSm) apply_
     int64_t pos_h = 0, pos_w = 0;
     if constexpr (kMropeLayout != 0) {
       pos_h = static_cast<int64_t>(positions[token * positions_stride + positions_row_stride]);
-      pos_w = static_cast<int64_t>(positions[token * positions_stride + 2 * positions_row_stride]);
+      pos_w = static_cast<int64_t>(positions[token * positions_stride + 2 * static_cast<int64_t>(positions_row_stride)]);
       valid = valid && pos_h >= 0 && pos_h < max_position && pos_w >= 0 && pos_w < max_position;
     }
     if (!valid && !copy_unrotated) continue;  // in place: leave the token as it is
@@ -333,10 +335,10 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize) qk_rms_norm_rope_kernel(
     const T* __restrict__ k_weight,         // [head_dim]
     const TPos* __restrict__ positions,     // [num_tokens]
     const TCache* __restrict__ cos_sin_cache,  // [max_position, rotary_dim]
-    int num_tokens, int num_q_heads, int num_kv_heads, int head_dim,
-    int rotary_dim, int max_position, int positions_stride,
-    int q_token_stride, int q_head_stride, int k_token_stride, int k_head_stride,
-    int cache_stride, float eps, int head_slots, int tokens_per_block) {
+    int64_t num_tokens, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim,
+    int64_t rotary_dim, int64_t max_position, int64_t positions_stride,
+    int64_t q_token_stride, int64_t q_head_stride, int64_t k_token_stride, int64_t k_head_stride,
+    int64_t cache_stride, float eps, int head_slots, int tokens_per_block) {
   using V = Vec<T, kVecWidth>;
   const RopeThread th(kThreadsPerHead, head_slots);
   const int64_t half = rotary_dim / 2;
@@ -482,7 +484,7 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, rope_wide_min_blocks<kHeads
     int64_t pos_h = 0, pos_w = 0;
     if constexpr (kMropeLayout != 0) {
       pos_h = static_cast<int64_t>(positions[token * positions_stride + positions_row_stride]);
-      pos_w = static_cast<int64_t>(positions[token * positions_stride + 2 * positions_row_stride]);
+      pos_w = static_cast<int64_t>(positions[token * positions_stride + 2 * static_cast<int64_t>(positions_row_stride)]);
     }
     const T* q_tok = q + token * q_token_stride;
     const T* k_tok = k + token * k_token_stride;
@@ -556,10 +558,10 @@ template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidt
 __global__ void __launch_bounds__(kRopeMaxBlockSize) qk_rms_norm_rope_wide_kernel(
     T* q, T* k, const T* __restrict__ q_weight, const T* __restrict__ k_weight,
     const TPos* __restrict__ positions, const TCache* __restrict__ cos_sin_cache,
-    int num_tokens, int num_q_heads, int num_kv_heads, int head_dim,
-    int rotary_dim, int max_position, int positions_stride,
-    int q_token_stride, int q_head_stride, int k_token_stride, int k_head_stride,
-    int cache_stride, float eps, int head_slots, int tokens_per_block, int heads_per_thread) {
+    int64_t num_tokens, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim,
+    int64_t rotary_dim, int64_t max_position, int64_t positions_stride,
+    int64_t q_token_stride, int64_t q_head_stride, int64_t k_token_stride, int64_t k_head_stride,
+    int64_t cache_stride, float eps, int head_slots, int tokens_per_block, int heads_per_thread) {
   using V = Vec<T, kVecWidth>;
   constexpr int kMaxHeads = kRopeWideMaxHeads;
   const RopeThread th(kThreadsPerHead, head_slots);

@@ -6,6 +6,8 @@
 //
 // Layout: x is num_rows rows of hidden_size elements, unit stride along a row, rows
 // x_row_stride elements apart; out is float32 [num_rows], out_stride elements apart.
+// Sizes and strides arrive as 32-bit ints (|value| < 2^31, checked in Python), widened by
+// the 64-bit row index, as softmax.cu's (bench/results/NOTES.md, item 20).
 // Mutates `out` only.
 //
 // The reduction is the row's fixed tree over 16-byte leaves (cupykern/reduce.cuh), so
@@ -47,12 +49,10 @@ template <int kOp, typename T, int kThreadsPerRow, int kVecWidth, int kVecsPerTh
 __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) row_reduce_kernel(
     float* out,                      // [num_rows], out_stride apart
     const T* x,                      // [num_rows, hidden_size]
-    int num_rows, int hidden_size, int x_row_stride, int out_stride,  // EXPERIMENT: 32-bit, widened
+    int num_rows, int hidden_size, int x_row_stride, int out_stride,
     float scale) {
   using Op = RowReduceOp<kOp>;
-  constexpr int kScratch = tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>();
-  __shared__ float scratch[2 * kScratch];
-  ScratchPair<kScratch> scratch_pair(scratch);
+  __shared__ float scratch[tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>()];
   const RowGroup<kThreadsPerRow> g;
 
   for (int64_t base = g.first_base(); base < num_rows; base += g.base_step()) {
@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) row_reduce_k
       const Vec<T, leaf_width<T>()> a = load_leaf<T, kVecWidth>(x_row, v, count);
       add_to_column<Op>(column, col, fold_leaf<Op, T>(a, count, [](float s, float e) { return Op::step(s, e); }));
     });
-    const float acc = row_tree_reduce<Op, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch_pair.next());
+    const float acc = row_tree_reduce<Op, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch);
     if (active && g.lane == 0) out[row * out_stride] = __fmul_rn(acc, scale);
   }
 }

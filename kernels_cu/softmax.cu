@@ -12,7 +12,10 @@
 // sec. 4.1; torch.softmax's semantics with a temperature divisor).
 //
 // Layout: num_rows rows of hidden_size elements, unit stride along a row, rows
-// *_row_stride elements apart (64-bit offsets). Mutates `out` only (it may be x when
+// *_row_stride elements apart (64-bit offsets). num_rows, hidden_size and the strides
+// arrive as 32-bit ints (|value| < 2^31, checked in Python) and are widened by the 64-bit
+// row index: 64-bit ones cost 0.01-0.08 us a call at decode sizes and up to 1.4 % at 4096
+// tokens (bench/results/NOTES.md, item 20). Mutates `out` only (it may be x when
 // TOut == T).
 //
 // The row maximum and the sum of exponentials are the row's fixed trees over 16-byte
@@ -34,14 +37,12 @@ template <typename T, typename TOut, int kThreadsPerRow, int kVecWidth, int kVec
 __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) softmax_kernel(
     TOut* out,                       // [num_rows, hidden_size]
     const T* x,                      // [num_rows, hidden_size]
-    int num_rows, int hidden_size, int x_row_stride, int out_row_stride,  // EXPERIMENT: 32-bit, widened
+    int num_rows, int hidden_size, int x_row_stride, int out_row_stride,
     float inv_temperature) {
   constexpr int L = leaf_width<T>();
   using V = Vec<T, L>;
   constexpr bool kFastMath = sizeof(TOut) == 2;
-  constexpr int kScratch = tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>();
-  __shared__ float scratch[2 * kScratch];
-  ScratchPair<kScratch> scratch_pair(scratch);
+  __shared__ float scratch[tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>()];
   const RowGroup<kThreadsPerRow> g;
   V cache[kVecsPerThread];
   float column[kVecsPerThread];
@@ -70,7 +71,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) softmax_kern
         return MaxOp::apply(s, e);
       }));
     });
-    const float row_max = row_tree_reduce<MaxOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch_pair.next());
+    const float row_max = row_tree_reduce<MaxOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch);
     auto exp_at = [&](float e) { return exp_of<kFastMath>(__fmul_rn(__fsub_rn(e, row_max), inv_temperature)); };
 
     // Pass 2: sum of exponentials.
@@ -83,8 +84,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) softmax_kern
       }));
     });
     // The correctly rounded reciprocal: the bits of 1.0f / sum, without the division.
-    const float inv_sum =
-        __frcp_rn(row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch_pair.next()));
+    const float inv_sum = __frcp_rn(row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch));
 
     // Pass 3: normalise, round once, store.
     walk_leaves([&](int slot, int, int64_t v, int count) {

@@ -163,7 +163,8 @@ def test_fused_activation_3d_input_and_given_out():
 
 def test_fused_up_alignment_follows_from_x():
     """up starts d elements into x's row: its address class is x's plus d * itemsize."""
-    assert _fused(x=contiguous((4, 128), F16)).plan.vec_width == 4  # d = 64: up 128 bytes in, aligned (8-byte vectors at decode)
+    # d = 64: up 128 bytes in, aligned (8-byte vectors at decode sizes)
+    assert _fused(x=contiguous((4, 128), F16)).plan.vec_width == 4
     out = Sig((4, 60), (64 * 2, 2), np.dtype(F16), 0)  # rows 64 apart: aligned
     # d = 60: gate aligned, rows 120 elements apart (a vector multiple), but up starts 120 bytes in.
     assert _fused(x=contiguous((4, 120), F16), out=out).plan.vec_width == 1
@@ -494,7 +495,7 @@ def test_plan_activation_shapes_the_block_to_the_work():
     bf16 = _dtypes.bfloat16
     # Throughput: 256 threads, one 16-byte vector each.
     assert plans.plan_activation(4096, 14336, bf16, aligned=True, limits=H200_LIMITS).block_size == 256
-    # Decode: a block per item, 8-byte vectors and 256 threads (EXPERIMENT: half vectors).
+    # Decode: a block per item, 8-byte vectors and 256 threads (NOTES item 20).
     decode = plans.plan_activation(1, 14336, bf16, aligned=True, limits=H200_LIMITS)
     assert (decode.block_size, decode.vec_width, decode.grid) == (256, 4, (14, 1, 1))
     # Narrow rows: no more threads than vectors, at least one warp.

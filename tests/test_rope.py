@@ -321,9 +321,29 @@ def test_apply_rope_launch_in_place(is_neox):
     assert launch.allocate == () and launch.returns == ("q", "k")
     assert launch.scalars == (4, 8, 2, 128, 128, 64, 1, 8 * 128, 128, 2 * 128, 128, 8 * 128, 128, 2 * 128, 128, 128,
                               plan.threads_per_head, plan.head_slots, plan.tokens_per_block, 0, 0, 0, 0, 0)
-    assert [type(v) for v in launch.scalars] == [np.int32] * 24  # EXPERIMENT: 32-bit
+    assert [type(v) for v in launch.scalars] == [np.int32] * 24  # 32-bit (rope.cu says why)
     (rule,) = launch.disjoint
     assert (rule.a, rule.b, rule.allow_same) == ("q", "k", False)
+
+
+def test_apply_rope_arguments_are_32_bit_qk_rms_norm_rope_64():
+    """apply_rope's kernels take their sizes and strides as 32-bit ints: 2**31 or more of
+    any, or of q + kv heads, is refused, naming the array; qk_rms_norm_rope's are 64-bit."""
+    far = 2**31
+    with pytest.raises(ValueError, match=r"q: token stride 2147483648; expected less than 2\*\*31 in magnitude"):
+        _apply(q=Sig((4, 8, 128), (far * 2, 256, 2), np.dtype(BF16), 0))
+    with pytest.raises(ValueError, match=r"k: head stride 2147483648; expected less than 2\*\*31"):
+        _apply(q=contiguous((1, 8, 128), BF16), k=Sig((1, 2, 128), (512, far * 2, 2), np.dtype(BF16), 0))
+    with pytest.raises(ValueError, match=r"cos_sin_cache: row stride 2147483648"):
+        _apply(cache=Sig((64, 128), (far * 4, 4), np.dtype(F32), 0))
+    with pytest.raises(ValueError, match=r"positions: stride 2147483648"):
+        _apply(positions=Sig((4,), (far * 8,), np.dtype(np.int64), 0))
+    with pytest.raises(ValueError, match=r"k: num_q_heads \+ num_kv_heads 2147483648"):
+        _apply(q=contiguous((1, far - 2, 128), BF16), k=contiguous((1, 2, 128), BF16))
+    ok = _apply(q=Sig((4, 8, 128), ((far - 1) * 2, 256, 2), np.dtype(BF16), 0))
+    assert ok.scalars[7] == far - 1 and type(ok.scalars[7]) is np.int32
+    wide = _qk_norm(q=Sig((4, 8, 128), (far * 2, 256, 2), np.dtype(BF16), 0))
+    assert wide.scalars[7] == far and type(wide.scalars[7]) is np.int64
 
 
 def test_apply_rope_out_of_place_allocates_q_out_and_k_out():
@@ -424,7 +444,7 @@ def test_qk_rms_norm_rope_launch():
     assert launch.allocate == () and launch.returns == ("q", "k")
     assert launch.scalars == (4, 8, 2, 128, 128, 64, 1, 8 * 128, 128, 2 * 128, 128, 128, np.float32(1e-5),
                               plan.head_slots, plan.tokens_per_block, plan.heads_per_thread)
-    assert [type(v) for v in launch.scalars] == [np.int32] * 12 + [np.float32] + [np.int32] * 3  # EXPERIMENT
+    assert [type(v) for v in launch.scalars] == [np.int64] * 12 + [np.float32] + [np.int32] * 3
     # A misaligned weight limits the vector width as q does.
     assert _qk_norm(k_weight=contiguous((128,), BF16, align=2)).plan.vec_width == 1
 
@@ -469,6 +489,9 @@ _WEIGHT = np.ones(64, F32)
     ("apply_rope", (np.ones((4, 64), F32), None, _POS, _CACHE), {}),
     ("apply_rope", (np.ones((4, 8, 128), F32)[..., ::2], None, _POS, _CACHE), {}),
     ("apply_rope", (_Q, _K, _POS, _CACHE), {"is_neox": "yes"}),
+    # Tokens 2**31 elements apart: apply_rope's kernel strides are 32-bit (as_strided allocates nothing).
+    ("apply_rope", (np.lib.stride_tricks.as_strided(_Q, shape=(2, 8, 64), strides=(2**33, 256, 4)), None, _POS[:2],
+                    _CACHE), {}),
     ("qk_rms_norm_rope", (_Q, None, _WEIGHT, _WEIGHT, _POS, _CACHE), {}),
     ("qk_rms_norm_rope", (_Q, _K, np.ones(32, F32), _WEIGHT, _POS, _CACHE), {}),
     ("qk_rms_norm_rope", (_Q, _K, _WEIGHT, _WEIGHT.astype(F16), _POS, _CACHE), {}),
@@ -1180,7 +1203,7 @@ def test_apply_rope_mrope_launch(interleaved, layout):
     assert launch.template_args[:6] == ("__nv_bfloat16", "float", "long long", True, 8, layout)
     # positions (3, 4) C-contiguous: token stride 1, row stride 4; the sections last.
     assert launch.scalars[6] == 1 and launch.scalars[20:] == (4, 16, 24, 24)
-    assert [type(v) for v in launch.scalars[20:]] == [np.int32] * 4  # EXPERIMENT
+    assert [type(v) for v in launch.scalars[20:]] == [np.int32] * 4
     # (num_tokens, 3) storage seen transposed: token stride 3, row stride 1.
     strided = Sig((3, 4), (8, 24), np.dtype(np.int64), 0)
     launch = _apply(positions=strided, mrope_section=list(section), mrope_interleaved=interleaved)

@@ -35,6 +35,8 @@ def test_reference_ops():
     (np.ones((2, 0), np.float32), "max"),
     (np.ones((2, 3), np.int32), "min"),
     (np.ones((2, 6), np.float32)[:, ::2], "sum"),
+    # Rows 2**31 elements apart: the kernel's strides are 32-bit (as_strided allocates nothing).
+    (np.lib.stride_tricks.as_strided(np.zeros(8, np.float32), shape=(2, 8), strides=(2**33, 4)), "sum"),
 ])
 def test_reference_refuses_what_the_kernel_refuses(fake_launcher, args):
     assert_same_error(cupykern.row_reduce, reference.row_reduce, *args)
@@ -93,8 +95,17 @@ def test_row_reduce_launch(op):
     assert launch.allocate == (("out", (4,), np.float32),) and launch.returns == "out"
     scale = np.float32(1 / 1000) if op == "mean" else np.float32(1.0)
     assert launch.scalars == (4, 1000, 1000, 1, scale)
+    assert [type(v) for v in launch.scalars] == [np.int32] * 4 + [np.float32]  # 32-bit (row_reduce.cu)
     (rule,) = launch.disjoint
     assert (rule.a, rule.b, rule.allow_same) == ("x", "out", False)
+
+
+def test_row_reduce_strides_of_2_31_are_refused():
+    far = 2**31
+    with pytest.raises(ValueError, match=r"x: rows 2147483648 elements apart; expected fewer than 2\*\*31"):
+        _prepare(x=Sig((2, 8), (far * 2, 2), np.dtype(np.float16), 0))
+    with pytest.raises(ValueError, match=r"out: rows 2147483648 elements apart"):
+        _prepare(x=contiguous((2, 8), np.float16), out=Sig((2,), (far * 4,), np.dtype(np.float32), 0))
 
 
 @pytest.mark.usefixtures("tune_file")

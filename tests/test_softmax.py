@@ -105,9 +105,25 @@ _X = np.array([[1.0, 2.0, 0.5, 3.0]], np.float32)
     ((_X.astype(np.int64),), {}),
     ((np.ones((2, 8), np.float32)[:, ::2],), {}),
     ((np.ones((2, 0), np.float32),), {}),
+    # Rows 2**31 elements apart: the kernel's strides are 32-bit (as_strided allocates nothing).
+    ((np.lib.stride_tricks.as_strided(np.zeros(8, np.float32), shape=(2, 8), strides=(2**33, 4)),), {}),
 ])
 def test_reference_refuses_what_the_kernel_refuses(fake_launcher, args, kwargs):
     assert_same_error(cupykern.softmax, reference.softmax, *args, **kwargs)
+
+
+def test_softmax_arguments_are_32_bit():
+    """num_rows, hidden_size and the row strides are the kernel's 32-bit ints (softmax.cu):
+    2**31 or more is refused, naming the array; one row's stride is passed as 0."""
+    far = 2**31
+    with pytest.raises(ValueError, match=r"x: rows 2147483648 elements apart; expected fewer than 2\*\*31"):
+        _prepare(x=Sig((2, 1000), (far * 2, 2), np.dtype(np.float16), 0))
+    with pytest.raises(ValueError, match=r"out: rows 2147483648 elements apart"):
+        _prepare(out=Sig((4, 1000), (far * 4, 4), np.dtype(np.float32), 0))
+    with pytest.raises(ValueError, match=r"x: 1 row\(s\) of 2147483648 elements"):
+        _prepare(x=contiguous((1, far), np.float16))
+    launch = _prepare(x=Sig((1, 1000), (far * 2, 2), np.dtype(np.float16), 0))
+    assert launch.scalars[:4] == (1, 1000, 0, 0) and {type(v) for v in launch.scalars[:4]} == {np.int32}
 
 
 def test_reference_takes_what_the_kernel_takes(fake_launcher):

@@ -20,7 +20,7 @@ GELU_APPROXIMATIONS = {"none": "gelu", "tanh": "gelu_tanh"}
 def instantiations() -> dict[KernelTemplate, list[str]]:
     """Every instantiation of this family: dtype x activation x vector width x walk."""
     return {ACT_AND_MUL: [ACT_AND_MUL.expr(_dtypes.c_type(d), act, v, grid_stride) for d in _dtypes.DTYPES
-                          for act in ACTIVATIONS.values() for v in sorted({1, _dtypes.vec_width(d) // 2, _dtypes.vec_width(d)})
+                          for act in ACTIVATIONS.values() for v in plans.activation_vec_widths(d)
                           for grid_stride in (False, True)]}
 
 

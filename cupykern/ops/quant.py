@@ -46,7 +46,7 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
                   for layout in plans.row_layouts(d)] for t in _ROW_TEMPLATES}
     spaces[ACT_AND_MUL_QUANT] = [ACT_AND_MUL_QUANT.expr(_dtypes.c_type(d), ACTIVATIONS[act], v, grid_stride)
                                  for d in _dtypes.DTYPES for act in QUANT_ACTIVATIONS
-                                 for v in sorted({1, _dtypes.vec_width(d) // 2, _dtypes.vec_width(d)}) for grid_stride in (False, True)]
+                                 for v in plans.activation_vec_widths(d) for grid_stride in (False, True)]
     return spaces
 
 

@@ -229,6 +229,17 @@ def _prepare_apply_rope(a: launcher.Args) -> launcher.Launch:
         qo_ts, qo_hs, ko_ts, ko_hs = qh.num_heads * qh.head_dim, qh.head_dim, num_kv_heads * qh.head_dim, qh.head_dim
     if qh.num_tokens == 0 or qh.num_heads + num_kv_heads == 0:
         return launcher.Launch(None, allocate=allocate, returns=names)
+    # The kernels' 32-bit sizes and strides (rope.cu), in their order, and the heads they add
+    # in 32 bits: checked before the plan so that the float64 twin checks them too.
+    _arrays.int32_args(("k", "num_q_heads + num_kv_heads", qh.num_heads + num_kv_heads))
+    sizes = _arrays.int32_args(
+        ("q", "num_tokens", qh.num_tokens), ("q", "num_heads", qh.num_heads), ("k", "num_kv_heads", num_kv_heads),
+        ("q", "head_dim", qh.head_dim), ("cos_sin_cache", "rotary_dim", rotary_dim),
+        ("cos_sin_cache", "max_position", cache.shape[0]), ("positions", "stride", pos_stride),
+        ("q", "token stride", qh.token_stride), ("q", "head stride", qh.head_stride), ("k", "token stride", k_ts),
+        ("k", "head stride", k_hs), ("q_out", "token stride", qo_ts), ("q_out", "head stride", qo_hs),
+        ("k_out", "token stride", ko_ts), ("k_out", "head stride", ko_hs),
+        ("cos_sin_cache", "row stride", cache_stride), ("positions", "row stride", row_stride))
     strided = [(q, qh.token_stride), (q, qh.head_stride), (q_out, qo_ts), (q_out, qo_hs)]
     if k is not None:
         strided += [(k, k_ts), (k, k_hs), (k_out, ko_ts), (k_out, ko_hs)]
@@ -241,11 +252,9 @@ def _prepare_apply_rope(a: launcher.Args) -> launcher.Launch:
     return launcher.Launch(
         *((APPLY_ROPE_WIDE, (*targs, plan.heads_per_thread)) if plan.heads_per_thread else (APPLY_ROPE, targs)), plan,
         pointers=(*names, "q", "k", "positions", "cos_sin_cache"),
-        scalars=(*map(np.int32, (qh.num_tokens, qh.num_heads, num_kv_heads, qh.head_dim, rotary_dim, cache.shape[0],
-                                 pos_stride, qh.token_stride, qh.head_stride, k_ts, k_hs, qo_ts, qo_hs, ko_ts, ko_hs,
-                                 cache_stride)),
+        scalars=(*sizes[:-1],
                  *map(np.int32, (plan.threads_per_head, plan.head_slots, plan.tokens_per_block, 0 if inplace else 1)),
-                 np.int32(row_stride), *map(np.int32, sections)),  # EXPERIMENT: 32-bit, unchecked
+                 sizes[-1], *map(np.int32, sections)),
         allocate=allocate, returns=names, disjoint=_qk_disjoint(qh, kh))
 
 
@@ -274,9 +283,9 @@ def _prepare_qk_rms_norm_rope(a: launcher.Args) -> launcher.Launch:
         (_dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype), POSITION_TYPES[positions.dtype],
          is_neox, plan.vec_width, plan.threads_per_head), plan,
         pointers=("q", "k", "q_weight", "k_weight", "positions", "cos_sin_cache"),
-        scalars=(*map(np.int32, (qh.num_tokens, qh.num_heads, kh.num_heads, qh.head_dim, rotary_dim, cache.shape[0],
+        scalars=(*map(np.int64, (qh.num_tokens, qh.num_heads, kh.num_heads, qh.head_dim, rotary_dim, cache.shape[0],
                                  pos_stride, qh.token_stride, qh.head_stride, kh.token_stride, kh.head_stride,
-                                 cache_stride)),  # EXPERIMENT: 32-bit, unchecked
+                                 cache_stride)),
                  eps, np.int32(plan.head_slots), np.int32(plan.tokens_per_block),
                  *((np.int32(plan.heads_per_thread),) if wide else ())),
         returns=("q", "k"), disjoint=_qk_disjoint(qh, kh))

@@ -37,7 +37,11 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
         raise ValueError(f"out: strides {out.strides} are not multiples of the item size {out.itemsize}")
     # out is (...,) with any strides: one element per row, out_stride elements apart.
     out_stride = _arrays.collapse(out.shape, [s // out.itemsize for s in out.strides], "out", "the") if out.shape else 1
-    _arrays.distinct_rows(_arrays.Rows(rows.num_rows, 1, out_stride), "out")
+    out_rows = _arrays.Rows(rows.num_rows, 1, out_stride)
+    _arrays.distinct_rows(out_rows, "out")
+    # row_reduce_kernel's 32-bit sizes and strides, before the plan so the float64 twin checks them too
+    sizes = (*_arrays.int32_rows(rows, "x"), _arrays.int32_row_stride(rows, "x"),
+             _arrays.int32_row_stride(out_rows, "out"))
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride))
     plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits,
                            op="row_reduce", overrides=a.overrides)
@@ -45,8 +49,7 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
     return launcher.Launch(
         ROW_REDUCE, (OPS[op], _dtypes.c_type(x.dtype), *plan.layout.template_args()), plan,
         pointers=("out", "x"),
-        scalars=(*_arrays.int32_rows(rows, "x"), _arrays.int32_row_stride(rows, "x"),
-                 _arrays.int32_row_stride(_arrays.Rows(rows.num_rows, 1, out_stride), "out"), scale),
+        scalars=(*sizes, scale),
         allocate=allocate, returns="out",
         disjoint=(launcher.Disjoint("x", "out"),))
 

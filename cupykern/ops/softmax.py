@@ -44,14 +44,16 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
     out_rows = _arrays.written_rows(out, "out")
     if rows.num_rows == 0:
         return launcher.Launch(None, allocate=allocate, returns="out")
+    # softmax_kernel's 32-bit sizes and strides, before the plan so the float64 twin checks them too
+    sizes = (*_arrays.int32_rows(rows, "x"), _arrays.int32_row_stride(rows, "x"),
+             _arrays.int32_row_stride(out_rows, "out"))
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride))
     plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits, op="softmax",
                            overrides=a.overrides)
     return launcher.Launch(
         SOFTMAX, (_dtypes.c_type(x.dtype), _dtypes.c_type(out_dtype), *plan.layout.template_args()), plan,
         pointers=("out", "x"),
-        scalars=(*_arrays.int32_rows(rows, "x"), _arrays.int32_row_stride(rows, "x"),
-                 _arrays.int32_row_stride(out_rows, "out"), scale),
+        scalars=(*sizes, scale),
         allocate=allocate, returns="out",
         disjoint=(launcher.Disjoint("x", "out", allow_same=True, a_rows=rows, b_rows=out_rows),))
 

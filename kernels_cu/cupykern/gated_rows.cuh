@@ -45,7 +45,10 @@ struct StoreRoundedRows {
 // Slot `slot` of row `row`: one full vector, or the scalar tail (kTail and kVecWidth > 1
 // only, so a vector never reaches into the next row or past the buffer); nothing past the
 // row's end. !kTail: d is a multiple of kVecWidth (the block-per-item grid's contract),
-// so no test for the tail, which cost 0.03-0.06 us a call (bench/results/NOTES.md, item 19).
+// so no test for the tail. Against the test, with the 8-byte vectors of decode sizes:
+// -0.16 to +0.01 us (gelu_and_mul at 64 tokens of 8b the most); with 16-byte ones, which
+// this grid takes only where 8-byte ones no longer fit one wave: +0.02 to +0.05
+// (bench/results/NOTES.md, item 20).
 template <typename T, int kAct, int kVecWidth, bool kTail, typename Store, typename Row>
 __device__ __forceinline__ void act_and_mul_slot(const Store& store, const T* gate, const T* up, Row row,
                                                  unsigned slot, unsigned slots_per_row, int d,

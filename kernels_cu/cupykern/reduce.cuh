@@ -90,10 +90,11 @@ template <int kWarpSize> constexpr int max_warps_per_block() { return 1024 / kWa
 // kThreadsPerRow; every thread of the group gets the result. Only for reductions whose
 // result does not depend on the order (the max of values without signed zeros or NaN
 // payloads, as quant.cu's max |y|); row_tree_reduce is the layout-independent one.
-// `scratch` holds one float per warp of the block: a half of a ScratchPair (below), as
-// no barrier follows the reads.
-template <typename Op, int kThreadsPerRow, int kWarpSize = 32>
-__device__ __forceinline__ float row_group_reduce(float v, float* scratch) {
+// `scratch` holds one float per warp of the block: a plain buffer, free again on return
+// (a trailing barrier guards its reuse), or the next half of a ScratchPair (below: no
+// trailing barrier).
+template <typename Op, int kThreadsPerRow, int kWarpSize, bool kTrailingBarrier>
+__device__ __forceinline__ float row_group_reduce_impl(float v, float* scratch) {
   if constexpr (kThreadsPerRow <= kWarpSize) {
     return warp_reduce<Op, kThreadsPerRow, kWarpSize>(v);
   } else {
@@ -107,6 +108,7 @@ __device__ __forceinline__ float row_group_reduce(float v, float* scratch) {
     float r = scratch[first];
 #pragma unroll
     for (int w = 1; w < kWarpsPerRow; ++w) r = Op::apply(r, scratch[first + w]);
+    if constexpr (kTrailingBarrier) __syncthreads();
     return r;
   }
 }
@@ -129,14 +131,15 @@ __device__ __forceinline__ float halving_subtree(const float* s, int j) {
 template <int kThreadsPerRow, int kMaxBlock>
 constexpr int tree_scratch_floats() { return kThreadsPerRow > 32 ? kMaxBlock : 32; }
 
-// EXPERIMENT (branch next/issue11-scratch-pair): a kernel's reduction scratch in two
-// halves taken in turn, so that the reductions need no barrier after their reads. A
-// reduction over several warps writes its half, waits at a barrier, then reads it; the
-// next one writes the other half and waits at its own barrier. A thread that writes a
-// half again has passed that barrier, which every thread reaches only after its reads of
-// the half: no race. Every thread of the block takes the same turns (the row loops and
-// the reductions are block-uniform). The trailing barrier cost rms_norm and
-// fused_add_rms_norm 0.02-0.10 us a call at decode sizes (bench/results/NOTES.md, item 18).
+// A kernel's reduction scratch in two halves taken in turn, so that the reductions need
+// no barrier after their reads. A reduction over several warps writes its half, waits at
+// a barrier, then reads it; the next one writes the other half and waits at its own
+// barrier. A thread that writes a half again has passed that barrier, which every thread
+// reaches only after its reads of the half: no race. Every thread of the block takes the
+// same turns (the row loops and the reductions are block-uniform). The trailing barrier
+// cost the norms 0.02-0.07 us a call at decode sizes and layer_norm 1-3 % at 4096 tokens;
+// softmax measured slower with the pair (up to +0.1 us and +3 %), so it and row_reduce
+// keep one buffer and the barrier (bench/results/NOTES.md, item 20).
 template <int kFloats>
 struct ScratchPair {
   float* base;                       // 2 * kFloats floats of shared memory
@@ -152,10 +155,10 @@ struct ScratchPair {
 // The tree's root for the row group of kThreadsPerRow threads, each holding its
 // kColumns column values (register a = column lane + a * kThreadsPerRow, see above);
 // every thread of the group gets the root. `scratch` holds one float per thread of the
-// block when kThreadsPerRow > kWarpSize (tree_scratch_floats): a half of a ScratchPair, as
-// no barrier follows the reads.
-template <typename Op, int kThreadsPerRow, int kColumns, int kWarpSize = 32>
-__device__ __forceinline__ float row_tree_reduce(float (&column)[kColumns], float* scratch) {
+// block when kThreadsPerRow > kWarpSize (tree_scratch_floats): a plain buffer, free again
+// on return, or the next half of a ScratchPair (no trailing barrier), as row_group_reduce.
+template <typename Op, int kThreadsPerRow, int kColumns, int kWarpSize, bool kTrailingBarrier>
+__device__ __forceinline__ float row_tree_reduce_impl(float (&column)[kColumns], float* scratch) {
   static_assert((kColumns & (kColumns - 1)) == 0, "columns per thread must be a power of two");
   // Stages h >= kThreadsPerRow: registers a and a + h / kThreadsPerRow of this lane.
 #pragma unroll
@@ -179,8 +182,27 @@ __device__ __forceinline__ float row_tree_reduce(float (&column)[kColumns], floa
     v = halving_subtree<Op, kWarpsPerRow, 1, kWarpSize>(scratch + first, 0);
     v = warp_reduce<Op, kWarpSize, kWarpSize>(v);
     if constexpr (!Op::kCommutative) v = __shfl_sync(0xffffffffu, v, 0, kWarpSize);
+    if constexpr (kTrailingBarrier) __syncthreads();
     return v;
   }
+}
+
+// The entry points: the scratch's type says whether the trailing barrier is needed.
+template <typename Op, int kThreadsPerRow, int kWarpSize = 32>
+__device__ __forceinline__ float row_group_reduce(float v, float* scratch) {
+  return row_group_reduce_impl<Op, kThreadsPerRow, kWarpSize, true>(v, scratch);
+}
+template <typename Op, int kThreadsPerRow, int kWarpSize = 32, int kFloats>
+__device__ __forceinline__ float row_group_reduce(float v, ScratchPair<kFloats>& scratch) {
+  return row_group_reduce_impl<Op, kThreadsPerRow, kWarpSize, false>(v, scratch.next());
+}
+template <typename Op, int kThreadsPerRow, int kColumns, int kWarpSize = 32>
+__device__ __forceinline__ float row_tree_reduce(float (&column)[kColumns], float* scratch) {
+  return row_tree_reduce_impl<Op, kThreadsPerRow, kColumns, kWarpSize, true>(column, scratch);
+}
+template <typename Op, int kThreadsPerRow, int kColumns, int kWarpSize = 32, int kFloats>
+__device__ __forceinline__ float row_tree_reduce(float (&column)[kColumns], ScratchPair<kFloats>& scratch) {
+  return row_tree_reduce_impl<Op, kThreadsPerRow, kColumns, kWarpSize, false>(column, scratch.next());
 }
 
 }  // namespace cupykern

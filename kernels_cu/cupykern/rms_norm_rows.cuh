@@ -128,7 +128,7 @@ __device__ __forceinline__ void rms_norm_rows(
         return __fmaf_rn(e, e, s);
       }));
     });
-    const float sumsq = row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch_pair.next());
+    const float sumsq = row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch_pair);
     const float inv_rms = rsqrtf(sumsq / static_cast<float>(hidden_size) + eps);
 
     // Pass 2 (each call of each_y): scale by inv_rms and the (offset) weight. Leaves past
