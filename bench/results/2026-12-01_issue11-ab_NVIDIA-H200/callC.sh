@@ -14,6 +14,10 @@ for t in main new main new; do
 done
 AB_JOBS=$jobs DEADLINE=200 bash bench/ab.sh run
 echo "ab $((SECONDS - S)) s" >> $OUT/calls.txt
-SANITIZE=1 SANITIZE_FAMILIES=activation,quant,norm,softmax,row_reduce,rope GOLDEN=$PWD/ab/main \
-  PYTEST_ARGS="-n 15" BENCHES= DEADLINE_S=$((585 - (SECONDS - S))) bash bench/gpu_session.sh > $OUT/session.log 2>&1
+GOLDEN=$PWD/ab/main PYTEST_ARGS="-n 15" BENCHES= DEADLINE_S=$((560 - (SECONDS - S))) \
+  bash bench/gpu_session.sh > $OUT/session.log 2>&1
 echo "session rc $? $((SECONDS - S)) s" >> $OUT/calls.txt
+mv $OUT/results.tar.gz $OUT/results-tests.tar.gz
+SANITIZE=1 SANITIZE_FAMILIES=activation,quant,norm,softmax,row_reduce,rope TESTS= BENCHES= \
+  DEADLINE_S=$((585 - (SECONDS - S))) bash bench/gpu_session.sh > $OUT/sanitize.log 2>&1
+echo "sanitize rc $? $((SECONDS - S)) s" >> $OUT/calls.txt
