@@ -584,8 +584,8 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
         # first load (bench/results/NOTES.md, item 18).
         if not {"vec_width", "block_size"} & set(overrides) and vec_width > 1:
             # 8-byte vectors and up to twice the threads a block where they still fit one
-            # wave: 0.01-0.16 us less than 16-byte ones at 1-64 tokens, gelu the most
-            # (bench/results/NOTES.md, item 20).
+            # wave: 0.00-0.25 us less than 16-byte ones at 1-64 tokens of llama-3.1-8b
+            # and -70b, silu_and_mul_quant at 64 the most (bench/results/NOTES.md, item 20).
             half = vec_width // 2
             widest = _constant("ACTIVATION_BLOCK_SIZE", (32, 64, 128, 256, 512, 1024))
             half_block = min(widest, max(limits.warp_size, _next_pow2(-(-d // half))))

@@ -137,9 +137,10 @@ constexpr int tree_scratch_floats() { return kThreadsPerRow > 32 ? kMaxBlock : 3
 // barrier. A thread that writes a half again has passed that barrier, which every thread
 // reaches only after its reads of the half: no race. Every thread of the block takes the
 // same turns (the row loops and the reductions are block-uniform). The trailing barrier
-// cost the norms 0.02-0.07 us a call at decode sizes and layer_norm 1-3 % at 4096 tokens;
-// softmax measured slower with the pair (up to +0.1 us and +3 %), so it and row_reduce
-// keep one buffer and the barrier (bench/results/NOTES.md, item 20).
+// cost the norms 0.02-0.07 us a call at decode sizes (and fused_add_rms_norm 1-2 %,
+// layer_norm at 4096 x 4096 3 % at prefill sizes); softmax measured slower with the pair
+// (up to +0.1 us and +3 %), so it and row_reduce keep one buffer and the barrier
+// (bench/results/NOTES.md, item 20).
 template <int kFloats>
 struct ScratchPair {
   float* base;                       // 2 * kFloats floats of shared memory
