@@ -169,8 +169,9 @@ def rows_view(shape, strides, itemsize: int, name: str) -> Rows:
     return Rows(math.prod(shape[:-1]), hidden_size, row_stride if lead else hidden_size)
 
 
-#: Kernels that take sizes and row strides as 32-bit ints (activation.cu, quant.cu's
-#: act_and_mul_quant_kernel, norm.cu's rms_norm_kernel) take values of magnitude below this.
+#: Kernels that take sizes and strides as 32-bit ints (activation.cu, quant.cu's
+#: act_and_mul_quant_kernel, norm.cu's rms_norm_kernel, softmax.cu, row_reduce.cu, rope.cu's
+#: apply_rope kernels) take values of magnitude below this.
 INT32_LIMIT = 2**31
 
 

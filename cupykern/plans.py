@@ -137,6 +137,14 @@ def check_override_keys(overrides: dict, allowed, what: str) -> None:
             raise ValueError(f"launch override {key}: expected a positive int, got {value!r}")
 
 
+def checked_overrides(overrides: dict | None, allowed, what: str) -> dict:
+    """``overrides`` without its None values, checked (:func:`check_override_keys`), with
+    NumPy ints and bools as Python ones (the plan rules do int arithmetic on them)."""
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    check_override_keys(overrides, allowed, what)
+    return {k: bool(v) if k in FLAG_OVERRIDE_KEYS else int(v) for k, v in overrides.items()}
+
+
 def _pow2(n: int) -> bool:
     return n >= 1 and not n & (n - 1)
 
@@ -418,8 +426,7 @@ def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: 
     :func:`row_layout`, which follows ``num_rows``. Every valid plan gives a row the same
     bits.
     """
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    check_override_keys(overrides, ROW_OVERRIDE_KEYS, op or "a row kernel")
+    overrides = checked_overrides(overrides, ROW_OVERRIDE_KEYS, op or "a row kernel")
     hidden_size, num_rows = _count(hidden_size, "hidden_size", 1), _count(num_rows, "num_rows", 0)
     _check_op(op)
     if op is not None and not overrides:
@@ -464,13 +471,14 @@ def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: 
 
 #: The gated kernels' __launch_bounds__ (cupykern/gated_rows.cuh::kActMaxBlockSize).
 ACTIVATION_MAX_BLOCK_SIZE = 1024
-#: Default block: 256 threads, one 16-byte vector of gate and of up each. Eight such
+#: Default block: 256 threads, one 16-byte vector of gate and of up each (at most 256
+#: threads of 8-byte vectors at decode sizes, _narrow_vector_plan). Eight such
 #: blocks fill an SM's 2048 threads with 64 KiB of loads in flight, above the ~25 KiB
 #: per SM that covers HBM latency at an H200's 4.8 TB/s (bandwidth x ~700 ns / 132 SMs).
 #: Not yet tuned by a measurement in bench/results.
 ACTIVATION_BLOCK_SIZE = 256
-#: Decode-sized work (fewer chunks than SMs) halves the block down to this, spreading
-#: the few vectors over more SMs. 128 against 32, 64 and 256 (cupykern sweep --block-size,
+#: Decode-sized work (fewer chunks than SMs) of 16-byte vectors halves the block down to
+#: this, spreading the few vectors over more SMs (the 8-byte plan of decode sizes does not). 128 against 32, 64 and 256 (cupykern sweep --block-size,
 #: llama-3.1-70b bf16, H200, bench/results/NOTES.md item 16): 1.49, 1.54, 1.50 and 1.58 us
 #: for silu_and_mul at 1 token, 1.90, 2.39, 2.00 and 1.93 at 16.
 ACTIVATION_MIN_BLOCK_SIZE = 128
@@ -521,27 +529,49 @@ def activation_chunks(num_rows: int, d: int, block_size: int, vec_width: int) ->
     return num_rows * -(-slots_per_row // block_size)
 
 
+def _narrow_vector_plan(num_rows: int, d: int, vec_width: int, most: int,
+                        limits: DeviceLimits) -> tuple[int, int, int] | None:
+    """(vec_width, block_size, chunks_per_row) of half-width vectors (8 bytes for 16-byte
+    ``vec_width``) on the block-per-item grid, or None where they do not cover d exactly or
+    do not fit one wave of resident blocks and the grid's limits. The block is as many
+    threads as vectors, a power of two from one warp, at most ACTIVATION_BLOCK_SIZE and
+    ``most``. Against 16-byte vectors on the same kernel: 0.02-0.15 us less a call at 1-64
+    tokens of llama-3.1-8b and -70b (bench/results/NOTES.md, item 20)."""
+    narrow = vec_width // 2
+    if num_rows == 0 or narrow < 1 or d % narrow or num_rows > limits.max_grid_y:
+        return None
+    widest = min(_constant("ACTIVATION_BLOCK_SIZE", (32, 64, 128, 256, 512, 1024)), most)
+    block_size = min(widest, max(limits.warp_size, _next_pow2(-(-d // narrow))))
+    chunks_per_row = activation_chunks(1, d, block_size, narrow)
+    resident = limits.sm_count * max(1, limits.max_threads_per_sm // block_size)
+    if num_rows * chunks_per_row > resident or chunks_per_row > limits.max_grid_x:
+        return None
+    return narrow, block_size, chunks_per_row
+
+
 def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: DeviceLimits,
                     overrides: dict | None = None, op: str = "act_and_mul") -> ActivationPlan:
     """Plan for act_and_mul_kernel (silu_and_mul, gelu_and_mul, swiglu) on rows of ``d`` outputs.
 
-    16-byte vectors when ``aligned``; ACTIVATION_BLOCK_SIZE threads, fewer for narrow
+    Where every row is a whole number of 8-byte vectors (half the 16-byte width) and
+    they fit one wave of resident blocks (decode sizes), and neither ``block_size`` nor
+    ``vec_width`` is overridden nor ``grid_stride`` forced True: 8-byte vectors, a block
+    per (row, chunk) item (grid (chunks_per_row, num_rows), ``grid_stride`` False), as
+    many threads as vectors up to ACTIVATION_BLOCK_SIZE (:func:`_narrow_vector_plan`).
+    Else 16-byte vectors when ``aligned``; ACTIVATION_BLOCK_SIZE threads, fewer for narrow
     rows (no more threads than vectors, a power of two from one warp) and halved down
-    to ACTIVATION_MIN_BLOCK_SIZE while there are fewer work items than SMs. Where one
-    wave of resident blocks holds every work item, the rows fit ``limits.max_grid_y``
-    (and the chunks of a row ``limits.max_grid_x``) and d is a multiple of the vector
-    width (that kernel has no scalar tail), the grid is (chunks_per_row, num_rows), a
-    block per item (``grid_stride`` False); there, unless ``block_size`` or ``vec_width``
-    is overridden, 8-byte vectors and a block of up to ACTIVATION_BLOCK_SIZE threads
-    take over where they still fit one wave (decode sizes). Else one wave
-    of blocks (at most ``limits.max_grid_x``) walks the items grid-stride, as it does
-    for zero rows whatever the override (nothing is launched then). ``overrides`` (keys
+    to ACTIVATION_MIN_BLOCK_SIZE while there are fewer work items than SMs; a block per
+    item where one wave holds every item, the grid fits ``limits.max_grid_y`` (rows) and
+    ``limits.max_grid_x`` (chunks of a row) and d is a multiple of the vector width
+    (that kernel has no scalar tail); else one wave of blocks (at most
+    ``limits.max_grid_x``) walks the items grid-stride, as it does for zero rows
+    whatever the override (nothing is launched then). ``overrides`` (keys
     :data:`ACTIVATION_OVERRIDE_KEYS`: ``block_size``, ``vec_width``, and ``grid_stride``
-    to force either grid) replace the heuristic's choices; the result is validated
-    (ValueError, also for ``grid_stride=False`` on a grid past the device's limits).
+    to force either grid) replace the heuristic's choices; the result is validated:
+    ValueError for a bad override, for ``grid_stride=False`` on a grid past the device's
+    limits, or with a d that is not a multiple of ``vec_width``.
     """
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    check_override_keys(overrides, ACTIVATION_OVERRIDE_KEYS, op)
+    overrides = checked_overrides(overrides, ACTIVATION_OVERRIDE_KEYS, op)
     num_rows, d = _count(num_rows, "num_rows", 0), _count(d, "d", 1)
     if d >= ACTIVATION_MAX_ROW:
         raise ValueError(f"d: expected 1 .. {ACTIVATION_MAX_ROW - 1} outputs a row (the kernel's in-row indices are "
@@ -565,12 +595,17 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     most = min(limits.max_threads_per_block, ACTIVATION_MAX_BLOCK_SIZE)
     if not 0 < block_size <= most or block_size % limits.warp_size:
         raise ValueError(f"block_size must be a multiple of {limits.warp_size} and at most {most}, got {block_size}")
+    grid_stride = overrides.get("grid_stride")
+    if grid_stride is not True and not {"vec_width", "block_size"} & set(overrides):
+        narrow = _narrow_vector_plan(num_rows, d, vec_width, most, limits)
+        if narrow is not None:  # decode sizes: 8-byte vectors, a block per item
+            vec_width, block_size, chunks_per_row = narrow
+            return ActivationPlan((chunks_per_row, num_rows, 1), (block_size, 1, 1), vec_width, origin, False)
     chunks_per_row = activation_chunks(1, d, block_size, vec_width)
     chunks = num_rows * chunks_per_row
     resident = limits.sm_count * max(1, limits.max_threads_per_sm // block_size)
     fits_2d = num_rows <= limits.max_grid_y and chunks_per_row <= limits.max_grid_x
     whole_vectors = d % vec_width == 0  # the block-per-item kernel has no scalar tail
-    grid_stride = overrides.get("grid_stride")
     if grid_stride is None:
         grid_stride = not (chunks <= resident and fits_2d and whole_vectors)
     elif not grid_stride and not fits_2d:
@@ -578,21 +613,11 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
                          f"{num_rows} exceeds the device's {limits.max_grid_x} x {limits.max_grid_y}")
     elif not grid_stride and not whole_vectors and num_rows > 0:
         raise ValueError(f"grid_stride=False needs d a multiple of vec_width (the block-per-item kernel has no "
-                         f"scalar tail): d = {d}, vec_width = {vec_width}; pass vec_width=1")
+                         f"scalar tail): d = {d}, vec_width = {vec_width}; pass a vec_width that divides d "
+                         f"(1 always does)")
     if not grid_stride and num_rows > 0:
         # A block per chunk, no walk: the walk's divisions and loop came before the
         # first load (bench/results/NOTES.md, item 18).
-        if not {"vec_width", "block_size"} & set(overrides) and vec_width > 1:
-            # 8-byte vectors and up to twice the threads a block where they still fit one
-            # wave: 0.00-0.25 us less than 16-byte ones at 1-64 tokens of llama-3.1-8b
-            # and -70b, silu_and_mul_quant at 64 the most (bench/results/NOTES.md, item 20).
-            half = vec_width // 2
-            widest = _constant("ACTIVATION_BLOCK_SIZE", (32, 64, 128, 256, 512, 1024))
-            half_block = min(widest, max(limits.warp_size, _next_pow2(-(-d // half))))
-            half_chunks = activation_chunks(1, d, half_block, half)
-            if (num_rows * half_chunks <= limits.sm_count * max(1, limits.max_threads_per_sm // half_block)
-                    and half_chunks <= limits.max_grid_x):
-                vec_width, block_size, chunks_per_row = half, half_block, half_chunks
         return ActivationPlan((chunks_per_row, num_rows, 1), (block_size, 1, 1), vec_width, origin, False)
     # One wave of resident blocks walking the chunks grid-stride (also for zero rows,
     # where it launches nothing): a block per chunk made large shapes launch ~10^5

@@ -20,9 +20,10 @@
 //   T          float, __half, __nv_bfloat16
 //   kAct       0 silu, 1 gelu (erf), 2 gelu (tanh approximation)
 //   kVecWidth  1, 8 / sizeof(T) (decode sizes, bench/results/NOTES.md item 20) or
-//              16 / sizeof(T): elements per memory access. More than 1 only when gate, up and out pointers are
-//              16-byte aligned and every row stride is a multiple of kVecWidth; the last
-//              d % kVecWidth elements of a row go through a scalar tail.
+//              16 / sizeof(T): elements per memory access. More than 1 only when gate,
+//              up and out pointers are 16-byte aligned and every row stride is a
+//              multiple of kVecWidth; on the grid-stride walk the last d % kVecWidth
+//              elements of a row go through a scalar tail.
 //   kGridStride true: a 1-D grid of any size walks the (row, chunk) work items
 //              grid-stride, so any number of rows fits (prefill sizes); false: the grid
 //              is (chunks_per_row, num_rows, 1), a block per work item (decode sizes:

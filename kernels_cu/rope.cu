@@ -25,7 +25,7 @@
 // positions_stride apart); cache [max_position, rotary_dim], cache_stride apart.
 // apply_rope's kernels take the sizes and strides as 32-bit ints (each |value|, and q +
 // kv heads, below 2^31: checked in Python), widened where they meet a 64-bit index:
-// 64-bit ones cost them 0.07-0.10 us a call at decode sizes. The qk_rms_norm_rope
+// 64-bit ones cost them 0.06-0.14 us a call at decode sizes. The qk_rms_norm_rope
 // kernels keep 64-bit ones, where 32-bit ones cost up to 1.3 % at 4096 tokens
 // (bench/results/NOTES.md, item 20).
 // A token whose position is outside [0, max_position) reads no cache row and is left

@@ -14,7 +14,7 @@
 // Layout: num_rows rows of hidden_size elements, unit stride along a row, rows
 // *_row_stride elements apart (64-bit offsets). num_rows, hidden_size and the strides
 // arrive as 32-bit ints (|value| < 2^31, checked in Python) and are widened by the 64-bit
-// row index: 64-bit ones cost up to 0.08 us a call at decode sizes and up to 1.4 % at 4096
+// row index: 64-bit ones cost up to 0.10 us a call at decode sizes and up to 1.6 % at 4096
 // tokens (bench/results/NOTES.md, item 20). Mutates `out` only (it may be x when
 // TOut == T).
 //

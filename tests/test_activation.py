@@ -417,7 +417,7 @@ def _kernel_walk(grid: int, block_size: int, num_rows: int, d: int, vec_width: i
 def test_plan_activation_is_valid_and_compiled(num_rows, d, dtype, aligned):
     plan = plans.plan_activation(num_rows, d, dtype, aligned=aligned, limits=H200_LIMITS)
     assert plan.origin == "heuristic"
-    # 16-byte vectors, or 8-byte ones with 256 threads a block on the block-per-item grid.
+    # 16-byte vectors, or 8-byte ones on the block-per-item grid (decode sizes).
     if not aligned:
         assert plan.vec_width == 1
     elif plan.grid_stride:
@@ -500,6 +500,36 @@ def test_plan_activation_shapes_the_block_to_the_work():
     assert (decode.block_size, decode.vec_width, decode.grid) == (256, 4, (14, 1, 1))
     # Narrow rows: no more threads than vectors, at least one warp.
     assert plans.plan_activation(4096, 3, bf16, aligned=False, limits=H200_LIMITS).block_size == 32
+
+
+@pytest.mark.parametrize("num_tokens, grid", [(1, (15, 1, 1)), (16, (15, 16, 1)), (64, (15, 64, 1))])
+def test_plan_activation_takes_8_byte_vectors_where_16_byte_ones_leave_a_tail(num_tokens, grid):
+    """d = 14340 is a whole number of 8-byte vectors (4 bf16), not of 16-byte ones: the
+    block-per-item grid with 8-byte vectors, not the grid-stride walk (its scalar tail)."""
+    plan = plans.plan_activation(num_tokens, 14340, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
+    assert (plan.vec_width, plan.block_size, plan.grid, plan.grid_stride) == (4, 256, grid, False)
+    # Forced onto the block-per-item grid: the same plan; d = 14338 (2 mod 4) walks.
+    assert plans.plan_activation(num_tokens, 14340, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS,
+                                 overrides={"grid_stride": False}).vec_width == 4
+    assert plans.plan_activation(num_tokens, 14338, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS).grid_stride
+
+
+def test_plan_activation_overrides_keep_their_vectors():
+    """block_size or vec_width overridden: no 8-byte vectors unless asked for; NumPy ints
+    are taken as ints; the 8-byte block respects the device's block limit."""
+    bf16 = _dtypes.bfloat16
+    plan = plans.plan_activation(1, 14336, bf16, aligned=True, limits=H200_LIMITS, overrides={"block_size": 128})
+    assert (plan.vec_width, plan.block_size, plan.grid_stride) == (8, 128, False)
+    plan = plans.plan_activation(1, 14336, bf16, aligned=True, limits=H200_LIMITS, overrides={"vec_width": np.int64(8)})
+    assert plan.vec_width == 8 and type(plan.block_size) is int
+    plan = plans.plan_activation(1, 14336, bf16, aligned=True, limits=H200_LIMITS,
+                                 overrides={"vec_width": np.uint8(4), "block_size": np.uint16(256)})
+    assert (plan.vec_width, plan.block_size) == (4, 256)
+    assert plans.plan_activation(1, 14336, bf16, aligned=True, limits=H200_LIMITS,
+                                 overrides={"grid_stride": True}).vec_width == 8
+    small_blocks = DeviceLimits(name="128-thread blocks", sm_count=132, max_threads_per_block=128)
+    plan = plans.plan_activation(31, 1024, bf16, aligned=True, limits=small_blocks)
+    assert plan.block_size <= 128 and not plan.grid_stride
 
 
 def test_plan_activation_caps_the_grid():

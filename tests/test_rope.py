@@ -340,6 +340,11 @@ def test_apply_rope_arguments_are_32_bit_qk_rms_norm_rope_64():
         _apply(positions=Sig((4,), (far * 8,), np.dtype(np.int64), 0))
     with pytest.raises(ValueError, match=r"k: num_q_heads \+ num_kv_heads 2147483648"):
         _apply(q=contiguous((1, far - 2, 128), BF16), k=contiguous((1, 2, 128), BF16))
+    with pytest.raises(ValueError, match=r"q: num_q_heads \+ num_kv_heads 2147483648"):
+        _apply(q=contiguous((1, far, 2), BF16), k=None, cache=contiguous((64, 2), F32))
+    # One token out of place: the outputs' token stride is never used, so not limited.
+    one = _apply(q=contiguous((1, 2**20, 2**11), BF16), k=None, cache=contiguous((64, 2**11), F32), inplace=False)
+    assert one.scalars[11] == 0 and one.scalars[8] == 2**11
     ok = _apply(q=Sig((4, 8, 128), ((far - 1) * 2, 256, 2), np.dtype(BF16), 0))
     assert ok.scalars[7] == far - 1 and type(ok.scalars[7]) is np.int32
     wide = _qk_norm(q=Sig((4, 8, 128), (far * 2, 256, 2), np.dtype(BF16), 0))
@@ -1237,6 +1242,15 @@ def test_apply_rope_mrope_intake_errors_name_the_argument(kwargs, message):
         _apply(limits=None, **kwargs)
     with pytest.raises(TypeError, match="positions: expected dtype int32 or int64"):
         _apply(limits=None, mrope_section=(16, 24, 24), positions=contiguous((3, 4), F32))
+
+
+def test_interleaved_mrope_sections_fit_the_kernels_32_bit_bound():
+    """rope.cu's mrope_row compares indices with 3 * h and 3 * w as ints (helper-32's case)."""
+    half = 715_827_888  # rotary_dim 1431655776 < 2**31; 3 * 715827883 >= 2**31
+    with pytest.raises(ValueError, match=r"mrope_section: interleaved sections must be below 2\*\*31 / 3"):
+        rope_ops.mrope_layout((5, 715_827_883, 0), True, 2 * half, True)
+    assert rope_ops.mrope_layout((5, 715_827_883, 0), False, 2 * half, True)[0] == rope_ops.MROPE_SECTIONED
+    assert rope_ops.mrope_layout((6, 715_827_882, 0), True, 2 * half, True)[0] == rope_ops.MROPE_INTERLEAVED
 
 
 def test_reference_refuses_what_the_kernel_refuses_for_mrope(fake_launcher):

@@ -119,7 +119,8 @@ def mrope_layout(mrope_section, mrope_interleaved, rotary_dim: int, is_neox: boo
     without ``mrope_section``.
 
     Raises:
-        ValueError: ``mrope_section`` not 3 ints >= 0 summing to ``rotary_dim / 2``;
+        ValueError: ``mrope_section`` not 3 ints >= 0 summing to ``rotary_dim / 2``, or
+            interleaved with a height or width section of 2**31 / 3 or more;
             ``mrope_interleaved`` not a bool, or True without ``mrope_section``;
             M-RoPE with ``is_neox=False`` (compiled for the NeoX pairing of HF/vLLM only).
     """
@@ -139,6 +140,10 @@ def mrope_layout(mrope_section, mrope_interleaved, rotary_dim: int, is_neox: boo
     if sum(sections) != half:
         raise ValueError(f"mrope_section: the sections must sum to rotary_dim / 2 = {half} (cos_sin_cache.shape[1] "
                          f"/ 2), got {sections} (sum {sum(sections)})")
+    if interleaved and 3 * max(sections[1:]) >= _arrays.INT32_LIMIT:
+        # rope.cu's mrope_row compares the index with 3 * h and 3 * w in 32 bits.
+        raise ValueError(f"mrope_section: interleaved sections must be below 2**31 / 3 (the kernel's 32-bit "
+                         f"3 * h and 3 * w), got {sections}")
     if not is_neox:
         raise ValueError("is_neox: M-RoPE (mrope_section) is compiled for the NeoX pairing only (HF Qwen2-VL, "
                          "Qwen2.5-VL, Qwen3-VL and vLLM's MRotaryEmbedding rotate halves); pass is_neox=True")
@@ -227,12 +232,15 @@ def _prepare_apply_rope(a: launcher.Args) -> launcher.Launch:
         q_out = _arrays.Sig.contiguous(q.shape, q.dtype)
         k_out = _arrays.Sig.contiguous(k.shape, k.dtype) if k is not None else None
         qo_ts, qo_hs, ko_ts, ko_hs = qh.num_heads * qh.head_dim, qh.head_dim, num_kv_heads * qh.head_dim, qh.head_dim
+        if qh.num_tokens == 1:  # never used, as _qk's own for one token (no 32-bit limit on it)
+            qo_ts = ko_ts = 0
     if qh.num_tokens == 0 or qh.num_heads + num_kv_heads == 0:
         return launcher.Launch(None, allocate=allocate, returns=names)
-    # The kernels' 32-bit sizes and strides (rope.cu), in their order, and the heads they add
-    # in 32 bits: checked before the plan so that the float64 twin checks them too.
-    _arrays.int32_args(("k", "num_q_heads + num_kv_heads", qh.num_heads + num_kv_heads))
-    sizes = _arrays.int32_args(
+    # The kernels' 32-bit arguments (rope.cu), checked before the plan so that the float64
+    # twin checks them too: the heads they add in 32 bits, then the 16 sizes and strides
+    # in their order and the positions' row stride (M-RoPE), which comes later.
+    _arrays.int32_args(("q" if k is None else "q and k", "num_q_heads + num_kv_heads", qh.num_heads + num_kv_heads))
+    *sizes, positions_row_stride = _arrays.int32_args(
         ("q", "num_tokens", qh.num_tokens), ("q", "num_heads", qh.num_heads), ("k", "num_kv_heads", num_kv_heads),
         ("q", "head_dim", qh.head_dim), ("cos_sin_cache", "rotary_dim", rotary_dim),
         ("cos_sin_cache", "max_position", cache.shape[0]), ("positions", "stride", pos_stride),
@@ -252,9 +260,9 @@ def _prepare_apply_rope(a: launcher.Args) -> launcher.Launch:
     return launcher.Launch(
         *((APPLY_ROPE_WIDE, (*targs, plan.heads_per_thread)) if plan.heads_per_thread else (APPLY_ROPE, targs)), plan,
         pointers=(*names, "q", "k", "positions", "cos_sin_cache"),
-        scalars=(*sizes[:-1],
+        scalars=(*sizes,
                  *map(np.int32, (plan.threads_per_head, plan.head_slots, plan.tokens_per_block, 0 if inplace else 1)),
-                 sizes[-1], *map(np.int32, sections)),
+                 positions_row_stride, *map(np.int32, sections)),
         allocate=allocate, returns=names, disjoint=_qk_disjoint(qh, kh))
 
 

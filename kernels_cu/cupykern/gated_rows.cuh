@@ -45,10 +45,11 @@ struct StoreRoundedRows {
 // Slot `slot` of row `row`: one full vector, or the scalar tail (kTail and kVecWidth > 1
 // only, so a vector never reaches into the next row or past the buffer); nothing past the
 // row's end. !kTail: d is a multiple of kVecWidth (the block-per-item grid's contract),
-// so no test for the tail. Against the test, with the 8-byte vectors of decode sizes:
-// -0.16 to +0.01 us (gelu_and_mul at 64 tokens of 8b the most); with 16-byte ones, which
-// this grid takes only where 8-byte ones no longer fit one wave: +0.02 to +0.05
-// (bench/results/NOTES.md, item 20).
+// so no test for the tail. Measured against the test (bench/results/NOTES.md, item 20):
+// with the 8-byte vectors of decode sizes -0.16 to +0.02 us a call (gelu_and_mul the
+// most); with 16-byte ones, which this grid takes only where 8-byte ones no longer fit
+// one wave (70b at 64 tokens), silu_and_mul +0.06 to +0.08 and gelu_and_mul 0.00. Kept
+// for one kernel of one contract: the 8-byte points are the ones below torch.compile.
 template <typename T, int kAct, int kVecWidth, bool kTail, typename Store, typename Row>
 __device__ __forceinline__ void act_and_mul_slot(const Store& store, const T* gate, const T* up, Row row,
                                                  unsigned slot, unsigned slots_per_row, int d,
@@ -61,7 +62,7 @@ __device__ __forceinline__ void act_and_mul_slot(const Store& store, const T* ga
   const T* gate_row = gate + static_cast<int64_t>(row) * gate_row_stride;
   const T* up_row = up + static_cast<int64_t>(row) * up_row_stride;
   if (!kTail || i + kVecWidth <= d) {
-    // Full vector: one 16-byte load of each input, one store.
+    // Full vector: one load of each input (8 or 16 bytes), one store.
     const Vec<T, kVecWidth> g = load_vec<T, kVecWidth>(gate_row + i);
     const Vec<T, kVecWidth> u = load_vec<T, kVecWidth>(up_row + i);
     float y[kVecWidth];

@@ -139,8 +139,8 @@ constexpr int tree_scratch_floats() { return kThreadsPerRow > 32 ? kMaxBlock : 3
 // same turns (the row loops and the reductions are block-uniform). The trailing barrier
 // cost the norms 0.02-0.07 us a call at decode sizes (and fused_add_rms_norm 1-2 %,
 // layer_norm at 4096 x 4096 3 % at prefill sizes); softmax measured slower with the pair
-// (up to +0.1 us and +3 %), so it and row_reduce keep one buffer and the barrier
-// (bench/results/NOTES.md, item 20).
+// (up to +0.1 us and +3 %), so it keeps one buffer and the barrier, as row_reduce (not
+// timed with the pair) does (bench/results/NOTES.md, item 20).
 template <int kFloats>
 struct ScratchPair {
   float* base;                       // 2 * kFloats floats of shared memory
