@@ -478,9 +478,10 @@ ACTIVATION_MAX_BLOCK_SIZE = 1024
 #: Not yet tuned by a measurement in bench/results.
 ACTIVATION_BLOCK_SIZE = 256
 #: Decode-sized work (fewer chunks than SMs) of 16-byte vectors halves the block down to
-#: this, spreading the few vectors over more SMs (the 8-byte plan of decode sizes does not). 128 against 32, 64 and 256 (cupykern sweep --block-size,
-#: llama-3.1-70b bf16, H200, bench/results/NOTES.md item 16): 1.49, 1.54, 1.50 and 1.58 us
-#: for silu_and_mul at 1 token, 1.90, 2.39, 2.00 and 1.93 at 16.
+#: this, spreading the few vectors over more SMs (the 8-byte plan of decode sizes does
+#: not). 128 against 32, 64 and 256 (cupykern sweep --block-size, llama-3.1-70b bf16,
+#: H200, bench/results/NOTES.md item 16): 1.49, 1.54, 1.50 and 1.58 us for silu_and_mul
+#: at 1 token, 1.90, 2.39, 2.00 and 1.93 at 16.
 ACTIVATION_MIN_BLOCK_SIZE = 128
 
 
