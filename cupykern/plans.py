@@ -535,8 +535,8 @@ def _narrow_vector_plan(num_rows: int, d: int, vec_width: int, most: int,
     """(vec_width, block_size, chunks_per_row) of half-width vectors (8 bytes for 16-byte
     ``vec_width``) on the block-per-item grid, or None where they do not cover d exactly or
     do not fit one wave of resident blocks and the grid's limits. The block is as many
-    threads as vectors, a power of two from one warp, at most ACTIVATION_BLOCK_SIZE and
-    ``most``. Against 16-byte vectors on the same kernel: 0.02-0.15 us less a call at 1-64
+    threads as vectors rounded up to a power of two from one warp, then capped at
+    ACTIVATION_BLOCK_SIZE and ``most`` (the device's block limit). Against 16-byte vectors on the same kernel: 0.02-0.15 us less a call at 1-64
     tokens of llama-3.1-8b and -70b (bench/results/NOTES.md, item 20)."""
     narrow = vec_width // 2
     if num_rows == 0 or narrow < 1 or d % narrow or num_rows > limits.max_grid_y:
