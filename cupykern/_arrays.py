@@ -201,6 +201,16 @@ def int32_row_stride(rows: Rows, name: str) -> np.int32:
     return np.int32(rows.row_stride)
 
 
+def int32_row_args(rows: Rows, out_rows: Rows) -> tuple[np.int32, ...]:
+    """num_rows, hidden_size and the row strides of x (``rows``) and out as a row
+    kernel's 32-bit arguments (rms_norm, softmax, row_reduce).
+
+    Raises:
+        ValueError: naming x or out, for a value of ``2**31`` or more.
+    """
+    return (*int32_rows(rows, "x"), int32_row_stride(rows, "x"), int32_row_stride(out_rows, "out"))
+
+
 def int32_args(*args: tuple[str, str, int]) -> tuple[np.int32, ...]:
     """Each ``(name, what, value)``'s value as a kernel's 32-bit argument, in order.
 

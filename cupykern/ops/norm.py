@@ -28,13 +28,6 @@ def _row_scalars(rows: _arrays.Rows, *row_strides: int) -> tuple:
     return (np.int64(rows.num_rows), np.int64(rows.hidden_size), *map(np.int64, row_strides))
 
 
-def _rms_norm_scalars(rows: _arrays.Rows, out_rows: _arrays.Rows) -> tuple:
-    """num_rows, hidden_size and the row strides of x and out as rms_norm_kernel's 32-bit
-    arguments; ValueError (naming the array) for one of 2**31 or more."""
-    return (*_arrays.int32_rows(rows, "x"), _arrays.int32_row_stride(rows, "x"),
-            _arrays.int32_row_stride(out_rows, "out"))
-
-
 def _prepare_rms_norm(a: launcher.Args) -> launcher.Launch:
     x, rows = _arrays.row_input(a.x)
     weight = _arrays.vector(a.weight, "weight", x.dtype, rows.hidden_size, what="the dtype of x")
@@ -44,7 +37,7 @@ def _prepare_rms_norm(a: launcher.Args) -> launcher.Launch:
     out_rows = _arrays.written_rows(out, "out")
     if rows.num_rows == 0:
         return launcher.Launch(None, allocate=allocate, returns="out")
-    scalars = _rms_norm_scalars(rows, out_rows)  # before the plan, so the float64 twin checks them too
+    scalars = _arrays.int32_row_args(rows, out_rows)  # before the plan, so the float64 twin checks them too
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride),
                                      (weight, 0))
     plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits,

@@ -40,8 +40,7 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
     out_rows = _arrays.Rows(rows.num_rows, 1, out_stride)
     _arrays.distinct_rows(out_rows, "out")
     # row_reduce_kernel's 32-bit sizes and strides, before the plan so the float64 twin checks them too
-    sizes = (*_arrays.int32_rows(rows, "x"), _arrays.int32_row_stride(rows, "x"),
-             _arrays.int32_row_stride(out_rows, "out"))
+    sizes = _arrays.int32_row_args(rows, out_rows)
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride))
     plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits,
                            op="row_reduce", overrides=a.overrides)

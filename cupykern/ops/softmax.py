@@ -45,8 +45,7 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
     if rows.num_rows == 0:
         return launcher.Launch(None, allocate=allocate, returns="out")
     # softmax_kernel's 32-bit sizes and strides, before the plan so the float64 twin checks them too
-    sizes = (*_arrays.int32_rows(rows, "x"), _arrays.int32_row_stride(rows, "x"),
-             _arrays.int32_row_stride(out_rows, "out"))
+    sizes = _arrays.int32_row_args(rows, out_rows)
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride))
     plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits, op="softmax",
                            overrides=a.overrides)
