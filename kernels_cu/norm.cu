@@ -39,6 +39,11 @@
 //                   tree_fits; another A still reduces every element once, in another
 //                   order).
 //   kWarpSize       32
+//   kExact          rms_norm_kernel only (EXPERIMENT, branch next/issue11-rms-exact):
+//                   hidden_size == kThreadsPerRow * kVecsPerThread * 16 / sizeof(T), so
+//                   the leaf walk has no bounds, later rounds or partial leaf (sm_90 SASS
+//                   of <bf16, 256, 8, 2, 32>: 1104 -> 368 instructions, first x load at
+//                   70 -> 50). The same leaves in the same order: the same bits.
 // Launch contract (planned by cupykern/plans.py::plan_rows): 1-D block of
 // rows_per_block * kThreadsPerRow threads (a multiple of kWarpSize, at most 1024),
 // 1-D grid of any size (blocks walk the rows grid-stride), no dynamic shared memory.
@@ -53,14 +58,14 @@ using namespace cupykern;
 // One body for both ops (cupykern/rms_norm_rows.cuh): kFusedAdd adds `residual` first
 // and writes the rounded sum back to it; the normalised value, rounded once to T, goes
 // to `out` (which is x for the fused op).
-template <typename T, int kThreadsPerRow, int kVecWidth, int kVecsPerThread, int kWarpSize>
+template <typename T, int kThreadsPerRow, int kVecWidth, int kVecsPerThread, int kWarpSize, bool kExact>
 __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) rms_norm_kernel(
     T* out,                          // [num_rows, hidden_size]
     const T* x,                      // [num_rows, hidden_size]
     const T* __restrict__ weight,    // [hidden_size]
     int num_rows, int hidden_size, int x_row_stride, int out_row_stride,
     float eps, float weight_offset) {
-  rms_norm_rows<T, false, kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize>(
+  rms_norm_rows<T, false, kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize, kExact>(
       StoreRounded<T>{out, out_row_stride}, x, nullptr, weight, num_rows, hidden_size, x_row_stride, 0,
       eps, weight_offset);
 }

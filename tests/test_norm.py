@@ -83,7 +83,8 @@ def test_rms_norm_launch():
     launch = _rms(weight_offset=1.0)
     want_plan = plans.plan_rows(4, 64, F16, aligned=True, limits=plans.H200_LIMITS, op="rms_norm")
     assert launch.template is norm.RMS_NORM
-    assert launch.template_args == ("__half", *want_plan.layout.template_args())
+    assert launch.template_args == ("__half", *want_plan.layout.template_args(),
+                                    norm._exact_fit(want_plan.layout, 64, F16))  # EXPERIMENT: kExact
     assert launch.plan == want_plan and launch.plan.origin == "heuristic" and launch.plan.layout.vec_width == 8
     assert launch.pointers == ("out", "x", "weight")
     assert launch.allocate == (("out", (4, 64), F16),) and launch.returns == "out"
@@ -168,7 +169,7 @@ def test_rms_norm_launch_follows_overrides():
     launch = _rms(x=contiguous((300, 3000), BF16), overrides={"threads_per_row": 64, "block_size": 256})
     assert launch.plan.origin == "override"
     assert (launch.plan.layout.threads_per_row, launch.plan.rows_per_block, launch.plan.block_size) == (64, 4, 256)
-    assert launch.template_args == ("__nv_bfloat16", 64, 8, launch.plan.layout.vecs_per_thread, 32)
+    assert launch.template_args[:5] == ("__nv_bfloat16", 64, 8, launch.plan.layout.vecs_per_thread, 32)
     with pytest.raises(ValueError, match="block_size and rows_per_block"):
         _rms(overrides={"block_size": 256, "rows_per_block": 2})
 

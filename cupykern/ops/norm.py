@@ -15,10 +15,19 @@ LAYER_NORM = KernelTemplate("norm.cu", "layer_norm_kernel")
 
 
 def instantiations() -> dict[KernelTemplate, list[str]]:
-    """Every instantiation of this family: dtype x row layout."""
-    return {t: [t.expr(_dtypes.c_type(d), *layout.template_args()) for d in _dtypes.DTYPES
-                for layout in plans.row_layouts(d)]
-            for t in (RMS_NORM, FUSED_ADD_RMS_NORM, LAYER_NORM)}
+    """Every instantiation of this family: dtype x row layout (x exact fit for rms_norm)."""
+    spaces = {t: [t.expr(_dtypes.c_type(d), *layout.template_args()) for d in _dtypes.DTYPES
+                  for layout in plans.row_layouts(d)]
+              for t in (FUSED_ADD_RMS_NORM, LAYER_NORM)}
+    spaces[RMS_NORM] = [RMS_NORM.expr(_dtypes.c_type(d), *layout.template_args(), exact) for d in _dtypes.DTYPES
+                        for layout in plans.row_layouts(d) for exact in (False, True)]
+    return spaces
+
+
+def _exact_fit(layout: plans.RowLayout, hidden_size: int, dtype) -> bool:
+    """EXPERIMENT (branch next/issue11-rms-exact): the row is exactly the layout's first round
+    of whole leaves (rms_norm_kernel's kExact: no bounds, later rounds or partial leaf)."""
+    return hidden_size == layout.threads_per_row * layout.vecs_per_thread * plans.leaf_width(dtype)
 
 
 # ----------------------------------------------------------------- intake and plan
@@ -43,7 +52,8 @@ def _prepare_rms_norm(a: launcher.Args) -> launcher.Launch:
     plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits,
                            op="rms_norm", overrides=a.overrides)
     return launcher.Launch(
-        RMS_NORM, (_dtypes.c_type(x.dtype), *plan.layout.template_args()), plan,
+        RMS_NORM, (_dtypes.c_type(x.dtype), *plan.layout.template_args(),
+                   _exact_fit(plan.layout, rows.hidden_size, x.dtype)), plan,
         pointers=("out", "x", "weight"),
         scalars=(*scalars, eps, weight_offset),
         allocate=allocate, returns="out",

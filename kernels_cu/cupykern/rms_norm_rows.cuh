@@ -47,7 +47,7 @@ __device__ __forceinline__ Vec<T, L> add_rounded(Vec<T, L> a, const Vec<T, L>& r
 }
 
 template <typename T, bool kFusedAdd, int kThreadsPerRow, int kVecWidth, int kVecsPerThread,
-          int kWarpSize, typename Epilogue>
+          int kWarpSize, bool kExact = false, typename Epilogue>
 __device__ __forceinline__ void rms_norm_rows(
     const Epilogue& epilogue,        // what becomes of y (see the contract above)
     const T* x,                      // [num_rows, hidden_size], x_row_stride apart
@@ -73,7 +73,7 @@ __device__ __forceinline__ void rms_norm_rows(
     const bool active = row < num_rows;
     // This lane's leaves of the row, f(slot, column, v, count) (cupykern/rows.cuh).
     auto walk_leaves = [&](auto&& f) {
-      for_each_leaf<T, kThreadsPerRow, kVecsPerThread>(hidden_size, active, g.lane, f);
+      for_each_leaf<T, kThreadsPerRow, kVecsPerThread, kExact>(hidden_size, active, g.lane, f);
     };
     const T* x_row = x + row * x_row_stride;
     T* res_row = kFusedAdd ? residual + row * residual_row_stride : nullptr;
@@ -94,7 +94,7 @@ __device__ __forceinline__ void rms_norm_rows(
     // The decode layouts request the weight with the row, before anything waits (rows.cuh
     // says why).
     if constexpr (kCacheWeight) {
-      load_shared_first_round<T, kThreadsPerRow, kVecWidth>(weight, hidden_size, g.lane, weight_cache);
+      load_shared_first_round<T, kThreadsPerRow, kVecWidth, kExact>(weight, hidden_size, g.lane, weight_cache);
     }
     // The first round is loaded before the fold (rows.cuh::load_first_round). The fused
     // add requests every x and residual leaf of it before its first store to residual:
@@ -113,8 +113,8 @@ __device__ __forceinline__ void rms_norm_rows(
         store_leaf<T, kVecWidth>(res_row, v, L, cache[a]);
       });
     } else if constexpr (!kFusedAdd) {
-      load_first_round<T, kThreadsPerRow>(hidden_size, active, g.lane, cache,
-                                          [&](int64_t v) { return input_leaf(v, L); });
+      load_first_round<T, kThreadsPerRow, kExact>(hidden_size, active, g.lane, cache,
+                                                  [&](int64_t v) { return input_leaf(v, L); });
     }
     walk_leaves([&](int slot, int col, int64_t v, int count) {
       V a;

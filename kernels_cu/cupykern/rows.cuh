@@ -110,9 +110,18 @@ __device__ __forceinline__ void add_to_column(float (&column)[kColumns], int col
 // last, which is its place in its column's order too (it has the row's largest index),
 // with slot -1 and a runtime column: callers update columns with add_to_column, which
 // keeps the register array statically indexed either way.
-template <typename T, int kThreadsPerRow, int kColumns, typename F>
+// kExact (EXPERIMENT, branch next/issue11-rms-exact): the caller guarantees hidden_size ==
+// kThreadsPerRow * kColumns * L, so the lane has exactly kColumns whole leaves, no later
+// round and no partial leaf: no bounds to compute before the loads.
+template <typename T, int kThreadsPerRow, int kColumns, bool kExact = false, typename F>
 __device__ __forceinline__ void for_each_leaf(int64_t hidden_size, bool active, int lane, F&& f) {
   constexpr int L = leaf_width<T>();
+  if constexpr (kExact) {
+    if (!active) return;
+#pragma unroll
+    for (int a = 0; a < kColumns; ++a) f(a, a, lane + a * kThreadsPerRow, L);
+    return;
+  }
   const int64_t num_whole = active ? hidden_size / L : 0;
 #pragma unroll
   for (int a = 0; a < kColumns; ++a) {
@@ -136,8 +145,14 @@ __device__ __forceinline__ void for_each_leaf(int64_t hidden_size, bool active, 
 // Visits this lane's whole leaves of the first round, f(a, v) for leaf v = lane + a *
 // kThreadsPerRow, a < kColumns (a compile-time index once unrolled): the leaves
 // for_each_leaf gives slot a.
-template <typename T, int kThreadsPerRow, int kColumns, typename F>
+template <typename T, int kThreadsPerRow, int kColumns, bool kExact = false, typename F>
 __device__ __forceinline__ void for_each_first_round_leaf(int64_t hidden_size, bool active, int lane, F&& f) {
+  if constexpr (kExact) {
+    if (!active) return;
+#pragma unroll
+    for (int a = 0; a < kColumns; ++a) f(a, lane + a * kThreadsPerRow);
+    return;
+  }
   const int64_t num_whole = active ? hidden_size / leaf_width<T>() : 0;
 #pragma unroll
   for (int a = 0; a < kColumns; ++a) {
@@ -152,11 +167,11 @@ __device__ __forceinline__ void for_each_first_round_leaf(int64_t hidden_size, b
 // behind the branch and fold of the leaf before, one 16-byte load in flight (rms_norm
 // bf16 at 16384 x 4096: 82 us against 67). A branch-free first round inside for_each_leaf
 // spilled in some layouts instead, so the kernels that load the row call this first.
-template <typename T, int kThreadsPerRow, int kColumns, typename V, typename Load>
+template <typename T, int kThreadsPerRow, bool kExact = false, int kColumns, typename V, typename Load>
 __device__ __forceinline__ void load_first_round(int64_t hidden_size, bool active, int lane, V (&cache)[kColumns],
                                                  Load&& load) {
-  for_each_first_round_leaf<T, kThreadsPerRow, kColumns>(hidden_size, active, lane,
-                                                         [&](int a, int64_t v) { cache[a] = load(v); });
+  for_each_first_round_leaf<T, kThreadsPerRow, kColumns, kExact>(hidden_size, active, lane,
+                                                                 [&](int a, int64_t v) { cache[a] = load(v); });
 }
 
 // `p`, hidden from the optimiser here (no instruction is emitted), so loads through the
@@ -184,12 +199,12 @@ constexpr bool caches_weights() { return kVecsPerThread <= 2 && max_block_size<k
 // The first round of a [hidden_size] vector shared by every row (weight, bias) for the
 // layouts above: cache[a] = leaf lane + a * kThreadsPerRow of `p` (nothing loaded when p
 // is null: callers test it). Called per row, with the row's loads (see pinned).
-template <typename T, int kThreadsPerRow, int kVecWidth, int kColumns>
+template <typename T, int kThreadsPerRow, int kVecWidth, bool kExact = false, int kColumns>
 __device__ __forceinline__ void load_shared_first_round(const T* p, int64_t hidden_size, int lane,
                                                         Vec<T, leaf_width<T>()> (&cache)[kColumns]) {
   if (p == nullptr) return;
   p = pinned(p);
-  load_first_round<T, kThreadsPerRow>(hidden_size, true, lane, cache,
+  load_first_round<T, kThreadsPerRow, kExact>(hidden_size, true, lane, cache,
                                       [&](int64_t v) { return load_leaf<T, kVecWidth>(p, v, leaf_width<T>()); });
 }
 
