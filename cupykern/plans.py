@@ -186,6 +186,12 @@ class RowLayout:
         """(kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize) of a row kernel."""
         return (self.threads_per_row, self.vec_width, self.vecs_per_thread, self.warp_size)
 
+    def fills(self, hidden_size: int, dtype) -> bool:
+        """Whether a row of ``hidden_size`` elements is exactly this layout's first round of
+        whole leaves (every thread ``vecs_per_thread`` of them, nothing left): the row
+        kernels' kExact, a leaf walk without bounds (kernels_cu/cupykern/rows.cuh)."""
+        return hidden_size == self.threads_per_row * self.vecs_per_thread * leaf_width(dtype)
+
 
 @dataclass(frozen=True)
 class RowPlan:

@@ -39,11 +39,12 @@
 //                   tree_fits; another A still reduces every element once, in another
 //                   order).
 //   kWarpSize       32
-//   kExact          rms_norm_kernel only (EXPERIMENT, branch next/issue11-rms-exact):
-//                   hidden_size == kThreadsPerRow * kVecsPerThread * 16 / sizeof(T), so
-//                   the leaf walk has no bounds, later rounds or partial leaf (sm_90 SASS
-//                   of <bf16, 256, 8, 2, 32>: 1104 -> 368 instructions, first x load at
-//                   70 -> 50). The same leaves in the same order: the same bits.
+//   kExact          true only where hidden_size == kThreadsPerRow * kVecsPerThread * 16 /
+//                   sizeof(T) (plans.RowLayout.fills): the leaf walk has no bounds,
+//                   later rounds or partial leaf (cupykern/rows.cuh::for_each_leaf; sm_90
+//                   SASS of rms_norm_kernel<bf16, 256, 8, 2, 32>: 1104 -> 368
+//                   instructions, first x load at instruction 70 -> 50). The same leaves
+//                   in the same order: the same bits.
 // Launch contract (planned by cupykern/plans.py::plan_rows): 1-D block of
 // rows_per_block * kThreadsPerRow threads (a multiple of kWarpSize, at most 1024),
 // 1-D grid of any size (blocks walk the rows grid-stride), no dynamic shared memory.
@@ -70,20 +71,20 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) rms_norm_ker
       eps, weight_offset);
 }
 
-template <typename T, int kThreadsPerRow, int kVecWidth, int kVecsPerThread, int kWarpSize>
+template <typename T, int kThreadsPerRow, int kVecWidth, int kVecsPerThread, int kWarpSize, bool kExact>
 __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) fused_add_rms_norm_kernel(
     T* x,                            // [num_rows, hidden_size] in: x, out: rms_norm(x + residual)
     T* residual,                     // [num_rows, hidden_size] in: residual, out: x + residual
     const T* __restrict__ weight,    // [hidden_size]
     int64_t num_rows, int64_t hidden_size, int64_t x_row_stride, int64_t residual_row_stride,
     float eps, float weight_offset) {
-  rms_norm_rows<T, true, kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize>(
+  rms_norm_rows<T, true, kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize, kExact>(
       StoreRounded<T>{x, x_row_stride}, x, residual, weight, num_rows, hidden_size, x_row_stride,
       residual_row_stride, eps, weight_offset);
 }
 
 // ---------------------------------------------------------------- layer_norm
-template <typename T, int kThreadsPerRow, int kVecWidth, int kVecsPerThread, int kWarpSize>
+template <typename T, int kThreadsPerRow, int kVecWidth, int kVecsPerThread, int kWarpSize, bool kExact>
 __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) layer_norm_kernel(
     T* out,                          // [num_rows, hidden_size]
     const T* x,                      // [num_rows, hidden_size]
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) layer_norm_k
     const bool active = row < num_rows;
     // This lane's leaves of the row, f(slot, column, v, count) (cupykern/rows.cuh).
     auto walk_leaves = [&](auto&& f) {
-      for_each_leaf<T, kThreadsPerRow, kVecsPerThread>(hidden_size, active, g.lane, f);
+      for_each_leaf<T, kThreadsPerRow, kVecsPerThread, kExact>(hidden_size, active, g.lane, f);
     };
     const T* x_row = x + row * x_row_stride;
     T* out_row = out + row * out_row_stride;
@@ -120,12 +121,12 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) layer_norm_k
     // Pass 1: load into registers, sum -> mean.
 #pragma unroll
     for (int a = 0; a < kVecsPerThread; ++a) column[a] = SumOp::identity();
-    load_first_round<T, kThreadsPerRow>(hidden_size, active, g.lane, cache,
-                                        [&](int64_t v) { return load_leaf<T, kVecWidth>(x_row, v, L); });
+    load_first_round<T, kThreadsPerRow, kExact>(hidden_size, active, g.lane, cache,
+                                                [&](int64_t v) { return load_leaf<T, kVecWidth>(x_row, v, L); });
     // Requested right after the row, before anything waits (rows.cuh says why).
     if constexpr (kCacheWeights) {
-      load_shared_first_round<T, kThreadsPerRow, kVecWidth>(weight, hidden_size, g.lane, weight_cache);
-      load_shared_first_round<T, kThreadsPerRow, kVecWidth>(bias, hidden_size, g.lane, bias_cache);
+      load_shared_first_round<T, kThreadsPerRow, kVecWidth, kExact>(weight, hidden_size, g.lane, weight_cache);
+      load_shared_first_round<T, kThreadsPerRow, kVecWidth, kExact>(bias, hidden_size, g.lane, bias_cache);
     }
     walk_leaves([&](int slot, int col, int64_t v, int count) {
       const V a = leaf_at(slot, v, count);

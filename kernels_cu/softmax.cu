@@ -22,8 +22,8 @@
 // leaves of T (cupykern/reduce.cuh), so the bits do not depend on the layout.
 //
 // Template parameters: T (input) and TOut (output): float, __half, __nv_bfloat16;
-// kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize as in norm.cu (kVecWidth and the
-// leaves count elements of T). The launch contract is norm.cu's
+// kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize, kExact as in norm.cu (kVecWidth
+// and the leaves count elements of T). The launch contract is norm.cu's
 // (cupykern/plans.py::plan_rows).
 #include <cupykern/vec.cuh>
 #include <cupykern/reduce.cuh>
@@ -33,7 +33,7 @@
 using namespace cupykern;
 
 template <typename T, typename TOut, int kThreadsPerRow, int kVecWidth, int kVecsPerThread,
-          int kWarpSize>
+          int kWarpSize, bool kExact>
 __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) softmax_kernel(
     TOut* out,                       // [num_rows, hidden_size]
     const T* x,                      // [num_rows, hidden_size]
@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) softmax_kern
     const bool active = row < num_rows;
     // This lane's leaves of the row, f(slot, column, v, count) (cupykern/rows.cuh).
     auto walk_leaves = [&](auto&& f) {
-      for_each_leaf<T, kThreadsPerRow, kVecsPerThread>(hidden_size, active, g.lane, f);
+      for_each_leaf<T, kThreadsPerRow, kVecsPerThread, kExact>(hidden_size, active, g.lane, f);
     };
     const T* x_row = x + row * x_row_stride;
     TOut* out_row = out + row * out_row_stride;
@@ -63,8 +63,8 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) softmax_kern
     // Pass 1: load into registers, row maximum (NaN-propagating).
 #pragma unroll
     for (int a = 0; a < kVecsPerThread; ++a) column[a] = MaxOp::identity();
-    load_first_round<T, kThreadsPerRow>(hidden_size, active, g.lane, cache,
-                                        [&](int64_t v) { return load_leaf<T, kVecWidth>(x_row, v, L); });
+    load_first_round<T, kThreadsPerRow, kExact>(hidden_size, active, g.lane, cache,
+                                                [&](int64_t v) { return load_leaf<T, kVecWidth>(x_row, v, L); });
     walk_leaves([&](int slot, int col, int64_t v, int count) {
       const V a = leaf_at(slot, v, count);
       add_to_column<MaxOp>(column, col, fold_leaf<MaxOp, T>(a, count, [](float s, float e) {

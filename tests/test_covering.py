@@ -72,7 +72,7 @@ def test_planned_picks_are_the_plan_rules(full):
     picked = covering.planned([llama], dtypes=[_dtypes.bfloat16], num_tokens=[4096])
     layout = plans.row_layout(4096, _dtypes.bfloat16, aligned=True, num_rows=4096)
     assert norm.RMS_NORM.expr(_dtypes.c_type(_dtypes.bfloat16), *layout.template_args(),
-                              norm._exact_fit(layout, 4096, _dtypes.bfloat16)) in picked["norm.cu"]  # EXPERIMENT
+                              layout.fills(4096, _dtypes.bfloat16)) in picked["norm.cu"]
     assert covering.SHORT_CACHE_ROWS <= plans.ATTENTION_ONE_SPLIT_ROWS < llama.max_position_embeddings
     attention = {covering.template_args(e) for e in covering.planned([llama], num_tokens=[1])["attention.cu"]}
     assert {(name, args[3]) for name, args in attention if name == "decode_attention_kernel"} == \

@@ -87,9 +87,10 @@ def test_heuristic_layouts_do_not_spill(hidden_size, dtype):
     from cupykern.ops import norm
 
     layouts = {plans.row_layout(hidden_size, dtype, aligned=True, num_rows=n) for n in (1, 4096)}
-    exprs = [t.expr(_dtypes.c_type(dtype), *layout.template_args(), *extra) for layout in sorted(layouts, key=str)
-             for t, extra in ((norm.RMS_NORM, (False,)), (norm.RMS_NORM, (True,)), (norm.FUSED_ADD_RMS_NORM, ()),
-                              (norm.LAYER_NORM, ()))]  # EXPERIMENT: rms_norm's kExact
+    # Both walks where both are built: kExact is what these sizes get where the layout fills the row.
+    exprs = [t.expr(_dtypes.c_type(dtype), *layout.template_args(), exact) for layout in sorted(layouts, key=str)
+             for t in (norm.RMS_NORM, norm.FUSED_ADD_RMS_NORM, norm.LAYER_NORM)
+             for exact in norm.exact_choices(t, layout)]
     _, log = jit.nvrtc_compile("norm.cu", exprs, "90", ["--ptxas-options=-v"])
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
     assert len(spills) == len(exprs) and not any(spills), log

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import cupykern
-from cupykern import _dtypes, launcher, plans, reference
+from cupykern import _dtypes, families, launcher, plans, reference
 from cupykern._arrays import Sig
 from cupykern.ops import norm
 from tests.helpers import (DTYPES, DTYPE_IDS, Guarded, assert_close, assert_same_error, contiguous,
@@ -83,8 +83,7 @@ def test_rms_norm_launch():
     launch = _rms(weight_offset=1.0)
     want_plan = plans.plan_rows(4, 64, F16, aligned=True, limits=plans.H200_LIMITS, op="rms_norm")
     assert launch.template is norm.RMS_NORM
-    assert launch.template_args == ("__half", *want_plan.layout.template_args(),
-                                    norm._exact_fit(want_plan.layout, 64, F16))  # EXPERIMENT: kExact
+    assert launch.template_args == ("__half", *want_plan.layout.template_args(), want_plan.layout.fills(64, F16))
     assert launch.plan == want_plan and launch.plan.origin == "heuristic" and launch.plan.layout.vec_width == 8
     assert launch.pointers == ("out", "x", "weight")
     assert launch.allocate == (("out", (4, 64), F16),) and launch.returns == "out"
@@ -261,6 +260,27 @@ def test_layer_norm_launch():
     assert _layer(bias=contiguous((64,), F32, align=4)).plan.layout.vec_width == 1
     (rule,) = launch.disjoint
     assert (rule.a, rule.b, rule.allow_same) == ("x", "out", True)
+
+
+@heuristic_plans
+@pytest.mark.parametrize("prepare", [_rms, _fused, _layer], ids=["rms_norm", "fused_add_rms_norm", "layer_norm"])
+def test_exact_walk_where_the_layout_fills_the_row(prepare):
+    """kExact (a leaf walk without bounds) exactly where the planned layout fills the row
+    and the kernel is built with it: rms_norm at every layout, the other two up to 2
+    leaves a thread (norm.EXACT_MAX_VECS_PER_THREAD)."""
+    built = set(families.instantiations()["norm.cu"])
+
+    def planned(num_rows, hidden_size, dtype):
+        launch = prepare(x=contiguous((num_rows, hidden_size), dtype))
+        assert launch.template.expr(*launch.template_args) in built
+        return launch.plan.layout, launch.template_args[-1]
+
+    layout, exact = planned(1, 4096, BF16)  # the decode layout 256 x 2 leaves of 8
+    assert layout.fills(4096, BF16) and layout.vecs_per_thread == 2 and exact is True
+    assert planned(1, 4000, BF16)[1] is False and planned(1, 4104, BF16)[1] is False
+    layout, exact = planned(4096, 4096, F16)  # the prefill layout 128 x 4 leaves of 8
+    assert layout.fills(4096, F16) and layout.vecs_per_thread == 4
+    assert exact is (prepare is _rms)
 
 
 @pytest.mark.parametrize("kwargs, error, message", [

@@ -26,7 +26,8 @@ def test_plan_rows_is_valid_and_compiled(hidden_size, dtype, aligned):
     # The chosen instantiation is in the declared (and CPU-compiled) space.
     from cupykern.ops import norm
 
-    expr = norm.RMS_NORM.expr(_dtypes.c_type(dtype), *plan.layout.template_args(), False)  # EXPERIMENT: kExact
+    exact = plan.layout.fills(hidden_size, dtype)
+    expr = norm.RMS_NORM.expr(_dtypes.c_type(dtype), *plan.layout.template_args(), exact)
     assert expr in families.instantiations()["norm.cu"]
 
 
@@ -57,7 +58,8 @@ def test_softmax_decode_layout_is_capped_and_computes_the_tree(hidden_size, dtyp
         layout = plan.layout
         assert layout.threads_per_row <= cap
         assert plans.tree_fits(hidden_size, dtype, layout.threads_per_row, layout.vecs_per_thread)
-        expr = softmax.SOFTMAX.expr(_dtypes.c_type(dtype), _dtypes.c_type(dtype), *layout.template_args())
+        expr = softmax.SOFTMAX.expr(_dtypes.c_type(dtype), _dtypes.c_type(dtype), *layout.template_args(),
+                                    layout.fills(hidden_size, dtype))
         assert expr in families.instantiations()["softmax.cu"]
         uncapped = plans.row_layout(hidden_size, dtype, True, num_rows=num_rows)
         assert layout == uncapped or uncapped.threads_per_row > cap
@@ -90,7 +92,8 @@ def test_a_small_decode_cap_still_gives_a_compiled_layout(monkeypatch, cap):
             layout = plans.plan_rows(1, hidden_size, dtype, aligned=True, limits=H200_LIMITS, op="softmax").layout
             assert layout.vecs_per_thread in plans.VECS_PER_THREAD_CHOICES
             assert plans.tree_fits(hidden_size, dtype, layout.threads_per_row, layout.vecs_per_thread)
-            expr = softmax.SOFTMAX.expr(_dtypes.c_type(dtype), _dtypes.c_type(dtype), *layout.template_args())
+            expr = softmax.SOFTMAX.expr(_dtypes.c_type(dtype), _dtypes.c_type(dtype), *layout.template_args(),
+                                        layout.fills(hidden_size, dtype))
             assert expr in families.instantiations()["softmax.cu"]
 
 

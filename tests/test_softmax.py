@@ -42,7 +42,9 @@ def test_softmax_launch():
     launch = _prepare(temperature=0.5)
     plan = plans.plan_rows(4, 1000, _dtypes.bfloat16, aligned=True, limits=plans.H200_LIMITS, op="softmax")
     assert launch.template is softmax_ops.SOFTMAX and launch.plan == plan
-    assert launch.template_args == ("__nv_bfloat16", "float", *plan.layout.template_args())
+    assert launch.template_args == ("__nv_bfloat16", "float", *plan.layout.template_args(), False)
+    # kExact where the layout fills the row (1 x 4096 bf16: 256 threads x 2 leaves of 8).
+    assert _prepare(x=contiguous((1, 4096), _dtypes.bfloat16)).template_args[-1] is True
     assert launch.pointers == ("out", "x")
     # The default output is float32.
     assert launch.allocate == (("out", (4, 1000), _dtypes.float32),) and launch.returns == "out"

@@ -14,20 +14,30 @@ FUSED_ADD_RMS_NORM = KernelTemplate("norm.cu", "fused_add_rms_norm_kernel")
 LAYER_NORM = KernelTemplate("norm.cu", "layer_norm_kernel")
 
 
+#: The most leaves a thread for which each kernel has a kExact variant (the layout fills the
+#: row: plans.RowLayout.fills). fused_add_rms_norm's and layer_norm's exact walks spill at 4
+#: leaves a thread (fp16 and fp32, 1024-thread blocks' 64 registers: test_jit_compile's spill
+#: check), so theirs stop at the decode layouts' 2; rms_norm's won 2-4 % at 4096 tokens with
+#: 4 (bench/results/NOTES.md, item 22).
+EXACT_MAX_VECS_PER_THREAD = {"rms_norm_kernel": 8, "fused_add_rms_norm_kernel": 2, "layer_norm_kernel": 2}
+
+
+def exact_choices(template: KernelTemplate, layout: plans.RowLayout) -> tuple[bool, ...]:
+    """The kExact values ``template`` is built for in ``layout``."""
+    return (False, True) if layout.vecs_per_thread <= EXACT_MAX_VECS_PER_THREAD[template.name] else (False,)
+
+
 def instantiations() -> dict[KernelTemplate, list[str]]:
-    """Every instantiation of this family: dtype x row layout (x exact fit for rms_norm)."""
-    spaces = {t: [t.expr(_dtypes.c_type(d), *layout.template_args()) for d in _dtypes.DTYPES
-                  for layout in plans.row_layouts(d)]
-              for t in (FUSED_ADD_RMS_NORM, LAYER_NORM)}
-    spaces[RMS_NORM] = [RMS_NORM.expr(_dtypes.c_type(d), *layout.template_args(), exact) for d in _dtypes.DTYPES
-                        for layout in plans.row_layouts(d) for exact in (False, True)]
-    return spaces
+    """Every instantiation of this family: dtype x row layout x kExact (the layout fills the row)."""
+    return {t: [t.expr(_dtypes.c_type(d), *layout.template_args(), exact) for d in _dtypes.DTYPES
+                for layout in plans.row_layouts(d) for exact in exact_choices(t, layout)]
+            for t in (RMS_NORM, FUSED_ADD_RMS_NORM, LAYER_NORM)}
 
 
-def _exact_fit(layout: plans.RowLayout, hidden_size: int, dtype) -> bool:
-    """EXPERIMENT (branch next/issue11-rms-exact): the row is exactly the layout's first round
-    of whole leaves (rms_norm_kernel's kExact: no bounds, later rounds or partial leaf)."""
-    return hidden_size == layout.threads_per_row * layout.vecs_per_thread * plans.leaf_width(dtype)
+def _template_args(template: KernelTemplate, dtype, hidden_size: int, plan: plans.RowPlan) -> tuple:
+    """(T, kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize, kExact) of norm.cu's kernels."""
+    exact = plan.layout.fills(hidden_size, dtype) and True in exact_choices(template, plan.layout)
+    return (_dtypes.c_type(dtype), *plan.layout.template_args(), exact)
 
 
 # ----------------------------------------------------------------- intake and plan
@@ -52,8 +62,7 @@ def _prepare_rms_norm(a: launcher.Args) -> launcher.Launch:
     plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits,
                            op="rms_norm", overrides=a.overrides)
     return launcher.Launch(
-        RMS_NORM, (_dtypes.c_type(x.dtype), *plan.layout.template_args(),
-                   _exact_fit(plan.layout, rows.hidden_size, x.dtype)), plan,
+        RMS_NORM, _template_args(RMS_NORM, x.dtype, rows.hidden_size, plan), plan,
         pointers=("out", "x", "weight"),
         scalars=(*scalars, eps, weight_offset),
         allocate=allocate, returns="out",
@@ -78,7 +87,7 @@ def _prepare_fused_add_rms_norm(a: launcher.Args) -> launcher.Launch:
     plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits,
                            op="fused_add_rms_norm", overrides=a.overrides)
     return launcher.Launch(
-        FUSED_ADD_RMS_NORM, (_dtypes.c_type(x.dtype), *plan.layout.template_args()), plan,
+        FUSED_ADD_RMS_NORM, _template_args(FUSED_ADD_RMS_NORM, x.dtype, rows.hidden_size, plan), plan,
         pointers=("x", "residual", "weight"),
         scalars=(*_row_scalars(rows, rows.row_stride, res_rows.row_stride), eps, weight_offset),
         returns=("x", "residual"),
@@ -100,7 +109,7 @@ def _prepare_layer_norm(a: launcher.Args) -> launcher.Launch:
                            op="layer_norm", overrides=a.overrides)
     # An absent weight or bias is passed as a null pointer (the kernel skips it).
     return launcher.Launch(
-        LAYER_NORM, (_dtypes.c_type(x.dtype), *plan.layout.template_args()), plan,
+        LAYER_NORM, _template_args(LAYER_NORM, x.dtype, rows.hidden_size, plan), plan,
         pointers=("out", "x", "weight", "bias"),
         scalars=(*_row_scalars(rows, rows.row_stride, out_rows.row_stride), eps),
         allocate=allocate, returns="out",

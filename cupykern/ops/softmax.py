@@ -22,8 +22,9 @@ def _dtype_pairs():
 
 
 def instantiations() -> dict[KernelTemplate, list[str]]:
-    return {SOFTMAX: [SOFTMAX.expr(_dtypes.c_type(d), _dtypes.c_type(o), *layout.template_args())
-                      for d, o in _dtype_pairs() for layout in plans.row_layouts(d)]}
+    """Every instantiation: (input, output) dtype x row layout x kExact (the layout fills the row)."""
+    return {SOFTMAX: [SOFTMAX.expr(_dtypes.c_type(d), _dtypes.c_type(o), *layout.template_args(), exact)
+                      for d, o in _dtype_pairs() for layout in plans.row_layouts(d) for exact in (False, True)]}
 
 
 def _prepare(a: launcher.Args) -> launcher.Launch:
@@ -50,7 +51,8 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
     plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits, op="softmax",
                            overrides=a.overrides)
     return launcher.Launch(
-        SOFTMAX, (_dtypes.c_type(x.dtype), _dtypes.c_type(out_dtype), *plan.layout.template_args()), plan,
+        SOFTMAX, (_dtypes.c_type(x.dtype), _dtypes.c_type(out_dtype), *plan.layout.template_args(),
+                  plan.layout.fills(rows.hidden_size, x.dtype)), plan,
         pointers=("out", "x"),
         scalars=(*sizes, scale),
         allocate=allocate, returns="out",

@@ -18,6 +18,9 @@
 // tail_fn(i, y) for each element otherwise (the scalar path, a partial last leaf).
 // each_y may be called more than once (a first pass for a row maximum); each call gives
 // the same values (from the register cache, or read again).
+//
+// kExact: the layout fills the row exactly (rows.cuh::for_each_leaf); the same bits, no
+// bounds. norm.cu's kernels choose it per call; quant.cu's FP8 norms keep the default.
 #pragma once
 #include <cupykern/vec.cuh>
 #include <cupykern/reduce.cuh>
@@ -104,11 +107,12 @@ __device__ __forceinline__ void rms_norm_rows(
     // register arrays spilled.
     if constexpr (kFusedAdd && !kFusedAddLeafByLeaf) {
       V res_cache[kVecsPerThread];
-      load_first_round<T, kThreadsPerRow>(hidden_size, active, g.lane, cache,
-                                          [&](int64_t v) { return load_leaf<T, kVecWidth>(x_row, v, L); });
-      load_first_round<T, kThreadsPerRow>(hidden_size, active, g.lane, res_cache,
-                                          [&](int64_t v) { return load_leaf<T, kVecWidth>(res_row, v, L); });
-      for_each_first_round_leaf<T, kThreadsPerRow, kVecsPerThread>(hidden_size, active, g.lane, [&](int a, int64_t v) {
+      load_first_round<T, kThreadsPerRow, kExact>(hidden_size, active, g.lane, cache,
+                                                  [&](int64_t v) { return load_leaf<T, kVecWidth>(x_row, v, L); });
+      load_first_round<T, kThreadsPerRow, kExact>(hidden_size, active, g.lane, res_cache,
+                                                  [&](int64_t v) { return load_leaf<T, kVecWidth>(res_row, v, L); });
+      for_each_first_round_leaf<T, kThreadsPerRow, kVecsPerThread, kExact>(
+          hidden_size, active, g.lane, [&](int a, int64_t v) {
         cache[a] = add_rounded(cache[a], res_cache[a]);
         store_leaf<T, kVecWidth>(res_row, v, L, cache[a]);
       });

@@ -110,9 +110,11 @@ __device__ __forceinline__ void add_to_column(float (&column)[kColumns], int col
 // last, which is its place in its column's order too (it has the row's largest index),
 // with slot -1 and a runtime column: callers update columns with add_to_column, which
 // keeps the register array statically indexed either way.
-// kExact (EXPERIMENT, branch next/issue11-rms-exact): the caller guarantees hidden_size ==
-// kThreadsPerRow * kColumns * L, so the lane has exactly kColumns whole leaves, no later
-// round and no partial leaf: no bounds to compute before the loads.
+// kExact: the caller guarantees hidden_size == kThreadsPerRow * kColumns * L (the layout
+// fills the row exactly: plans.RowLayout.fills), so the lane has exactly kColumns whole
+// leaves, no later round and no partial leaf, and no bounds are computed before the
+// loads. The same leaves in the same order, so the same bits. rms_norm at 1-64 tokens of
+// llama-3.1-8b / -70b: 0.08-0.13 us less a call, 2-4 % less at 4096 (NOTES item 22).
 template <typename T, int kThreadsPerRow, int kColumns, bool kExact = false, typename F>
 __device__ __forceinline__ void for_each_leaf(int64_t hidden_size, bool active, int lane, F&& f) {
   constexpr int L = leaf_width<T>();
