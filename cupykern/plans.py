@@ -526,8 +526,9 @@ ACTIVATION_OVERRIDE_KEYS = ("block_size", "vec_width", "grid_stride")
 
 
 def activation_vec_widths(dtype) -> tuple[int, ...]:
-    """Elements per access act_and_mul_kernel is built for: 1, and 8- and 16-byte vectors."""
-    return tuple(sorted({1, _dtypes.vec_width(dtype) // 2, _dtypes.vec_width(dtype)}))
+    """Elements per access act_and_mul_kernel is built for: 1, and 4-, 8- and 16-byte vectors."""
+    widest = _dtypes.vec_width(dtype)
+    return tuple(sorted({1, max(1, widest // 4), widest // 2, widest}))
 
 
 def activation_chunks(num_rows: int, d: int, block_size: int, vec_width: int) -> int:
@@ -538,22 +539,31 @@ def activation_chunks(num_rows: int, d: int, block_size: int, vec_width: int) ->
 
 def _narrow_vector_plan(num_rows: int, d: int, vec_width: int, most: int,
                         limits: DeviceLimits) -> tuple[int, int, int] | None:
-    """(vec_width, block_size, chunks_per_row) of half-width vectors (8 bytes for 16-byte
-    ``vec_width``) on the block-per-item grid, or None where they do not cover d exactly or
-    do not fit one wave of resident blocks and the grid's limits. The block is as many
-    threads as vectors rounded up to a power of two from one warp, then capped at
-    ACTIVATION_BLOCK_SIZE and ``most`` (the device's block limit). Against 16-byte vectors on the same kernel: 0.02-0.15 us less a call at 1-64
-    tokens of llama-3.1-8b and -70b (bench/results/NOTES.md, item 20)."""
-    narrow = vec_width // 2
-    if num_rows == 0 or narrow < 1 or d % narrow or num_rows > limits.max_grid_y:
+    """(vec_width, block_size, chunks_per_row) of narrower vectors on the block-per-item
+    grid, for 16-byte ``vec_width``: quarter-width ones (4 bytes: 2 elements of a 16-bit
+    dtype, as Inductor takes at one token) where their grid fills at most half a wave of
+    resident blocks, else half-width ones (8 bytes) where theirs fits one wave; None where
+    neither covers d exactly or fits the grid's limits. The block is as many threads as
+    vectors rounded up to a power of two from one warp, then capped at
+    ACTIVATION_BLOCK_SIZE and ``most`` (the device's block limit).
+
+    Measured on the H200 (bench/results/NOTES.md): 8-byte against 16-byte vectors, 0.02-0.15
+    us less a call at 1-64 tokens of llama-3.1-8b and -70b (item 20); 4-byte against 8-byte,
+    0.02-0.05 us less at one token and at 16 tokens of 8b (448 blocks), but 0.05-0.08 us more
+    for 70b's gelu_and_mul at 16 tokens, whose 896 blocks fill 85 % of a wave (item 22):
+    hence half a wave for them."""
+    if num_rows == 0 or num_rows > limits.max_grid_y:
         return None
     widest = min(_constant("ACTIVATION_BLOCK_SIZE", (32, 64, 128, 256, 512, 1024)), most)
-    block_size = min(widest, max(limits.warp_size, _next_pow2(-(-d // narrow))))
-    chunks_per_row = activation_chunks(1, d, block_size, narrow)
-    resident = limits.sm_count * max(1, limits.max_threads_per_sm // block_size)
-    if num_rows * chunks_per_row > resident or chunks_per_row > limits.max_grid_x:
-        return None
-    return narrow, block_size, chunks_per_row
+    for narrow, waves in ((vec_width // 4, 0.5), (vec_width // 2, 1.0)):
+        if narrow < 1 or d % narrow:
+            continue
+        block_size = min(widest, max(limits.warp_size, _next_pow2(-(-d // narrow))))
+        chunks_per_row = activation_chunks(1, d, block_size, narrow)
+        resident = limits.sm_count * max(1, limits.max_threads_per_sm // block_size)
+        if num_rows * chunks_per_row <= waves * resident and chunks_per_row <= limits.max_grid_x:
+            return narrow, block_size, chunks_per_row
+    return None
 
 
 def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: DeviceLimits,

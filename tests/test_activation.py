@@ -67,7 +67,8 @@ def _reference(op: str, x) -> np.ndarray:
 # ----------------------------------------------------------------- CPU: instantiations
 def test_instantiations_cover_dtypes_activations_and_vector_widths():
     exprs = set(activation.instantiations()[activation.ACT_AND_MUL])
-    assert len(exprs) == len(DTYPES) * len(activation.ACTIVATIONS) * 3 * 2  # vector widths x walks
+    widths = sum(len(plans.activation_vec_widths(d)) for d in DTYPES)  # fp32: 1, 2, 4; 16-bit: 1, 2, 4, 8
+    assert len(exprs) == widths * len(activation.ACTIVATIONS) * 2  # vector widths x walks
     assert "act_and_mul_kernel<__nv_bfloat16, 0, 8, true>" in exprs
     assert "act_and_mul_kernel<__nv_bfloat16, 0, 8, false>" in exprs
     assert "act_and_mul_kernel<float, 2, 4, true>" in exprs
@@ -141,9 +142,9 @@ def _swiglu(*, gate=None, up=None, out=None, **kw):
 def test_fused_activation_launch(op, approximate, act):
     launch = _fused(op, approximate=approximate)
     plan = plans.plan_activation(4, 64, F16, aligned=True, limits=H200_LIMITS, op=op)
-    # A block per item at 4 rows: 8-byte vectors (4 fp16) with up to 256 threads.
-    assert launch.template is activation.ACT_AND_MUL and launch.plan == plan and plan.vec_width == 4
-    assert launch.template_args == ("__half", activation.ACTIVATIONS[act], 4, False)
+    # A block per item at 4 rows: 4-byte vectors (2 fp16) with up to 256 threads.
+    assert launch.template is activation.ACT_AND_MUL and launch.plan == plan and plan.vec_width == 2
+    assert launch.template_args == ("__half", activation.ACTIVATIONS[act], 2, False)
     # up is the second half of each row of x: the same array, d elements further on.
     assert launch.pointers == ("out", "x", ("x", 64 * 2))
     # d and the row strides of x (gate, up) and out, 32-bit; then num_rows.
@@ -164,7 +165,7 @@ def test_fused_activation_3d_input_and_given_out():
 def test_fused_up_alignment_follows_from_x():
     """up starts d elements into x's row: its address class is x's plus d * itemsize."""
     # d = 64: up 128 bytes in, aligned (8-byte vectors at decode sizes)
-    assert _fused(x=contiguous((4, 128), F16)).plan.vec_width == 4
+    assert _fused(x=contiguous((4, 128), F16)).plan.vec_width == 2  # 4-byte vectors at decode sizes
     out = Sig((4, 60), (64 * 2, 2), np.dtype(F16), 0)  # rows 64 apart: aligned
     # d = 60: gate aligned, rows 120 elements apart (a vector multiple), but up starts 120 bytes in.
     assert _fused(x=contiguous((4, 120), F16), out=out).plan.vec_width == 1
@@ -235,7 +236,7 @@ def test_swiglu_launch():
     up = Sig((4, 64), (256, 2), np.dtype(BF16), 0)
     launch = _swiglu(gate=gate, up=up, out=Sig((4, 64), (80 * 2, 2), np.dtype(BF16), 0))
     assert launch.template is activation.ACT_AND_MUL
-    assert launch.template_args == ("__nv_bfloat16", activation.ACTIVATIONS["silu"], 4, False)
+    assert launch.template_args == ("__nv_bfloat16", activation.ACTIVATIONS["silu"], 2, False)
     assert launch.pointers == ("out", "gate", "up")
     assert launch.scalars == (64, 128, 128, 80, 4)
     assert launch.allocate == () and launch.returns == "out"
@@ -243,7 +244,7 @@ def test_swiglu_launch():
     assert rules == {("gate", "out", True), ("up", "out", True)}  # in place as gate or up
     assert _swiglu(gate=gate, up=up._replace(align=2)).plan.vec_width == 1
     fresh = _swiglu()
-    assert fresh.allocate == (("out", (4, 64), F16),) and fresh.plan.vec_width == 4
+    assert fresh.allocate == (("out", (4, 64), F16),) and fresh.plan.vec_width == 2
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
@@ -423,7 +424,7 @@ def test_plan_activation_is_valid_and_compiled(num_rows, d, dtype, aligned):
     elif plan.grid_stride:
         assert plan.vec_width == _dtypes.vec_width(dtype)
     else:
-        assert plan.vec_width in (_dtypes.vec_width(dtype), _dtypes.vec_width(dtype) // 2)
+        assert plan.vec_width in plans.activation_vec_widths(dtype)
     assert plan.block_size % 32 == 0 and 32 <= plan.block_size <= plans.ACTIVATION_MAX_BLOCK_SIZE
     assert plan.block[1:] == (1, 1)
     chunks = plans.activation_chunks(num_rows, d, plan.block_size, plan.vec_width)
@@ -495,23 +496,37 @@ def test_plan_activation_shapes_the_block_to_the_work():
     bf16 = _dtypes.bfloat16
     # Throughput: 256 threads, one 16-byte vector each.
     assert plans.plan_activation(4096, 14336, bf16, aligned=True, limits=H200_LIMITS).block_size == 256
-    # Decode: a block per item, 8-byte vectors and 256 threads (NOTES item 20).
+    # Decode: a block per item, 4-byte vectors and 256 threads (NOTES items 20, 22).
     decode = plans.plan_activation(1, 14336, bf16, aligned=True, limits=H200_LIMITS)
-    assert (decode.block_size, decode.vec_width, decode.grid) == (256, 4, (14, 1, 1))
+    assert (decode.block_size, decode.vec_width, decode.grid) == (256, 2, (28, 1, 1))
     # Narrow rows: no more threads than vectors, at least one warp.
     assert plans.plan_activation(4096, 3, bf16, aligned=False, limits=H200_LIMITS).block_size == 32
 
 
-@pytest.mark.parametrize("num_tokens, grid", [(1, (15, 1, 1)), (16, (15, 16, 1)), (64, (15, 64, 1))])
-def test_plan_activation_takes_8_byte_vectors_where_16_byte_ones_leave_a_tail(num_tokens, grid):
-    """d = 14340 is a whole number of 8-byte vectors (4 bf16), not of 16-byte ones: the
-    block-per-item grid with 8-byte vectors, not the grid-stride walk (its scalar tail)."""
+@pytest.mark.parametrize("num_tokens, vec_width", [(1, 2), (16, 2), (64, 4)])
+def test_plan_activation_takes_narrow_vectors_where_16_byte_ones_leave_a_tail(num_tokens, vec_width):
+    """d = 14340 is a whole number of 4- and 8-byte vectors (2 and 4 bf16), not of 16-byte
+    ones: the block-per-item grid with narrower vectors, not the grid-stride walk (its
+    scalar tail); 4-byte ones while their grid (29 blocks a row) fills at most half a wave."""
     plan = plans.plan_activation(num_tokens, 14340, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
-    assert (plan.vec_width, plan.block_size, plan.grid, plan.grid_stride) == (4, 256, grid, False)
-    # Forced onto the block-per-item grid: the same plan; d = 14338 (2 mod 4) walks.
+    assert (plan.vec_width, plan.block_size, plan.grid_stride) == (vec_width, 256, False)
+    assert plan.grid == (-(-14340 // vec_width // 256), num_tokens, 1)
     assert plans.plan_activation(num_tokens, 14340, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS,
-                                 overrides={"grid_stride": False}).vec_width == 4
-    assert plans.plan_activation(num_tokens, 14338, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS).grid_stride
+                                 overrides={"grid_stride": False}).vec_width == vec_width
+    assert plans.plan_activation(num_tokens, 14337, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS).grid_stride
+
+
+@pytest.mark.parametrize("d, num_tokens, vec_width", [(14336, 1, 2), (14336, 16, 2), (14336, 64, 4),
+                                                      (28672, 1, 2), (28672, 16, 4), (28672, 64, 8)])
+def test_plan_activation_takes_4_byte_vectors_up_to_half_a_wave(d, num_tokens, vec_width):
+    """llama-3.1-8b's and -70b's intermediate sizes (NOTES item 22): 4-byte vectors while
+    their grid fills at most half of the H200's 132 x 8 resident 256-thread blocks (8b at
+    16 tokens: 448 blocks), 8-byte ones beyond (70b at 16 tokens: 896 would be 4-byte), then
+    16-byte ones past one wave of 8-byte ones (70b at 64 tokens)."""
+    plan = plans.plan_activation(num_tokens, d, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
+    assert (plan.vec_width, plan.block_size, plan.grid_stride) == (vec_width, 256, False)
+    blocks = num_tokens * -(-d // 2 // 256)
+    assert (blocks <= H200_LIMITS.sm_count * 8 // 2) == (vec_width == 2)
 
 
 def test_plan_activation_overrides_keep_their_vectors():

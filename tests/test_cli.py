@@ -238,7 +238,7 @@ def test_sweep_takes_sizes_and_constants_from_the_model(fake_gpu, tmp_path, tune
         ("rows", 256, 1, "heuristic")  # 1 token: the decode layout of 4096 bf16
     silu = next(p for p in points if p["op"] == "silu_and_mul")
     assert (silu["plan_kind"], silu["origin"], silu["threads_per_row"], silu["vec_width"]) == \
-        ("activation", "heuristic", None, 4)
+        ("activation", "heuristic", None, 2)  # 4-byte vectors at one token
     rope = next(p for p in points if p["op"] == "apply_rope")
     assert (rope["plan_kind"], rope["origin"], rope["threads_per_row"]) == ("rope", "heuristic", None)
     assert rope["threads_per_head"] and rope["head_slots"] and rope["tokens_per_block"]
@@ -277,8 +277,9 @@ def test_activation_launch_options(fake_gpu, tmp_path):
     points = json.loads(out.read_text())["points"]
     assert [(p["vec_width"], p["block_size"], p["origin"]) for p in points] == \
         [(1, 128, "override"), (4, 128, "override"), (8, 128, "override")]
-    result = invoke("sweep", "silu_and_mul", "--num-tokens", "4096", "--vec-width", "2", "--json", str(out))
-    assert "vec_width must be one of (1, 4, 8)" in result.output  # skipped, not a traceback
+    result = invoke("sweep", "silu_and_mul", "--num-tokens", "4096", "--dtype", "fp32", "--vec-width", "8",
+                    "--json", str(out))
+    assert "vec_width must be one of (1, 2, 4) for fp32" in result.output  # skipped, not a traceback
 
 
 def test_activation_grid_stride_option(fake_gpu, tmp_path):
@@ -290,9 +291,9 @@ def test_activation_grid_stride_option(fake_gpu, tmp_path):
     assert [c["grid_stride"] for c in fake_gpu if c["op"] == "silu_and_mul"] == [True, False]
     points = [p for p in json.loads(out.read_text())["points"] if p["op"] == "silu_and_mul"]
     assert [(p["grid_stride"], p["grid"], p["origin"]) for p in points] == [(True, 14, "override"),
-                                                                         (False, 14, "override")]
-    # The walk keeps 16-byte vectors; a block per item takes 8-byte ones and 256 threads.
-    assert "b128 x8 walk override" in result.output and "b256 x4 item override" in result.output
+                                                                         (False, 28, "override")]
+    # The walk keeps 16-byte vectors; a block per item takes 4-byte ones at one token and 256 threads.
+    assert "b128 x8 walk override" in result.output and "b256 x2 item override" in result.output
 
 
 def test_options_an_op_does_not_take_are_named(fake_gpu):

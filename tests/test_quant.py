@@ -208,7 +208,7 @@ def test_silu_and_mul_quant_launch():
     launch = op.prepare(prepare_args("silu_and_mul_quant", x=contiguous((3, 256), F16), scale=contiguous((1,), F32),
                                      out=None))
     assert launch.template is quant.ACT_AND_MUL_QUANT
-    assert launch.template_args == ("__half", 0, 4, False)  # 8-byte vectors at decode
+    assert launch.template_args == ("__half", 0, 2, False)  # 4-byte vectors at decode
     assert launch.pointers == ("out", "x", ("x", 128 * 2), "scale")
     assert launch.allocate == (("out", (3, 128), U8),)
     assert launch.scalars == (128, 256, 256, 128, 3)  # d, 32-bit row strides (x, x, out), num_rows
