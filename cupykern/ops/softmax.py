@@ -50,9 +50,12 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride))
     plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits, op="softmax",
                            overrides=a.overrides)
+    # The exact walk (the layout fills the row) at decode sizes only: 0.06-0.17 us less a call
+    # at 1-16 tokens, but 20-27 % slower at 4096 tokens in the same 256 x 4 instantiation
+    # (48 registers against 40; bench/results/NOTES.md, item 22).
+    exact = plan.layout.fills(rows.hidden_size, x.dtype) and rows.num_rows <= plans.DECODE_MAX_ROWS
     return launcher.Launch(
-        SOFTMAX, (_dtypes.c_type(x.dtype), _dtypes.c_type(out_dtype), *plan.layout.template_args(),
-                  plan.layout.fills(rows.hidden_size, x.dtype)), plan,
+        SOFTMAX, (_dtypes.c_type(x.dtype), _dtypes.c_type(out_dtype), *plan.layout.template_args(), exact), plan,
         pointers=("out", "x"),
         scalars=(*sizes, scale),
         allocate=allocate, returns="out",
