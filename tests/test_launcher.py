@@ -49,7 +49,7 @@ def test_rms_norm_launches_with_the_kernel_argument_order(fake_gpu):
     assert cupykern.rms_norm(x, w, 1e-5, out=out) is out
     (launch,) = fake_gpu
     assert launch.template.name == "rms_norm_kernel"
-    assert launch.template_args == ("__nv_bfloat16", 256, 8, 2, 32)  # the decode layout of 4096 bf16
+    assert launch.template_args == ("__nv_bfloat16", 256, 8, 2, 32, True)  # the decode layout of 4096 bf16, filled
     assert launch.args[:3] == (out, x, w)
     assert [type(a) for a in launch.args[3:7]] == [np.int32] * 4  # norm.cu's 32-bit arguments
     assert launch.args[3:7] == (3, 4096, 4096, 4096)
