@@ -113,9 +113,9 @@ __device__ __forceinline__ void rms_norm_rows(
                                                   [&](int64_t v) { return load_leaf<T, kVecWidth>(res_row, v, L); });
       for_each_first_round_leaf<T, kThreadsPerRow, kVecsPerThread, kExact>(
           hidden_size, active, g.lane, [&](int a, int64_t v) {
-        cache[a] = add_rounded(cache[a], res_cache[a]);
-        store_leaf<T, kVecWidth>(res_row, v, L, cache[a]);
-      });
+            cache[a] = add_rounded(cache[a], res_cache[a]);
+            store_leaf<T, kVecWidth>(res_row, v, L, cache[a]);
+          });
     } else if constexpr (!kFusedAdd) {
       load_first_round<T, kThreadsPerRow, kExact>(hidden_size, active, g.lane, cache,
                                                   [&](int64_t v) { return input_leaf(v, L); });
