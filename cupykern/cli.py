@@ -313,8 +313,8 @@ def _print_sweep(points: list, model_name: str, copy_gbps: float, seed: int, tun
 @click.option("--threads-per-row", callback=_choice_list(plans.THREADS_PER_ROW_CHOICES, "threads per row"),
               default=None, help="row kernels: threads sharing a row")
 @click.option("--vec-width", callback=_choice_list((1, 2, 4, 8), "vector widths"), default=None,
-              help="row kernels and activations: elements per access, 1 or 16 bytes' worth (8 for fp16/bf16, "
-                   "4 for fp32)")
+              help="row kernels: elements per access, 1 or 16 bytes' worth (8 for fp16/bf16, 4 for fp32); "
+                   "activations: 1 or 4, 8 or 16 bytes' worth (fp16/bf16 2, 4, 8; fp32 2, 4)")
 @click.option("--vecs-per-thread", callback=_choice_list(plans.VECS_PER_THREAD_CHOICES, "vecs per thread"),
               default=None, help="row kernels: reduction-tree columns (leaves kept in registers) per thread; "
                                  "by default the number threads_per_row needs")

@@ -190,7 +190,7 @@ class RowLayout:
         """Whether a row of ``hidden_size`` elements is exactly this layout's first round of
         whole leaves (every thread ``vecs_per_thread`` of them, nothing left): the row
         kernels' kExact, a leaf walk without bounds (kernels_cu/cupykern/rows.cuh)."""
-        return hidden_size == self.threads_per_row * self.vecs_per_thread * leaf_width(dtype)
+        return bool(hidden_size == self.threads_per_row * self.vecs_per_thread * leaf_width(dtype))
 
 
 @dataclass(frozen=True)
@@ -478,14 +478,14 @@ def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: 
 #: The gated kernels' __launch_bounds__ (cupykern/gated_rows.cuh::kActMaxBlockSize).
 ACTIVATION_MAX_BLOCK_SIZE = 1024
 #: Default block: 256 threads, one 16-byte vector of gate and of up each (at most 256
-#: threads of 8-byte vectors at decode sizes, _narrow_vector_plan). Eight such
+#: threads of 4- or 8-byte vectors at decode sizes, _narrow_vector_plan). Eight such
 #: blocks fill an SM's 2048 threads with 64 KiB of loads in flight, above the ~25 KiB
 #: per SM that covers HBM latency at an H200's 4.8 TB/s (bandwidth x ~700 ns / 132 SMs).
 #: Not yet tuned by a measurement in bench/results.
 ACTIVATION_BLOCK_SIZE = 256
 #: Decode-sized work (fewer chunks than SMs) of 16-byte vectors halves the block down to
-#: this, spreading the few vectors over more SMs (the 8-byte plan of decode sizes does
-#: not). 128 against 32, 64 and 256 (cupykern sweep --block-size, llama-3.1-70b bf16,
+#: this, spreading the few vectors over more SMs (the narrow-vector plan of decode sizes
+#: does not). 128 against 32, 64 and 256 (cupykern sweep --block-size, llama-3.1-70b bf16,
 #: H200, bench/results/NOTES.md item 16): 1.49, 1.54, 1.50 and 1.58 us for silu_and_mul
 #: at 1 token, 1.90, 2.39, 2.00 and 1.93 at 16.
 ACTIVATION_MIN_BLOCK_SIZE = 128
@@ -541,21 +541,24 @@ def _narrow_vector_plan(num_rows: int, d: int, vec_width: int, most: int,
                         limits: DeviceLimits) -> tuple[int, int, int] | None:
     """(vec_width, block_size, chunks_per_row) of narrower vectors on the block-per-item
     grid, for 16-byte ``vec_width``: quarter-width ones (4 bytes: 2 elements of a 16-bit
-    dtype, as Inductor takes at one token) where their grid fills at most half a wave of
-    resident blocks, else half-width ones (8 bytes) where theirs fits one wave; None where
-    neither covers d exactly or fits the grid's limits. The block is as many threads as
+    dtype, as Inductor takes at one token; not for fp32, where they would be single
+    elements, unmeasured) where their grid fills at most half a wave of resident blocks,
+    else half-width ones (8 bytes) where theirs fits one wave; None where neither covers
+    d exactly or fits the grid's limits. The block is as many threads as
     vectors rounded up to a power of two from one warp, then capped at
     ACTIVATION_BLOCK_SIZE and ``most`` (the device's block limit).
 
     Measured on the H200 (bench/results/NOTES.md): 8-byte against 16-byte vectors, 0.02-0.15
-    us less a call at 1-64 tokens of llama-3.1-8b and -70b (item 20); 4-byte against 8-byte,
-    0.02-0.05 us less at one token and at 16 tokens of 8b (448 blocks), but 0.05-0.08 us more
-    for 70b's gelu_and_mul at 16 tokens, whose 896 blocks fill 85 % of a wave (item 22):
-    hence half a wave for them."""
+    us less a call at 1-64 tokens of llama-3.1-8b and -70b (item 20); 4-byte against 8-byte
+    (item 22, two calls), at one token 0.01-0.09 us less for gelu_and_mul and 0.03-0.06 for
+    silu_and_mul of 70b (8b's: within the noise), at 16 tokens of 8b (448 blocks) 0.00-0.05
+    less, but 0.05-0.08 us more for 70b's gelu_and_mul at 16 tokens, whose 896 blocks fill
+    85 % of a wave: hence half a wave for them."""
     if num_rows == 0 or num_rows > limits.max_grid_y:
         return None
     widest = min(_constant("ACTIVATION_BLOCK_SIZE", (32, 64, 128, 256, 512, 1024)), most)
-    for narrow, waves in ((vec_width // 4, 0.5), (vec_width // 2, 1.0)):
+    quarter = vec_width // 4 if vec_width // 4 >= 2 else 0
+    for narrow, waves in ((quarter, 0.5), (vec_width // 2, 1.0)):
         if narrow < 1 or d % narrow:
             continue
         block_size = min(widest, max(limits.warp_size, _next_pow2(-(-d // narrow))))
@@ -570,11 +573,12 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
                     overrides: dict | None = None, op: str = "act_and_mul") -> ActivationPlan:
     """Plan for act_and_mul_kernel (silu_and_mul, gelu_and_mul, swiglu) on rows of ``d`` outputs.
 
-    Where every row is a whole number of 8-byte vectors (half the 16-byte width) and
-    they fit one wave of resident blocks (decode sizes), and neither ``block_size`` nor
-    ``vec_width`` is overridden nor ``grid_stride`` forced True: 8-byte vectors, a block
-    per (row, chunk) item (grid (chunks_per_row, num_rows), ``grid_stride`` False), as
-    many threads as vectors up to ACTIVATION_BLOCK_SIZE (:func:`_narrow_vector_plan`).
+    Where every row is a whole number of 4-byte vectors (16-bit dtypes) whose grid fills
+    at most half a wave of resident blocks, or of 8-byte vectors (half the 16-byte width)
+    that fit one wave (decode sizes), and neither ``block_size`` nor ``vec_width`` is
+    overridden nor ``grid_stride`` forced True: those vectors, a block per (row, chunk)
+    item (grid (chunks_per_row, num_rows), ``grid_stride`` False), as many threads as
+    vectors up to ACTIVATION_BLOCK_SIZE (:func:`_narrow_vector_plan`).
     Else 16-byte vectors when ``aligned``; ACTIVATION_BLOCK_SIZE threads, fewer for narrow
     rows (no more threads than vectors, a power of two from one warp) and halved down
     to ACTIVATION_MIN_BLOCK_SIZE while there are fewer work items than SMs; a block per
@@ -615,7 +619,7 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     grid_stride = overrides.get("grid_stride")
     if grid_stride is not True and not {"vec_width", "block_size"} & set(overrides):
         narrow = _narrow_vector_plan(num_rows, d, vec_width, most, limits)
-        if narrow is not None:  # decode sizes: 8-byte vectors, a block per item
+        if narrow is not None:  # decode sizes: 4- or 8-byte vectors, a block per item
             vec_width, block_size, chunks_per_row = narrow
             return ActivationPlan((chunks_per_row, num_rows, 1), (block_size, 1, 1), vec_width, origin, False)
     chunks_per_row = activation_chunks(1, d, block_size, vec_width)

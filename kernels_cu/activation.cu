@@ -19,8 +19,9 @@
 // Template parameters:
 //   T          float, __half, __nv_bfloat16
 //   kAct       0 silu, 1 gelu (erf), 2 gelu (tanh approximation)
-//   kVecWidth  1, 8 / sizeof(T) (decode sizes, bench/results/NOTES.md item 20) or
-//              16 / sizeof(T): elements per memory access. More than 1 only when gate,
+//   kVecWidth  1, 4 / sizeof(T) (16-bit T) and 8 / sizeof(T) (decode sizes,
+//              bench/results/NOTES.md items 20, 22) or 16 / sizeof(T): elements per
+//              memory access. More than 1 only when gate,
 //              up and out pointers are 16-byte aligned and every row stride is a
 //              multiple of kVecWidth; on the grid-stride walk the last d % kVecWidth
 //              elements of a row go through a scalar tail.

@@ -33,8 +33,8 @@
 // Mutates: out, scales (dynamic) and residual (fused add). x, weight, gate, up, scale
 // are read only; out must not overlap them (checked in Python).
 //
-// Template parameters: as norm.cu's rms_norm kernels (T, kThreadsPerRow, kVecWidth,
-// kVecsPerThread, kWarpSize) and activation.cu's act_and_mul_kernel (T, kAct,
+// Template parameters: as norm.cu's rms_norm kernels without kExact (T, kThreadsPerRow,
+// kVecWidth, kVecsPerThread, kWarpSize) and activation.cu's act_and_mul_kernel (T, kAct,
 // kVecWidth, kGridStride). kVecWidth counts elements of T per access: the fp8 output is
 // written kVecWidth bytes at a time, so out is aligned to kVecWidth bytes when
 // kVecWidth > 1.

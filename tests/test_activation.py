@@ -164,8 +164,8 @@ def test_fused_activation_3d_input_and_given_out():
 
 def test_fused_up_alignment_follows_from_x():
     """up starts d elements into x's row: its address class is x's plus d * itemsize."""
-    # d = 64: up 128 bytes in, aligned (8-byte vectors at decode sizes)
-    assert _fused(x=contiguous((4, 128), F16)).plan.vec_width == 2  # 4-byte vectors at decode sizes
+    # d = 64: up 128 bytes in, aligned (4-byte vectors at decode sizes)
+    assert _fused(x=contiguous((4, 128), F16)).plan.vec_width == 2
     out = Sig((4, 60), (64 * 2, 2), np.dtype(F16), 0)  # rows 64 apart: aligned
     # d = 60: gate aligned, rows 120 elements apart (a vector multiple), but up starts 120 bytes in.
     assert _fused(x=contiguous((4, 120), F16), out=out).plan.vec_width == 1
@@ -418,7 +418,7 @@ def _kernel_walk(grid: int, block_size: int, num_rows: int, d: int, vec_width: i
 def test_plan_activation_is_valid_and_compiled(num_rows, d, dtype, aligned):
     plan = plans.plan_activation(num_rows, d, dtype, aligned=aligned, limits=H200_LIMITS)
     assert plan.origin == "heuristic"
-    # 16-byte vectors, or 8-byte ones on the block-per-item grid (decode sizes).
+    # 16-byte vectors, or 4- or 8-byte ones on the block-per-item grid (decode sizes).
     if not aligned:
         assert plan.vec_width == 1
     elif plan.grid_stride:
@@ -521,12 +521,16 @@ def test_plan_activation_takes_narrow_vectors_where_16_byte_ones_leave_a_tail(nu
 def test_plan_activation_takes_4_byte_vectors_up_to_half_a_wave(d, num_tokens, vec_width):
     """llama-3.1-8b's and -70b's intermediate sizes (NOTES item 22): 4-byte vectors while
     their grid fills at most half of the H200's 132 x 8 resident 256-thread blocks (8b at
-    16 tokens: 448 blocks), 8-byte ones beyond (70b at 16 tokens: 896 would be 4-byte), then
+    16 tokens: 448 blocks), 8-byte ones beyond (70b at 16 tokens: 896 blocks of 4-byte ones,
+    over half a wave), then
     16-byte ones past one wave of 8-byte ones (70b at 64 tokens)."""
     plan = plans.plan_activation(num_tokens, d, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
     assert (plan.vec_width, plan.block_size, plan.grid_stride) == (vec_width, 256, False)
     blocks = num_tokens * -(-d // 2 // 256)
     assert (blocks <= H200_LIMITS.sm_count * 8 // 2) == (vec_width == 2)
+    # fp32: no single-element "vectors" (unmeasured); 8-byte ones (2 elements) where they fit.
+    fp32 = plans.plan_activation(num_tokens, d, _dtypes.float32, aligned=True, limits=H200_LIMITS)
+    assert fp32.vec_width in (2, 4)
 
 
 def test_plan_activation_overrides_keep_their_vectors():

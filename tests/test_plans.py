@@ -439,3 +439,13 @@ def test_override_context_is_per_thread():
         thread.start()
         thread.join()
     assert seen["other"] == {}
+
+
+def test_row_layout_fills_exactly_its_first_round():
+    """kExact's condition: hidden_size == threads_per_row x vecs_per_thread x leaf width, a
+    Python bool for NumPy sizes too (KernelTemplate.expr spells only bool as true/false)."""
+    layout = plans.RowLayout(256, 8, 2)
+    bf16 = _dtypes.bfloat16
+    assert layout.fills(4096, bf16) is True and layout.fills(np.int64(4096), bf16) is True
+    assert layout.fills(4088, bf16) is False and layout.fills(np.int64(4104), bf16) is False
+    assert plans.RowLayout(256, 4, 2).fills(2048, _dtypes.float32) is True  # fp32 leaves of 4

@@ -15,10 +15,11 @@ LAYER_NORM = KernelTemplate("norm.cu", "layer_norm_kernel")
 
 
 #: The most leaves a thread for which each kernel has a kExact variant (the layout fills the
-#: row: plans.RowLayout.fills). fused_add_rms_norm's and layer_norm's exact walks spill at 4
-#: leaves a thread (fp16 and fp32, 1024-thread blocks' 64 registers: test_jit_compile's spill
-#: check), so theirs stop at the decode layouts' 2; rms_norm's won 2.2-4.5 % at 4096 tokens
-#: with 4 (bench/results/NOTES.md, item 22).
+#: row: plans.RowLayout.fills). At 4 leaves a thread the exact walks of fused_add_rms_norm
+#: (fp16, 12 bytes) and layer_norm (fp32, 8 bytes) spill to local memory at 48 registers
+#: (test_jit_compile's spill check), so theirs stop at the decode layouts' 2; rms_norm's won
+#: 2.2-4.9 % at 4096 tokens with 4 (bench/results/NOTES.md, item 22) and is built for every
+#: layout (the spill check covers the heuristic's layouts, 2 and 4 leaves a thread).
 EXACT_MAX_VECS_PER_THREAD = {"rms_norm_kernel": 8, "fused_add_rms_norm_kernel": 2, "layer_norm_kernel": 2}
 
 

@@ -51,9 +51,10 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
     plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits, op="softmax",
                            overrides=a.overrides)
     # The exact walk (the layout fills the row) at decode sizes only: 0.06-0.17 us less a call
-    # at 1-16 tokens, but 20-27 % slower at 4096 tokens in the same 256 x 4 instantiation
-    # (48 registers against 40; bench/results/NOTES.md, item 22).
-    exact = plan.layout.fills(rows.hidden_size, x.dtype) and rows.num_rows <= plans.DECODE_MAX_ROWS
+    # at 1-16 tokens, but at 4096 tokens 27 % slower (8b, 128 x 4) and 20 % (70b, 256 x 4,
+    # the layout that was faster at decode sizes); cause not found (the exact walk takes
+    # 40 registers against 48; bench/results/NOTES.md, item 22).
+    exact = plan.layout.fills(rows.hidden_size, x.dtype) and bool(rows.num_rows <= plans.DECODE_MAX_ROWS)
     return launcher.Launch(
         SOFTMAX, (_dtypes.c_type(x.dtype), _dtypes.c_type(out_dtype), *plan.layout.template_args(), exact), plan,
         pointers=("out", "x"),

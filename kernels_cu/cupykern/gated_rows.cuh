@@ -62,7 +62,7 @@ __device__ __forceinline__ void act_and_mul_slot(const Store& store, const T* ga
   const T* gate_row = gate + static_cast<int64_t>(row) * gate_row_stride;
   const T* up_row = up + static_cast<int64_t>(row) * up_row_stride;
   if (!kTail || i + kVecWidth <= d) {
-    // Full vector: one load of each input (8 or 16 bytes), one store.
+    // Full vector: one load of each input (4, 8 or 16 bytes), one store.
     const Vec<T, kVecWidth> g = load_vec<T, kVecWidth>(gate_row + i);
     const Vec<T, kVecWidth> u = load_vec<T, kVecWidth>(up_row + i);
     float y[kVecWidth];

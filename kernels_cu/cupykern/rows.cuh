@@ -114,7 +114,8 @@ __device__ __forceinline__ void add_to_column(float (&column)[kColumns], int col
 // fills the row exactly: plans.RowLayout.fills), so the lane has exactly kColumns whole
 // leaves, no later round and no partial leaf, and no bounds are computed before the
 // loads. The same leaves in the same order, so the same bits. rms_norm at 1-64 tokens of
-// llama-3.1-8b / -70b: 0.07-0.13 us less a call, 2.2-4.5 % less at 4096 (NOTES item 22).
+// llama-3.1-8b / -70b: mostly 0.08-0.13 us less a call, 2.2-4.9 % less at 4096 (NOTES
+// item 22).
 template <typename T, int kThreadsPerRow, int kColumns, bool kExact = false, typename F>
 __device__ __forceinline__ void for_each_leaf(int64_t hidden_size, bool active, int lane, F&& f) {
   constexpr int L = leaf_width<T>();
@@ -146,7 +147,7 @@ __device__ __forceinline__ void for_each_leaf(int64_t hidden_size, bool active, 
 
 // Visits this lane's whole leaves of the first round, f(a, v) for leaf v = lane + a *
 // kThreadsPerRow, a < kColumns (a compile-time index once unrolled): the leaves
-// for_each_leaf gives slot a.
+// for_each_leaf gives slot a. kExact as there (here and in the two loaders below).
 template <typename T, int kThreadsPerRow, int kColumns, bool kExact = false, typename F>
 __device__ __forceinline__ void for_each_first_round_leaf(int64_t hidden_size, bool active, int lane, F&& f) {
   if constexpr (kExact) {
