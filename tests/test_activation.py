@@ -522,8 +522,7 @@ def test_plan_activation_takes_4_byte_vectors_up_to_half_a_wave(d, num_tokens, v
     """llama-3.1-8b's and -70b's intermediate sizes (NOTES item 22): 4-byte vectors while
     their grid fills at most half of the H200's 132 x 8 resident 256-thread blocks (8b at
     16 tokens: 448 blocks), 8-byte ones beyond (70b at 16 tokens: 896 blocks of 4-byte ones,
-    over half a wave), then
-    16-byte ones past one wave of 8-byte ones (70b at 64 tokens)."""
+    over half a wave), then 16-byte ones past one wave of 8-byte ones (70b at 64 tokens)."""
     plan = plans.plan_activation(num_tokens, d, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
     assert (plan.vec_width, plan.block_size, plan.grid_stride) == (vec_width, 256, False)
     blocks = num_tokens * -(-d // 2 // 256)
