@@ -533,7 +533,7 @@ def test_plan_activation_takes_4_byte_vectors_up_to_half_a_wave(d, num_tokens, v
 
 
 def test_plan_activation_overrides_keep_their_vectors():
-    """block_size or vec_width overridden: no 8-byte vectors unless asked for; NumPy ints
+    """block_size or vec_width overridden: no narrow (4- or 8-byte) vectors unless asked for; NumPy ints
     are taken as ints; the 8-byte block respects the device's block limit."""
     bf16 = _dtypes.bfloat16
     plan = plans.plan_activation(1, 14336, bf16, aligned=True, limits=H200_LIMITS, overrides={"block_size": 128})

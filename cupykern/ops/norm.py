@@ -19,7 +19,8 @@ LAYER_NORM = KernelTemplate("norm.cu", "layer_norm_kernel")
 #: (fp16, 12 bytes) and layer_norm (fp32, 8 bytes) spill to local memory at 48 registers
 #: (test_jit_compile's spill check), so theirs stop at the decode layouts' 2; rms_norm's won
 #: 2.2-4.9 % at 4096 tokens with 4 (bench/results/NOTES.md, item 22) and is built for every
-#: layout (the spill check covers the heuristic's layouts, 2 and 4 leaves a thread).
+#: layout (the spill check covers the heuristic's layouts, 2 and 4 leaves a thread; its
+#: 8-leaf exact walks compile without spills, helper review of item 22, and are untimed).
 EXACT_MAX_VECS_PER_THREAD = {"rms_norm_kernel": 8, "fused_add_rms_norm_kernel": 2, "layer_norm_kernel": 2}
 
 

@@ -45,7 +45,8 @@ struct StoreRoundedRows {
 // Slot `slot` of row `row`: one full vector, or the scalar tail (kTail and kVecWidth > 1
 // only, so a vector never reaches into the next row or past the buffer); nothing past the
 // row's end. !kTail: d is a multiple of kVecWidth (the block-per-item grid's contract),
-// so no test for the tail. Measured against the test (bench/results/NOTES.md, item 20):
+// so no test for the tail. Measured against the test (bench/results/NOTES.md, item 20,
+// before the 4-byte vectors of item 22):
 // with the 8-byte vectors of decode sizes -0.16 to +0.02 us a call (gelu_and_mul the
 // most); with 16-byte ones, which this grid takes only where 8-byte ones no longer fit
 // one wave (70b at 64 tokens), silu_and_mul +0.06 to +0.08 and gelu_and_mul 0.00. Kept
