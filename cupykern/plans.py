@@ -193,6 +193,32 @@ class RowLayout:
         return bool(hidden_size == self.threads_per_row * self.vecs_per_thread * leaf_width(dtype))
 
 
+#: Where each row op's kernel takes kExact, the leaf walk without bounds, when the layout
+#: fills the row (RowLayout.fills): (most leaves a thread it is built for, most rows it is
+#: taken for; None: any). The same bits either way; measured on the H200
+#: (bench/results/NOTES.md, item 22): rms_norm 0.08-0.13 us less a call at 1-64 tokens and
+#: 2.2-4.9 % less at 4096 (its 8-leaf walks compile without spills, untimed);
+#: fused_add_rms_norm's and layer_norm's 4-leaf exact walks spill to local memory (fp16 12
+#: bytes, fp32 8: test_jit_compile's spill check), so theirs stop at 2; softmax's was 0.06-
+#: 0.17 us faster at 1-16 tokens but 20-27 % slower at 4096 (8b 128 x 4, 70b 256 x 4, 40
+#: registers against 48; cause not found), so it takes it at decode sizes only.
+EXACT_WALK = {"rms_norm": (8, None), "fused_add_rms_norm": (2, None), "layer_norm": (2, None),
+              "softmax": (8, DECODE_MAX_ROWS)}
+
+
+def exact_choices(op: str, layout: RowLayout) -> tuple[bool, ...]:
+    """The kExact values ``op``'s kernel is built for in ``layout`` (:data:`EXACT_WALK`)."""
+    return (False, True) if layout.vecs_per_thread <= EXACT_WALK[op][0] else (False,)
+
+
+def exact_walk(op: str, layout: RowLayout, num_rows: int, hidden_size: int, dtype) -> bool:
+    """kExact for ``op``'s launch: the layout fills the row, the kernel is built with it and
+    ``num_rows`` is within the op's limit (:data:`EXACT_WALK`)."""
+    most_rows = EXACT_WALK[op][1]
+    return bool(layout.fills(hidden_size, dtype) and True in exact_choices(op, layout)
+                and (most_rows is None or num_rows <= most_rows))
+
+
 @dataclass(frozen=True)
 class RowPlan:
     """How a row kernel is launched: the row layout, rows per block and the grid."""
@@ -531,6 +557,16 @@ def activation_vec_widths(dtype) -> tuple[int, ...]:
     return tuple(sorted({1, max(1, widest // 4), widest // 2, widest}))
 
 
+def _activation_block(slots_per_row: int, widest: int, limits: DeviceLimits) -> int:
+    """As many threads as a row's vectors, a power of two from one warp, at most ``widest``."""
+    return min(widest, max(limits.warp_size, _next_pow2(slots_per_row)))
+
+
+def _resident_blocks(limits: DeviceLimits, block_size: int) -> int:
+    """Blocks of ``block_size`` threads one wave holds on the device (at least one an SM)."""
+    return limits.sm_count * max(1, limits.max_threads_per_sm // block_size)
+
+
 def activation_chunks(num_rows: int, d: int, block_size: int, vec_width: int) -> int:
     """Work items of act_and_mul_kernel: rows x ceil(ceil(d / vec_width) / block_size)."""
     slots_per_row = -(-d // vec_width)
@@ -561,10 +597,10 @@ def _narrow_vector_plan(num_rows: int, d: int, vec_width: int, most: int,
     for narrow, waves in ((quarter, 0.5), (vec_width // 2, 1.0)):
         if narrow < 1 or d % narrow:
             continue
-        block_size = min(widest, max(limits.warp_size, _next_pow2(-(-d // narrow))))
+        block_size = _activation_block(-(-d // narrow), widest, limits)
         chunks_per_row = activation_chunks(1, d, block_size, narrow)
-        resident = limits.sm_count * max(1, limits.max_threads_per_sm // block_size)
-        if num_rows * chunks_per_row <= waves * resident and chunks_per_row <= limits.max_grid_x:
+        if num_rows * chunks_per_row <= waves * _resident_blocks(limits, block_size) \
+                and chunks_per_row <= limits.max_grid_x:
             return narrow, block_size, chunks_per_row
     return None
 
@@ -609,7 +645,7 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
         slots_per_row = -(-d // vec_width)
         sizes = (32, 64, 128, 256, 512, 1024)
         widest, narrowest = (_constant(name, sizes) for name in ("ACTIVATION_BLOCK_SIZE", "ACTIVATION_MIN_BLOCK_SIZE"))
-        block_size = min(widest, max(limits.warp_size, _next_pow2(slots_per_row)))
+        block_size = _activation_block(slots_per_row, widest, limits)
         while (block_size > narrowest
                and activation_chunks(num_rows, d, block_size, vec_width) < limits.sm_count):
             block_size //= 2
@@ -624,7 +660,7 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
             return ActivationPlan((chunks_per_row, num_rows, 1), (block_size, 1, 1), vec_width, origin, False)
     chunks_per_row = activation_chunks(1, d, block_size, vec_width)
     chunks = num_rows * chunks_per_row
-    resident = limits.sm_count * max(1, limits.max_threads_per_sm // block_size)
+    resident = _resident_blocks(limits, block_size)
     fits_2d = num_rows <= limits.max_grid_y and chunks_per_row <= limits.max_grid_x
     whole_vectors = d % vec_width == 0  # the block-per-item kernel has no scalar tail
     if grid_stride is None:

@@ -47,8 +47,7 @@
 //                   rms_norm_kernel<bf16, 256, 8, 2, 32>: 1104 -> 368 instructions, first
 //                   x load at instruction 70 -> 50). The same leaves in the same order:
 //                   the same bits. Built for every layout of rms_norm_kernel, for up to 2
-//                   leaves a thread of the other two (ops/norm.py::
-//                   EXACT_MAX_VECS_PER_THREAD).
+//                   leaves a thread of the other two (plans.py::EXACT_WALK).
 // Launch contract (planned by cupykern/plans.py::plan_rows): 1-D block of
 // rows_per_block * kThreadsPerRow threads (a multiple of kWarpSize, at most 1024),
 // 1-D grid of any size (blocks walk the rows grid-stride), no dynamic shared memory.

@@ -89,8 +89,9 @@ def test_heuristic_layouts_do_not_spill(hidden_size, dtype):
     layouts = {plans.row_layout(hidden_size, dtype, aligned=True, num_rows=n) for n in (1, 4096)}
     # Both walks where both are built: kExact is what these sizes get where the layout fills the row.
     exprs = [t.expr(_dtypes.c_type(dtype), *layout.template_args(), exact) for layout in sorted(layouts, key=str)
-             for t in (norm.RMS_NORM, norm.FUSED_ADD_RMS_NORM, norm.LAYER_NORM)
-             for exact in norm.exact_choices(t, layout)]
+             for t, op in ((norm.RMS_NORM, "rms_norm"), (norm.FUSED_ADD_RMS_NORM, "fused_add_rms_norm"),
+                           (norm.LAYER_NORM, "layer_norm"))
+             for exact in plans.exact_choices(op, layout)]
     _, log = jit.nvrtc_compile("norm.cu", exprs, "90", ["--ptxas-options=-v"])
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
     assert len(spills) == len(exprs) and not any(spills), log

@@ -267,7 +267,7 @@ def test_layer_norm_launch():
 def test_exact_walk_where_the_layout_fills_the_row(prepare):
     """kExact (a leaf walk without bounds) exactly where the planned layout fills the row
     and the kernel is built with it: rms_norm at every layout, the other two up to 2
-    leaves a thread (norm.EXACT_MAX_VECS_PER_THREAD)."""
+    leaves a thread (plans.EXACT_WALK)."""
     built = set(families.instantiations()["norm.cu"])
 
     def planned(num_rows, hidden_size, dtype):

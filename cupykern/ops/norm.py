@@ -14,31 +14,20 @@ FUSED_ADD_RMS_NORM = KernelTemplate("norm.cu", "fused_add_rms_norm_kernel")
 LAYER_NORM = KernelTemplate("norm.cu", "layer_norm_kernel")
 
 
-#: The most leaves a thread for which each kernel has a kExact variant (the layout fills the
-#: row: plans.RowLayout.fills). At 4 leaves a thread the exact walks of fused_add_rms_norm
-#: (fp16, 12 bytes) and layer_norm (fp32, 8 bytes) spill to local memory at 48 registers
-#: (test_jit_compile's spill check), so theirs stop at the decode layouts' 2; rms_norm's won
-#: 2.2-4.9 % at 4096 tokens with 4 (bench/results/NOTES.md, item 22) and is built for every
-#: layout (the spill check covers the heuristic's layouts, 2 and 4 leaves a thread; its
-#: 8-leaf exact walks compile without spills, helper review of item 22, and are untimed).
-EXACT_MAX_VECS_PER_THREAD = {"rms_norm_kernel": 8, "fused_add_rms_norm_kernel": 2, "layer_norm_kernel": 2}
-
-
-def exact_choices(template: KernelTemplate, layout: plans.RowLayout) -> tuple[bool, ...]:
-    """The kExact values ``template`` is built for in ``layout``."""
-    return (False, True) if layout.vecs_per_thread <= EXACT_MAX_VECS_PER_THREAD[template.name] else (False,)
+#: Each kernel's op, the key of its kExact rule (plans.EXACT_WALK).
+_OPS = {RMS_NORM: "rms_norm", FUSED_ADD_RMS_NORM: "fused_add_rms_norm", LAYER_NORM: "layer_norm"}
 
 
 def instantiations() -> dict[KernelTemplate, list[str]]:
-    """Every instantiation of this family: dtype x row layout x kExact (the layout fills the row)."""
+    """Every instantiation of this family: dtype x row layout x kExact (plans.exact_choices)."""
     return {t: [t.expr(_dtypes.c_type(d), *layout.template_args(), exact) for d in _dtypes.DTYPES
-                for layout in plans.row_layouts(d) for exact in exact_choices(t, layout)]
-            for t in (RMS_NORM, FUSED_ADD_RMS_NORM, LAYER_NORM)}
+                for layout in plans.row_layouts(d) for exact in plans.exact_choices(op, layout)]
+            for t, op in _OPS.items()}
 
 
-def _template_args(template: KernelTemplate, dtype, hidden_size: int, plan: plans.RowPlan) -> tuple:
+def _template_args(template: KernelTemplate, dtype, rows: _arrays.Rows, plan: plans.RowPlan) -> tuple:
     """(T, kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize, kExact) of norm.cu's kernels."""
-    exact = plan.layout.fills(hidden_size, dtype) and True in exact_choices(template, plan.layout)
+    exact = plans.exact_walk(_OPS[template], plan.layout, rows.num_rows, rows.hidden_size, dtype)
     return (_dtypes.c_type(dtype), *plan.layout.template_args(), exact)
 
 
@@ -64,7 +53,7 @@ def _prepare_rms_norm(a: launcher.Args) -> launcher.Launch:
     plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits,
                            op="rms_norm", overrides=a.overrides)
     return launcher.Launch(
-        RMS_NORM, _template_args(RMS_NORM, x.dtype, rows.hidden_size, plan), plan,
+        RMS_NORM, _template_args(RMS_NORM, x.dtype, rows, plan), plan,
         pointers=("out", "x", "weight"),
         scalars=(*scalars, eps, weight_offset),
         allocate=allocate, returns="out",
@@ -89,7 +78,7 @@ def _prepare_fused_add_rms_norm(a: launcher.Args) -> launcher.Launch:
     plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits,
                            op="fused_add_rms_norm", overrides=a.overrides)
     return launcher.Launch(
-        FUSED_ADD_RMS_NORM, _template_args(FUSED_ADD_RMS_NORM, x.dtype, rows.hidden_size, plan), plan,
+        FUSED_ADD_RMS_NORM, _template_args(FUSED_ADD_RMS_NORM, x.dtype, rows, plan), plan,
         pointers=("x", "residual", "weight"),
         scalars=(*_row_scalars(rows, rows.row_stride, res_rows.row_stride), eps, weight_offset),
         returns=("x", "residual"),
@@ -111,7 +100,7 @@ def _prepare_layer_norm(a: launcher.Args) -> launcher.Launch:
                            op="layer_norm", overrides=a.overrides)
     # An absent weight or bias is passed as a null pointer (the kernel skips it).
     return launcher.Launch(
-        LAYER_NORM, _template_args(LAYER_NORM, x.dtype, rows.hidden_size, plan), plan,
+        LAYER_NORM, _template_args(LAYER_NORM, x.dtype, rows, plan), plan,
         pointers=("out", "x", "weight", "bias"),
         scalars=(*_row_scalars(rows, rows.row_stride, out_rows.row_stride), eps),
         allocate=allocate, returns="out",

@@ -22,9 +22,10 @@ def _dtype_pairs():
 
 
 def instantiations() -> dict[KernelTemplate, list[str]]:
-    """Every instantiation: (input, output) dtype x row layout x kExact (the layout fills the row)."""
+    """Every instantiation: (input, output) dtype x row layout x kExact (plans.exact_choices)."""
     return {SOFTMAX: [SOFTMAX.expr(_dtypes.c_type(d), _dtypes.c_type(o), *layout.template_args(), exact)
-                      for d, o in _dtype_pairs() for layout in plans.row_layouts(d) for exact in (False, True)]}
+                      for d, o in _dtype_pairs() for layout in plans.row_layouts(d)
+                      for exact in plans.exact_choices("softmax", layout)]}
 
 
 def _prepare(a: launcher.Args) -> launcher.Launch:
@@ -50,11 +51,7 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride))
     plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits, op="softmax",
                            overrides=a.overrides)
-    # The exact walk (the layout fills the row) at decode sizes only: 0.06-0.17 us less a call
-    # at 1-16 tokens, but at 4096 tokens 27 % slower (8b, 128 x 4) and 20 % (70b, 256 x 4,
-    # the layout that was faster at decode sizes); cause not found (the exact walk takes
-    # 40 registers against 48; bench/results/NOTES.md, item 22).
-    exact = plan.layout.fills(rows.hidden_size, x.dtype) and bool(rows.num_rows <= plans.DECODE_MAX_ROWS)
+    exact = plans.exact_walk("softmax", plan.layout, rows.num_rows, rows.hidden_size, x.dtype)
     return launcher.Launch(
         SOFTMAX, (_dtypes.c_type(x.dtype), _dtypes.c_type(out_dtype), *plan.layout.template_args(), exact), plan,
         pointers=("out", "x"),
