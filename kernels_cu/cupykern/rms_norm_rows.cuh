@@ -63,7 +63,12 @@ __device__ __forceinline__ void rms_norm_rows(
   constexpr int kScratch = tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>();
   __shared__ float scratch[2 * kScratch];
   ScratchPair<kScratch> scratch_pair(scratch);
-  const RowGroup<kThreadsPerRow> g;
+  // One row a block in the decode layouts (rows.cuh::one_row_per_block), but not for the
+  // fused add: its weight loads were then issued after the adds instead of with the row
+  // (the compiler's choice, which no reordering of the source changed), +0.03..+0.05 us
+  // at 1-64 tokens of llama-3.1-8b (bench/results/NOTES.md, item 23).
+  constexpr bool kOneRowPerBlock = !kFusedAdd && one_row_per_block<kThreadsPerRow, kVecsPerThread>();
+  const RowGroup<kThreadsPerRow, kOneRowPerBlock> g;
   V cache[kVecsPerThread];
   constexpr bool kCacheWeight = caches_weights<kThreadsPerRow, kVecsPerThread>();
   // See pass 1.

@@ -199,6 +199,21 @@ __device__ __forceinline__ const T* pinned(const T* p) {
 template <int kThreadsPerRow, int kVecsPerThread>
 constexpr bool caches_weights() { return kVecsPerThread <= 2 && max_block_size<kThreadsPerRow>() <= 512; }
 
+// Whether a row kernel runs its decode layouts one row a block (RowGroup's
+// kOneRowPerBlock): row groups of at least max_block_size threads (the block is then one
+// row group, by the launch contract) with at most 2 leaves a thread (plans.py::
+// DECODE_VECS_PER_THREAD). sm_90 SASS of rms_norm_kernel<bf16, 256, 8, 2, 32, true>: 360
+// -> 305 instructions, its first x load at instruction 50 -> 28; at 1-64 tokens of
+// llama-3.1-8b / -70b rms_norm -0.13..-0.17 us a call, layer_norm -0.08..-0.19, row_reduce
+// -0.01..-0.06 (bench/results/NOTES.md, item 23). Not past 2 leaves a thread: rms_norm's
+// 256 x 4 exact layout then took 64 registers instead of 44 (4 blocks an SM instead of 5)
+// and 4 % longer at 4096 tokens of llama-3.1-70b, and the prefill instantiations stay as
+// they were timed. softmax and the fused add choose their own (see there).
+template <int kThreadsPerRow, int kVecsPerThread>
+constexpr bool one_row_per_block() {
+  return kThreadsPerRow >= max_block_size<kThreadsPerRow>() && kVecsPerThread <= 2;
+}
+
 // The first round of a [hidden_size] vector shared by every row (weight, bias) for the
 // layouts above: cache[a] = leaf lane + a * kThreadsPerRow of `p` (nothing loaded when p
 // is null: callers test it). Called per row, with the row's loads (see pinned).
@@ -242,15 +257,21 @@ __device__ __forceinline__ void for_each_vec(int64_t num_vecs, int lane, F&& f) 
 
 // Position of the calling thread in the block's row groups. Blocks walk the rows
 // grid-stride, so any number of rows fits in a 1-D grid.
-template <int kThreadsPerRow>
+// kOneRowPerBlock (see one_row_per_block): the block is one row group, so lane is
+// threadIdx.x, group 0 and rows_per_block 1 at compile time, and a kernel's row is its
+// loop's base: its `row < num_rows` test (`active`) is then the loop's own condition,
+// which the compiler drops with its branch before the row's first load.
+template <int kThreadsPerRow, bool kOneRowPerBlock = false>
 struct RowGroup {
+  static_assert(!kOneRowPerBlock || kThreadsPerRow >= max_block_size<kThreadsPerRow>(),
+                "one row a block needs a row group as wide as the largest block");
   int lane;            // thread index inside its row group
   int group;           // row group index inside the block
   int rows_per_block;  // blockDim.x / kThreadsPerRow
   __device__ __forceinline__ RowGroup()
-      : lane(threadIdx.x % kThreadsPerRow),
-        group(threadIdx.x / kThreadsPerRow),
-        rows_per_block(blockDim.x / kThreadsPerRow) {}
+      : lane(kOneRowPerBlock ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x % kThreadsPerRow)),
+        group(kOneRowPerBlock ? 0 : static_cast<int>(threadIdx.x / kThreadsPerRow)),
+        rows_per_block(kOneRowPerBlock ? 1 : static_cast<int>(blockDim.x / kThreadsPerRow)) {}
   __device__ __forceinline__ int64_t first_base() const {
     return static_cast<int64_t>(blockIdx.x) * rows_per_block;
   }
