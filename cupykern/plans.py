@@ -221,12 +221,14 @@ def exact_walk(op: str, layout: RowLayout, num_rows: int, hidden_size: int, dtyp
 
 @dataclass(frozen=True)
 class RowPlan:
-    """How a row kernel is launched: the row layout, rows per block and the grid."""
+    """How a row kernel is launched: the row layout, rows per block, the grid, and whether
+    the kernel walks its leaves without bounds (``exact``: kExact, :func:`exact_walk`)."""
 
     layout: RowLayout
     rows_per_block: int
     grid: tuple[int, int, int]
     origin: str  # "heuristic", "tuned" or "override"
+    exact: bool = False
 
     kind = "rows"
     shared_mem_bytes = 0
@@ -245,13 +247,13 @@ class RowPlan:
         return {**dict.fromkeys(PLAN_FIELDS), "plan_kind": self.kind, "origin": self.origin, "grid": self.grid[0],
                 "block_size": self.block_size, "threads_per_row": layout.threads_per_row,
                 "vec_width": layout.vec_width, "vecs_per_thread": layout.vecs_per_thread,
-                "rows_per_block": self.rows_per_block}
+                "rows_per_block": self.rows_per_block, "exact": self.exact}
 
 
 #: Every field a plan of any kind reports (None where a kind has no such field).
 PLAN_FIELDS = ("plan_kind", "origin", "grid", "block_size", "vec_width", "threads_per_row", "vecs_per_thread",
                "rows_per_block", "threads_per_head", "head_slots", "tokens_per_block", "max_tokens", "num_splits",
-               "grid_stride")
+               "grid_stride", "exact")
 
 
 def _next_pow2(n: int) -> int:
@@ -456,8 +458,18 @@ def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: 
     ``op`` and no override, an entry of the tuned file for (op, dtype, hidden_size,
     ``limits.name``) is used first (origin ``"tuned"``); otherwise the heuristic
     :func:`row_layout`, which follows ``num_rows``. Every valid plan gives a row the same
-    bits.
+    bits. ``exact`` is :func:`exact_walk`'s answer for an ``op`` of :data:`EXACT_WALK`, else
+    False (the kernel's bounded walk).
     """
+    plan = _plan_row_launch(num_rows, hidden_size, dtype, aligned=aligned, limits=limits, op=op, overrides=overrides)
+    if op in EXACT_WALK:
+        plan = replace(plan, exact=exact_walk(op, plan.layout, num_rows, hidden_size, dtype))
+    return plan
+
+
+def _plan_row_launch(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: DeviceLimits,
+                     op: str | None, overrides: dict | None) -> RowPlan:
+    """:func:`plan_rows` up to the walk: the tuned, overridden or heuristic launch."""
     overrides = checked_overrides(overrides, ROW_OVERRIDE_KEYS, op or "a row kernel")
     hidden_size, num_rows = _count(hidden_size, "hidden_size", 1), _count(num_rows, "num_rows", 0)
     _check_op(op)

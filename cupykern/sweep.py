@@ -100,6 +100,7 @@ class Point:
     max_tokens: int | None = None
     num_splits: int | None = None
     grid_stride: bool | None = None
+    exact: bool | None = None
 
     def as_dict(self) -> dict:
         """The point as a JSON-ready dict (non-finite floats as None: JSON has no inf)."""

@@ -462,3 +462,14 @@ def test_sweep_says_which_token_counts_a_decode_size_op_skips(fake_gpu):
     assert "gemv takes at most 16 tokens: skips num_tokens 64" in result.output, result.output
     assert "rms_norm takes at most" not in result.output
     assert {c["num_tokens"] for c in fake_gpu if c["op"] == "gemv"} == {1, 16}
+
+
+def test_plan_text_marks_the_exact_walk():
+    """The sweep table's plan column says where a row kernel walked its leaves without
+    bounds; a point of an older file, without the field, reads as the bounded walk."""
+    point = dict(plan_kind="rows", threads_per_row=256, vec_width=8, vecs_per_thread=2, rows_per_block=1,
+                 origin="heuristic", exact=True)
+    assert cli._plan_text(point) == "256x8x2 r1 exact heuristic"
+    assert cli._plan_text({**point, "exact": False}) == "256x8x2 r1 heuristic"
+    del point["exact"]
+    assert cli._plan_text(point) == "256x8x2 r1 heuristic"

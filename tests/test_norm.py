@@ -273,6 +273,7 @@ def test_exact_walk_where_the_layout_fills_the_row(prepare):
     def planned(num_rows, hidden_size, dtype):
         launch = prepare(x=contiguous((num_rows, hidden_size), dtype))
         assert launch.template.expr(*launch.template_args) in built
+        assert launch.plan.exact is launch.template_args[-1]  # what the sweep's points record
         return launch.plan.layout, launch.template_args[-1]
 
     layout, exact = planned(1, 4096, BF16)  # the decode layout 256 x 2 leaves of 8

@@ -387,13 +387,27 @@ def test_row_and_activation_plan_fields():
     row = plans.plan_rows(100, 1024, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
     assert row.fields() == {**dict.fromkeys(plans.PLAN_FIELDS), "plan_kind": "rows", "origin": "heuristic",
                             "grid": row.grid[0], "block_size": 128, "threads_per_row": 32, "vec_width": 8,
-                            "vecs_per_thread": 4, "rows_per_block": 4}
+                            "vecs_per_thread": 4, "rows_per_block": 4, "exact": False}
     act = plans.plan_activation(4096, 14336, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
     fields = act.fields()
     assert set(fields) == set(plans.PLAN_FIELDS)
     assert (fields["plan_kind"], fields["origin"], fields["block_size"], fields["vec_width"]) == \
         ("activation", "heuristic", 256, 8)
     assert fields["threads_per_row"] is None and fields["threads_per_head"] is None
+
+
+@pytest.mark.parametrize("op, num_rows, exact", [
+    ("rms_norm", 1, True), ("rms_norm", 4096, True),  # every layout of rms_norm (EXACT_WALK)
+    ("fused_add_rms_norm", 1, True), ("fused_add_rms_norm", 4096, False),  # 4 leaves a thread at 4096
+    ("softmax", 1, True), ("softmax", 4096, False),  # decode sizes only
+    ("row_reduce", 1, False), ("rms_norm_quant", 1, False), (None, 1, False),  # bounded walk only
+])
+def test_row_plan_records_the_exact_walk(op, num_rows, exact):
+    """plan_rows answers exact_walk for the ops of EXACT_WALK (the kernels' kExact, and the
+    sweep point's `exact` field), False for the rest."""
+    plan = plans.plan_rows(num_rows, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op=op)
+    assert plan.layout.fills(4096, _dtypes.bfloat16)
+    assert plan.exact is exact and plan.fields()["exact"] is exact
 
 
 # ----------------------------------------------------------------- device limits

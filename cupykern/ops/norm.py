@@ -25,10 +25,9 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
             for t, op in _OPS.items()}
 
 
-def _template_args(template: KernelTemplate, dtype, rows: _arrays.Rows, plan: plans.RowPlan) -> tuple:
+def _template_args(dtype, plan: plans.RowPlan) -> tuple:
     """(T, kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize, kExact) of norm.cu's kernels."""
-    exact = plans.exact_walk(_OPS[template], plan.layout, rows.num_rows, rows.hidden_size, dtype)
-    return (_dtypes.c_type(dtype), *plan.layout.template_args(), exact)
+    return (_dtypes.c_type(dtype), *plan.layout.template_args(), plan.exact)
 
 
 # ----------------------------------------------------------------- intake and plan
@@ -53,7 +52,7 @@ def _prepare_rms_norm(a: launcher.Args) -> launcher.Launch:
     plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits,
                            op="rms_norm", overrides=a.overrides)
     return launcher.Launch(
-        RMS_NORM, _template_args(RMS_NORM, x.dtype, rows, plan), plan,
+        RMS_NORM, _template_args(x.dtype, plan), plan,
         pointers=("out", "x", "weight"),
         scalars=(*scalars, eps, weight_offset),
         allocate=allocate, returns="out",
@@ -78,7 +77,7 @@ def _prepare_fused_add_rms_norm(a: launcher.Args) -> launcher.Launch:
     plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits,
                            op="fused_add_rms_norm", overrides=a.overrides)
     return launcher.Launch(
-        FUSED_ADD_RMS_NORM, _template_args(FUSED_ADD_RMS_NORM, x.dtype, rows, plan), plan,
+        FUSED_ADD_RMS_NORM, _template_args(x.dtype, plan), plan,
         pointers=("x", "residual", "weight"),
         scalars=(*_row_scalars(rows, rows.row_stride, res_rows.row_stride), eps, weight_offset),
         returns=("x", "residual"),
@@ -100,7 +99,7 @@ def _prepare_layer_norm(a: launcher.Args) -> launcher.Launch:
                            op="layer_norm", overrides=a.overrides)
     # An absent weight or bias is passed as a null pointer (the kernel skips it).
     return launcher.Launch(
-        LAYER_NORM, _template_args(LAYER_NORM, x.dtype, rows, plan), plan,
+        LAYER_NORM, _template_args(x.dtype, plan), plan,
         pointers=("out", "x", "weight", "bias"),
         scalars=(*_row_scalars(rows, rows.row_stride, out_rows.row_stride), eps),
         allocate=allocate, returns="out",

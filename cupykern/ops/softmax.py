@@ -51,9 +51,8 @@ def _prepare(a: launcher.Args) -> launcher.Launch:
     aligned = _arrays.vector_aligned(_dtypes.vec_width(x.dtype), (x, rows.row_stride), (out, out_rows.row_stride))
     plan = plans.plan_rows(rows.num_rows, rows.hidden_size, x.dtype, aligned=aligned, limits=a.limits, op="softmax",
                            overrides=a.overrides)
-    exact = plans.exact_walk("softmax", plan.layout, rows.num_rows, rows.hidden_size, x.dtype)
     return launcher.Launch(
-        SOFTMAX, (_dtypes.c_type(x.dtype), _dtypes.c_type(out_dtype), *plan.layout.template_args(), exact), plan,
+        SOFTMAX, (_dtypes.c_type(x.dtype), _dtypes.c_type(out_dtype), *plan.layout.template_args(), plan.exact), plan,
         pointers=("out", "x"),
         scalars=(*sizes, scale),
         allocate=allocate, returns="out",
