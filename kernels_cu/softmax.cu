@@ -44,8 +44,8 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) softmax_kern
   constexpr bool kFastMath = sizeof(TOut) == 2;
   __shared__ float scratch[tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>()];
   // One row a block (rows.cuh::RowGroup) in the exact walk only, which softmax takes at
-  // decode sizes only (plans.py::EXACT_WALK), 256 x 4 included (llama-3.1-70b): -0.15..
-  // -0.44 us a call at 1-64 tokens. Its prefill instantiations stay as they were: with
+  // decode sizes only (plans.py::EXACT_WALK), 256 x 4 included (llama-3.1-70b): -0.12..
+  // -0.32 us a call at 1-64 tokens. Its prefill instantiations stay as they were: with
   // one row a block 256 x 4 measured 3 % faster at 4096 tokens of llama-3.1-70b in one
   // build and 30 % slower in another whose SASS differed by two instructions
   // (bench/results/NOTES.md, item 23).
