@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 
@@ -120,8 +121,12 @@ def test_plan_rows_uses_the_tuned_entry(tune_file, num_rows):
     assert plan.grid[0] == -(-num_rows // plan.rows_per_block)
 
 
-def _heuristic(num_rows, size, dtype, aligned, limits=H200_LIMITS):
-    return plans.plan_rows(num_rows, size, dtype, aligned=aligned, limits=limits)
+def _heuristic(num_rows, size, dtype, aligned, op, limits=H200_LIMITS):
+    """The heuristic's plan for ``op``: with no tuned file in play (``op`` None), then
+    ``op``'s walk (plans.exact_walk; the bounded one for an op without the exact walk)."""
+    plan = plans.plan_rows(num_rows, size, dtype, aligned=aligned, limits=limits)
+    exact = op in plans.EXACT_WALK and plans.exact_walk(op, plan.layout, num_rows, size, dtype)
+    return dataclasses.replace(plan, exact=exact)
 
 
 @pytest.mark.parametrize("num_rows", [1, 7, 4097])
@@ -129,14 +134,14 @@ def test_without_an_entry_the_plan_is_the_heuristic(tune_file, num_rows):
     tuning.save([entry(gpu="some other GPU"), entry(op="softmax")])
     for op in ("rms_norm", "layer_norm", None):
         plan = plans.plan_rows(num_rows, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op=op)
-        assert plan == _heuristic(num_rows, 4096, _dtypes.bfloat16, True) and plan.origin == "heuristic"
+        assert plan == _heuristic(num_rows, 4096, _dtypes.bfloat16, True, op) and plan.origin == "heuristic"
 
 
 def test_tuned_entry_is_skipped_when_it_cannot_apply(tune_file):
     tuning.save([entry(), entry(op="softmax", vec_width=1, threads_per_row=64)])
     # Vectorised entry, unaligned rows: the heuristic (scalar) layout.
     plan = plans.plan_rows(8, 4096, _dtypes.bfloat16, aligned=False, limits=H200_LIMITS, op="rms_norm")
-    assert plan == _heuristic(8, 4096, _dtypes.bfloat16, False)
+    assert plan == _heuristic(8, 4096, _dtypes.bfloat16, False, "rms_norm")
     # A scalar entry applies to unaligned rows too.
     plan = plans.plan_rows(8, 4096, _dtypes.bfloat16, aligned=False, limits=H200_LIMITS, op="softmax")
     assert plan.origin == "tuned" and plan.layout.threads_per_row == 64
@@ -147,7 +152,7 @@ def test_tuned_entry_is_skipped_when_it_cannot_apply(tune_file):
     # An entry that does not validate (a hand-edited file) falls back to the heuristic.
     tuning.save([entry(threads_per_row=48)])
     plan = plans.plan_rows(8, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
-    assert plan == _heuristic(8, 4096, _dtypes.bfloat16, True)
+    assert plan == _heuristic(8, 4096, _dtypes.bfloat16, True, "rms_norm")
 
 
 def test_tuned_layout_does_not_depend_on_num_rows(tune_file):
