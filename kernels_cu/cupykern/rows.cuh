@@ -204,7 +204,7 @@ constexpr bool caches_weights() { return kVecsPerThread <= 2 && max_block_size<k
 // row group, by the launch contract) with at most 2 leaves a thread (plans.py::
 // DECODE_VECS_PER_THREAD). sm_90 SASS of rms_norm_kernel<bf16, 256, 8, 2, 32, true>: 360
 // -> 305 instructions, its first x load at instruction 50 -> 28; at 1-64 tokens of
-// llama-3.1-8b / -70b rms_norm -0.14..-0.24 us a call, layer_norm -0.07..-0.21, row_reduce
+// llama-3.1-8b / -70b rms_norm -0.14..-0.24 us a call, layer_norm -0.07..-0.20, row_reduce
 // -0.02..-0.07 (bench/results/NOTES.md, item 23). Not past 2 leaves a thread: rms_norm's
 // 256 x 4 exact layout then took 64 registers instead of 44 (4 blocks an SM instead of 5)
 // and 4 % longer at 4096 tokens of llama-3.1-70b, and the prefill instantiations stay as
