@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) layer_norm_k
   constexpr int kScratch = tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>();
   __shared__ float scratch[2 * kScratch];
   ScratchPair<kScratch> scratch_pair(scratch);
-  const RowGroup<kThreadsPerRow, one_row_per_block<kThreadsPerRow, kVecsPerThread>()> g;
+  const RowGroup<kThreadsPerRow, one_row_per_block<T, kThreadsPerRow, kVecsPerThread, kVecWidth>()> g;
   const float inv_n = 1.0f / static_cast<float>(hidden_size);
   V cache[kVecsPerThread];
   float column[kVecsPerThread];

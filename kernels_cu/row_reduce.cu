@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) row_reduce_k
     float scale) {
   using Op = RowReduceOp<kOp>;
   __shared__ float scratch[tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>()];
-  const RowGroup<kThreadsPerRow, one_row_per_block<kThreadsPerRow, kVecsPerThread>()> g;
+  const RowGroup<kThreadsPerRow, one_row_per_block<T, kThreadsPerRow, kVecsPerThread, kVecWidth>()> g;
 
   for (int64_t base = g.first_base(); base < num_rows; base += g.base_step()) {
     const int64_t row = base + g.group;

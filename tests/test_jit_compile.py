@@ -95,3 +95,31 @@ def test_heuristic_layouts_do_not_spill(hidden_size, dtype):
     _, log = jit.nvrtc_compile("norm.cu", exprs, "90", ["--ptxas-options=-v"])
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
     assert len(spills) == len(exprs) and not any(spills), log
+
+
+# Row kernels of the decode layouts that run one row a block (rows.cuh::one_row_per_block):
+# a row group of 256 or 512 threads (the whole block), at most 2 leaves a thread
+# (softmax's exact walk: 4 too), the vector path (16-byte leaves: 4 floats, 8 16-bit
+# elements), not the fused add (which keeps its row groups). One row a block made ptxas
+# choose fewer registers and spill in wider blocks and on the scalar path, on sm_80 too
+# (bench/results/NOTES.md, item 23). The fused adds' own sm_80 spills (8-12 bytes in 512 x
+# 2) predate it.
+_DECODE_ROW_LAYOUT = re.compile(r"\b(?P<T>float|__half|__nv_bfloat16), (?:\w+, )?(?:256|512), "
+                                r"(?P<W>4|8), (?P<V>\d), 32\b(?:, (?P<exact>true|false))?")
+
+
+def _decode_row_layout(expr: str) -> bool:
+    m = _DECODE_ROW_LAYOUT.search(expr)
+    if m is None or int(m["W"]) != 16 // (4 if m["T"] == "float" else 2) or expr.startswith("fused_add_"):
+        return False
+    return int(m["V"]) <= 2 or (expr.startswith("softmax_kernel<") and m["V"] == "4" and m["exact"] == "true")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("filename", ["norm.cu", "softmax.cu", "row_reduce.cu", "quant.cu"])
+def test_decode_row_layouts_do_not_spill(filename, arch):
+    exprs = [e for e in families.instantiations()[filename] if _decode_row_layout(e)]
+    assert exprs, filename
+    _, log = jit.nvrtc_compile(filename, exprs, arch, ["--ptxas-options=-v"])
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
+    assert len(spills) == len(exprs) and not any(spills), log

@@ -67,7 +67,7 @@ __device__ __forceinline__ void rms_norm_rows(
   // fused add: its weight loads were then issued after the adds instead of with the row
   // (the compiler's choice, which no reordering of the source changed), +0.03..+0.05 us
   // at 1-64 tokens of llama-3.1-8b (bench/results/NOTES.md, item 23).
-  constexpr bool kOneRowPerBlock = !kFusedAdd && one_row_per_block<kThreadsPerRow, kVecsPerThread>();
+  constexpr bool kOneRowPerBlock = !kFusedAdd && one_row_per_block<T, kThreadsPerRow, kVecsPerThread, kVecWidth>();
   const RowGroup<kThreadsPerRow, kOneRowPerBlock> g;
   V cache[kVecsPerThread];
   constexpr bool kCacheWeight = caches_weights<kThreadsPerRow, kVecsPerThread>();
