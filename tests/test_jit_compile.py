@@ -115,11 +115,28 @@ def _decode_row_layout(expr: str) -> bool:
     return int(m["V"]) <= 2 or (expr.startswith("softmax_kernel<") and m["V"] == "4" and m["exact"] == "true")
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("filename", ["norm.cu", "softmax.cu", "row_reduce.cu", "quant.cu"])
-def test_decode_row_layouts_do_not_spill(filename, arch):
+_DECODE_ROW_SOURCES = ("norm.cu", "softmax.cu", "row_reduce.cu", "quant.cu")
+
+
+def _spill_log(job):
+    filename, arch = job
     exprs = [e for e in families.instantiations()[filename] if _decode_row_layout(e)]
-    assert exprs, filename
     _, log = jit.nvrtc_compile(filename, exprs, arch, ["--ptxas-options=-v"])
+    return exprs, log
+
+
+@pytest.fixture(scope="module")
+def decode_row_spill_logs() -> dict:
+    """{(source, arch): (expressions, ptxas log)}, compiled on all CPU cores at once."""
+    jobs = [(f, arch) for f in _DECODE_ROW_SOURCES for arch in ARCHS]
+    with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return dict(zip(jobs, pool.map(_spill_log, jobs)))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("filename", _DECODE_ROW_SOURCES)
+def test_decode_row_layouts_do_not_spill(decode_row_spill_logs, filename, arch):
+    exprs, log = decode_row_spill_logs[(filename, arch)]
+    assert exprs, filename
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
     assert len(spills) == len(exprs) and not any(spills), log
