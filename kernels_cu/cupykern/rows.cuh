@@ -202,16 +202,17 @@ constexpr bool caches_weights() { return kVecsPerThread <= 2 && max_block_size<k
 // Whether a row kernel runs its decode layouts one row a block (RowGroup's
 // kOneRowPerBlock): row groups of at least max_block_size threads (the block is then one
 // row group, by the launch contract), blocks of at most 512 threads, at most 2 leaves a
-// thread (plans.py::DECODE_VECS_PER_THREAD) and the vector path. sm_90 SASS of rms_norm_kernel<bf16, 256, 8, 2, 32, true>: 360
-// -> 305 instructions, its first x load at instruction 50 -> 28; at 1-64 tokens of
-// llama-3.1-8b / -70b rms_norm -0.14..-0.24 us a call, layer_norm -0.07..-0.20, row_reduce
-// -0.02..-0.07 (bench/results/NOTES.md, item 23). Not past 2 leaves a thread: rms_norm's
-// 256 x 4 exact layout then took 64 registers instead of 44 (4 blocks an SM instead of 5)
-// and 4 % longer at 4096 tokens of llama-3.1-70b, and the prefill instantiations stay as
-// they were timed. Not in 1024-thread blocks nor on the scalar path (kVecWidth 1): there
-// (row_reduce fp16 1024 x 2, layer_norm fp32 512 x 1 x 2 on sm_89, the per-token FP8 norm
-// fp16 256 x 1 x 2 on sm_80) ptxas settled on fewer registers and spilled 4-16 bytes. softmax
-// and the fused add choose their own (see there).
+// thread (plans.py::DECODE_VECS_PER_THREAD) and the vector path. sm_90 SASS of
+// rms_norm_kernel<bf16, 256, 8, 2, 32, true>: 360 -> 305 instructions, its first x load at
+// instruction 50 -> 28; at 1-64 tokens of llama-3.1-8b / -70b rms_norm -0.14..-0.24 us a
+// call, layer_norm -0.07..-0.20, row_reduce -0.02..-0.07 (bench/results/NOTES.md, item
+// 23). Not past 2 leaves a thread: rms_norm's 256 x 4 exact layout then took 64 registers
+// instead of 44 (4 blocks an SM instead of 5) and 4 % longer at 4096 tokens of
+// llama-3.1-70b, and the prefill instantiations stay as they were timed. Not in 1024-thread
+// blocks nor on the scalar path (kVecWidth 1): there (row_reduce fp16 1024 x 2 on sm_90,
+// layer_norm fp32 512 x 1 x 2 on sm_89, the per-token FP8 norm fp16 256 x 1 x 2 on sm_80)
+// ptxas settled on fewer registers and spilled 4-16 bytes. softmax and the fused add
+// choose their own (see there).
 template <typename T, int kThreadsPerRow, int kVecsPerThread, int kVecWidth>
 constexpr bool one_row_per_block() {
   return kThreadsPerRow >= max_block_size<kThreadsPerRow>() && max_block_size<kThreadsPerRow>() <= 512 &&
