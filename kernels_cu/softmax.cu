@@ -48,10 +48,8 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) softmax_kern
   // -0.32 us a call at 1-64 tokens. Its prefill instantiations stay as they were: with
   // one row a block 256 x 4 measured 3 % faster at 4096 tokens of llama-3.1-70b in one
   // build and 30 % slower in another whose SASS differed by two instructions
-  // (bench/results/NOTES.md, item 23). Not in 1024-thread blocks nor on the scalar path
-  // (see one_row_per_block).
-  const RowGroup<kThreadsPerRow, kExact && kThreadsPerRow >= max_block_size<kThreadsPerRow>() &&
-                                     max_block_size<kThreadsPerRow>() <= 512 && kVecWidth == L> g;
+  // (bench/results/NOTES.md, item 23). Otherwise one_row_per_block's layouts.
+  const RowGroup<kThreadsPerRow, kExact && one_row_per_block<T, kThreadsPerRow, kVecsPerThread, kVecWidth>(8)> g;
   V cache[kVecsPerThread];
   float column[kVecsPerThread];
 
