@@ -158,16 +158,16 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) layer_norm_k
       const V a = leaf_at(slot, v, count);
       float y[L];
 #pragma unroll
-      for (int e = 0; e < L; ++e) y[e] = __fmul_rn(__fsub_rn(to_float(a.elt[e]), mean), rstd);
+      for (int e = 0; e < L; ++e) y[e] = __fmul_rn(__fsub_rn(element(a, e), mean), rstd);
       if (weight != nullptr) {
         const V w = shared_leaf<kCacheWeights, T, kVecWidth>(weight, weight_cache, slot, v, count);
 #pragma unroll
-        for (int e = 0; e < L; ++e) y[e] = __fmul_rn(y[e], to_float(w.elt[e]));
+        for (int e = 0; e < L; ++e) y[e] = __fmul_rn(y[e], element(w, e));
       }
       if (bias != nullptr) {
         const V b = shared_leaf<kCacheWeights, T, kVecWidth>(bias, bias_cache, slot, v, count);
 #pragma unroll
-        for (int e = 0; e < L; ++e) y[e] = __fadd_rn(y[e], to_float(b.elt[e]));
+        for (int e = 0; e < L; ++e) y[e] = __fadd_rn(y[e], element(b, e));
       }
       emit_leaf<T, kVecWidth>(v, count, y, [&](int64_t i, const auto& yy) { store_rounded<T>(out_row + i, yy); },
                               [&](int64_t i, float yy) { out_row[i] = from_float<T>(yy); });

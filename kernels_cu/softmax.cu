@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) softmax_kern
       const V a = leaf_at(slot, v, count);
       float y[L];
 #pragma unroll
-      for (int e = 0; e < L; ++e) y[e] = __fmul_rn(exp_at(to_float(a.elt[e])), inv_sum);
+      for (int e = 0; e < L; ++e) y[e] = __fmul_rn(exp_at(element(a, e)), inv_sum);
       emit_leaf<T, kVecWidth>(v, count, y, [&](int64_t i, const auto& yy) { store_rounded<TOut>(out_row + i, yy); },
                               [&](int64_t i, float yy) { out_row[i] = from_float<TOut>(yy); });
     });

@@ -68,7 +68,7 @@ __device__ __forceinline__ void act_and_mul_slot(const Store& store, const T* ga
     const Vec<T, kVecWidth> u = load_vec<T, kVecWidth>(up_row + i);
     float y[kVecWidth];
 #pragma unroll
-    for (int e = 0; e < kVecWidth; ++e) y[e] = activate<kAct, kFastMath>(to_float(g.elt[e])) * to_float(u.elt[e]);
+    for (int e = 0; e < kVecWidth; ++e) y[e] = activate<kAct, kFastMath>(element(g, e)) * element(u, e);
     store.template vec<kVecWidth>(row, i, y);
   } else if constexpr (kTail && kVecWidth > 1) {
     for (int j = i; j < d; ++j) {

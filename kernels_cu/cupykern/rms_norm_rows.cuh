@@ -44,8 +44,10 @@ struct StoreRounded {
 // round_T(a + r), element by element (the fused add's sum, stored to residual).
 template <typename T, int L>
 __device__ __forceinline__ Vec<T, L> add_rounded(Vec<T, L> a, const Vec<T, L>& r) {
+  float sum[L];
 #pragma unroll
-  for (int e = 0; e < L; ++e) a.elt[e] = from_float<T>(__fadd_rn(to_float(a.elt[e]), to_float(r.elt[e])));
+  for (int e = 0; e < L; ++e) sum[e] = __fadd_rn(element(a, e), element(r, e));
+  round_into(a, sum);
   return a;
 }
 
@@ -151,7 +153,7 @@ __device__ __forceinline__ void rms_norm_rows(
         float y[L];
 #pragma unroll
         for (int e = 0; e < L; ++e) {
-          y[e] = __fmul_rn(__fmul_rn(to_float(a.elt[e]), inv_rms), __fadd_rn(to_float(w.elt[e]), weight_offset));
+          y[e] = __fmul_rn(__fmul_rn(element(a, e), inv_rms), __fadd_rn(element(w, e), weight_offset));
         }
         emit_leaf<T, kVecWidth>(v, count, y, vec_fn, tail_fn);
       });

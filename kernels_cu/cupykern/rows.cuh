@@ -83,11 +83,11 @@ __device__ __forceinline__ float fold_leaf(const Vec<T, leaf_width<T>()>& a, int
   float s = Op::identity();
   if (count == L) {
 #pragma unroll
-    for (int e = 0; e < L; ++e) s = step(s, to_float(a.elt[e]));
+    for (int e = 0; e < L; ++e) s = step(s, element(a, e));
   } else {
 #pragma unroll
     for (int e = 0; e < L; ++e) {
-      if (e < count) s = step(s, to_float(a.elt[e]));
+      if (e < count) s = step(s, element(a, e));
     }
   }
   return s;

@@ -52,12 +52,61 @@ __device__ __forceinline__ void store_vec(T* ptr, const Vec<T, kVecWidth>& v) {
   *reinterpret_cast<Vec<T, kVecWidth>*>(ptr) = v;
 }
 
+// Element e of a vector, widened to fp32 (exact). e is a compile-time constant in an
+// unrolled loop.
+template <typename T, int kVecWidth>
+__device__ __forceinline__ float element(const Vec<T, kVecWidth>& v, int e) {
+  return to_float(v.elt[e]);
+}
+// bf16 elements 2k and 2k + 1 are one 32-bit word: the even one is the word shifted up 16
+// bits, the odd one the word with its low half cleared, one instruction each. Element by
+// element the compiler extracted the odd one and shifted it back (two).
+template <int kVecWidth>
+__device__ __forceinline__ float element(const Vec<__nv_bfloat16, kVecWidth>& v, int e) {
+  if constexpr (kVecWidth == 1) {
+    return to_float(v.elt[e]);  // the scalar path's one element
+  } else {
+    const unsigned word = reinterpret_cast<const unsigned*>(&v)[e / 2];
+    return __uint_as_float(e % 2 == 0 ? word << 16 : word & 0xffff0000u);
+  }
+}
+
+// `out` <- kVecWidth fp32 values rounded once to T (round to nearest even).
+template <typename T, int kVecWidth>
+__device__ __forceinline__ void round_into(Vec<T, kVecWidth>& out, const float (&v)[kVecWidth]) {
+#pragma unroll
+  for (int e = 0; e < kVecWidth; ++e) out.elt[e] = from_float<T>(v[e]);
+}
+// 16-bit types round two values with one instruction (cvt.rn.bf16x2.f32 / f16x2: the
+// same rounding as one at a time). The compiler paired the single conversions by itself
+// only where the rounded elements were not read again one by one (fused_add_rms_norm's
+// sum, which it squares next, took 16 single F2F a thread in bf16 256 x 2).
+template <int kVecWidth>
+__device__ __forceinline__ void round_into(Vec<__nv_bfloat16, kVecWidth>& out, const float (&v)[kVecWidth]) {
+  if constexpr (kVecWidth == 1) {
+    out.elt[0] = from_float<__nv_bfloat16>(v[0]);  // the scalar path's one element
+  } else {
+    __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+    for (int k = 0; k < kVecWidth / 2; ++k) pairs[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+  }
+}
+template <int kVecWidth>
+__device__ __forceinline__ void round_into(Vec<__half, kVecWidth>& out, const float (&v)[kVecWidth]) {
+  if constexpr (kVecWidth == 1) {
+    out.elt[0] = from_float<__half>(v[0]);  // the scalar path's one element
+  } else {
+    __half2* pairs = reinterpret_cast<__half2*>(&out);
+#pragma unroll
+    for (int k = 0; k < kVecWidth / 2; ++k) pairs[k] = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
+  }
+}
+
 // Rounds kVecWidth fp32 values once to T and writes them with one access.
 template <typename T, int kVecWidth>
 __device__ __forceinline__ void store_rounded(T* ptr, const float (&v)[kVecWidth]) {
   Vec<T, kVecWidth> out;
-#pragma unroll
-  for (int e = 0; e < kVecWidth; ++e) out.elt[e] = from_float<T>(v[e]);
+  round_into(out, v);
   store_vec<T, kVecWidth>(ptr, out);
 }
 
