@@ -65,18 +65,25 @@ __device__ __forceinline__ void rms_norm_rows(
   constexpr int kScratch = tree_scratch_floats<kThreadsPerRow, max_block_size<kThreadsPerRow>()>();
   __shared__ float scratch[2 * kScratch];
   ScratchPair<kScratch> scratch_pair(scratch);
-  // One row a block in the decode layouts (rows.cuh::one_row_per_block), but not for the
-  // fused add: its weight loads were then issued after the adds instead of with the row
-  // (the compiler's choice, which no reordering of the source changed), +0.03..+0.05 us
-  // at 1-64 tokens of llama-3.1-8b (bench/results/NOTES.md, item 23).
-  constexpr bool kOneRowPerBlock = !kFusedAdd && one_row_per_block<T, kThreadsPerRow, kVecsPerThread, kVecWidth>();
+  constexpr bool kCacheWeight = caches_weights<kThreadsPerRow, kVecsPerThread>();
+  // One row a block in the decode layouts (rows.cuh::one_row_per_block). The fused add
+  // takes it only with its weights requested before the row loop (kWeightsFirst): in the
+  // loop, with no `active` branch before the row's loads, the compiler issued them after
+  // the adds, and the call took 0.03-0.05 us longer at 1-64 tokens of llama-3.1-8b
+  // (bench/results/NOTES.md, item 23). Before the loop they are the kernel's first loads.
+  // Only in the exact walk: the bounded one spilled 8 bytes so in fp32 512 x 2.
+  constexpr bool kOneRowPerBlock =
+      one_row_per_block<T, kThreadsPerRow, kVecsPerThread, kVecWidth>() && (!kFusedAdd || (kCacheWeight && kExact));
+  constexpr bool kWeightsFirst = kFusedAdd && kOneRowPerBlock;
   const RowGroup<kThreadsPerRow, kOneRowPerBlock> g;
   V cache[kVecsPerThread];
-  constexpr bool kCacheWeight = caches_weights<kThreadsPerRow, kVecsPerThread>();
   // See pass 1.
   constexpr bool kFusedAddLeafByLeaf =
       kFusedAdd && (kVecWidth != L || kVecsPerThread > 4 || max_block_size<kThreadsPerRow>() > 512);
   V weight_cache[kCacheWeight ? kVecsPerThread : 1];
+  if constexpr (kWeightsFirst) {
+    load_shared_first_round<T, kThreadsPerRow, kVecWidth, kExact>(weight, hidden_size, g.lane, weight_cache);
+  }
 
   for (int64_t base = g.first_base(); base < num_rows; base += g.base_step()) {
     const int64_t row = base + g.group;
@@ -103,7 +110,7 @@ __device__ __forceinline__ void rms_norm_rows(
     for (int a = 0; a < kVecsPerThread; ++a) column[a] = SumOp::identity();
     // The decode layouts request the weight with the row, before anything waits (rows.cuh
     // says why).
-    if constexpr (kCacheWeight) {
+    if constexpr (kCacheWeight && !kWeightsFirst) {
       load_shared_first_round<T, kThreadsPerRow, kVecWidth, kExact>(weight, hidden_size, g.lane, weight_cache);
     }
     // The first round is loaded before the fold (rows.cuh::load_first_round). The fused
@@ -146,6 +153,13 @@ __device__ __forceinline__ void rms_norm_rows(
     // the register cache are read again (from `residual` for the fused op, which now
     // holds the rounded sum this thread wrote).
     const T* again_row = kFusedAdd ? res_row : x_row;
+    // Weights loaded before the loop are widened here, after the reduction, not before the
+    // loop, where the widening would wait for them ahead of the row's loads (rows.cuh::
+    // pinned says why that matters).
+    if constexpr (kWeightsFirst) {
+#pragma unroll
+      for (int a = 0; a < kVecsPerThread; ++a) pin_value(weight_cache[a]);
+    }
     auto each_y = [&](auto&& vec_fn, auto&& tail_fn) {
       walk_leaves([&](int slot, int, int64_t v, int count) {
         const V a = slot >= 0 ? cache[slot] : load_leaf<T, kVecWidth>(again_row, v, count);

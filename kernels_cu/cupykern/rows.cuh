@@ -189,6 +189,17 @@ __device__ __forceinline__ const T* pinned(const T* p) {
   return p;
 }
 
+// `v`, hidden from the optimiser here (no instruction is emitted): the registers twin of
+// pinned. Work on v written after this point stays after it, so a value loaded before a
+// row loop is not widened (and waited for) before the loop either.
+template <typename T, int L>
+__device__ __forceinline__ void pin_value(Vec<T, L>& v) {
+  static_assert(sizeof(Vec<T, L>) % 4 == 0, "pin_value takes whole 32-bit words");
+  unsigned* words = reinterpret_cast<unsigned*>(&v);
+#pragma unroll
+  for (int k = 0; k < static_cast<int>(sizeof(Vec<T, L>) / 4); ++k) asm volatile("" : "+r"(words[k]));
+}
+
 // Whether a layout also keeps the first round of the per-column vectors (weight, bias)
 // in registers, loaded before the row's first barrier: at decode sizes the kernel is
 // one chain of latencies, and a weight load after the reduction added an L2 round trip
