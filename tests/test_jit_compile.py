@@ -100,17 +100,18 @@ def test_heuristic_layouts_do_not_spill(hidden_size, dtype):
 # Row kernels of the decode layouts that run one row a block (rows.cuh::one_row_per_block):
 # a row group of 256 or 512 threads (the whole block), at most 2 leaves a thread
 # (softmax's exact walk: 4 too), the vector path (16-byte leaves: 4 floats, 8 16-bit
-# elements), not the fused add (which keeps its row groups). One row a block made ptxas
-# choose fewer registers and spill in wider blocks and on the scalar path, on sm_80 too
-# (bench/results/NOTES.md, item 23). The fused adds' own sm_80 spills (8-12 bytes in 512 x
-# 2) predate it.
+# elements); the fused add in its exact walk only (rms_norm_rows.cuh). One row a block
+# made ptxas choose fewer registers and spill in wider blocks and on the scalar path, on
+# sm_80 too (bench/results/NOTES.md, item 23).
 _DECODE_ROW_LAYOUT = re.compile(r"\b(?P<T>float|__half|__nv_bfloat16), (?:\w+, )?(?:256|512), "
                                 r"(?P<W>4|8), (?P<V>\d), 32\b(?:, (?P<exact>true|false))?")
 
 
 def _decode_row_layout(expr: str) -> bool:
     m = _DECODE_ROW_LAYOUT.search(expr)
-    if m is None or int(m["W"]) != 16 // (4 if m["T"] == "float" else 2) or expr.startswith("fused_add_"):
+    if m is None or int(m["W"]) != 16 // (4 if m["T"] == "float" else 2):
+        return False
+    if expr.startswith("fused_add_") and m["exact"] != "true":
         return False
     return int(m["V"]) <= 2 or (expr.startswith("softmax_kernel<") and m["V"] == "4" and m["exact"] == "true")
 

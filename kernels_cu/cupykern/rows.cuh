@@ -223,8 +223,8 @@ constexpr bool caches_weights() { return kVecsPerThread <= 2 && max_block_size<k
 // blocks nor on the scalar path (kVecWidth 1): there (row_reduce fp16 1024 x 2 on sm_90,
 // layer_norm fp32 512 x 1 x 2 on sm_89, the per-token FP8 norm fp16 256 x 1 x 2 on sm_80)
 // ptxas settled on fewer registers and spilled 4-16 bytes. max_vecs_per_thread: softmax's
-// exact walk takes it up to 8 (see there); the fused add does not take it (see
-// rms_norm_rows.cuh).
+// exact walk takes it up to 8 (see there); the fused add takes it in its exact walk only,
+// with its weights loaded before the row loop (see rms_norm_rows.cuh).
 template <typename T, int kThreadsPerRow, int kVecsPerThread, int kVecWidth>
 constexpr bool one_row_per_block(int max_vecs_per_thread = 2) {
   return kThreadsPerRow >= max_block_size<kThreadsPerRow>() && max_block_size<kThreadsPerRow>() <= 512 &&
