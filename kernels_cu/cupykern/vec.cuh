@@ -71,34 +71,33 @@ __device__ __forceinline__ float element(const Vec<__nv_bfloat16, kVecWidth>& v,
   }
 }
 
-// `out` <- kVecWidth fp32 values rounded once to T (round to nearest even).
+// The 16-bit types' two-element vector and its rounding of two fp32 values at once
+// (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32: the same rounding as one at a time).
+template <typename T> struct PairOf {};
+template <> struct PairOf<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+  static __device__ __forceinline__ type round(float a, float b) { return __floats2bfloat162_rn(a, b); }
+};
+template <> struct PairOf<__half> {
+  using type = __half2;
+  static __device__ __forceinline__ type round(float a, float b) { return __floats2half2_rn(a, b); }
+};
+
+// `out` <- kVecWidth fp32 values rounded once to T (round to nearest even). 16-bit types
+// round two values with one instruction: the compiler paired the single conversions by
+// itself only where the rounded elements were not read again one by one
+// (fused_add_rms_norm's sum, which it squares next, took 16 single F2F a thread in bf16
+// 256 x 2).
 template <typename T, int kVecWidth>
 __device__ __forceinline__ void round_into(Vec<T, kVecWidth>& out, const float (&v)[kVecWidth]) {
+  if constexpr (sizeof(T) == 2 && kVecWidth % 2 == 0) {
+    using Pair = PairOf<T>;
+    typename Pair::type* pairs = reinterpret_cast<typename Pair::type*>(&out);
 #pragma unroll
-  for (int e = 0; e < kVecWidth; ++e) out.elt[e] = from_float<T>(v[e]);
-}
-// 16-bit types round two values with one instruction (cvt.rn.bf16x2.f32 / f16x2: the
-// same rounding as one at a time). The compiler paired the single conversions by itself
-// only where the rounded elements were not read again one by one (fused_add_rms_norm's
-// sum, which it squares next, took 16 single F2F a thread in bf16 256 x 2).
-template <int kVecWidth>
-__device__ __forceinline__ void round_into(Vec<__nv_bfloat16, kVecWidth>& out, const float (&v)[kVecWidth]) {
-  if constexpr (kVecWidth == 1) {
-    out.elt[0] = from_float<__nv_bfloat16>(v[0]);  // the scalar path's one element
+    for (int k = 0; k < kVecWidth / 2; ++k) pairs[k] = Pair::round(v[2 * k], v[2 * k + 1]);
   } else {
-    __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&out);
 #pragma unroll
-    for (int k = 0; k < kVecWidth / 2; ++k) pairs[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-  }
-}
-template <int kVecWidth>
-__device__ __forceinline__ void round_into(Vec<__half, kVecWidth>& out, const float (&v)[kVecWidth]) {
-  if constexpr (kVecWidth == 1) {
-    out.elt[0] = from_float<__half>(v[0]);  // the scalar path's one element
-  } else {
-    __half2* pairs = reinterpret_cast<__half2*>(&out);
-#pragma unroll
-    for (int k = 0; k < kVecWidth / 2; ++k) pairs[k] = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
+    for (int e = 0; e < kVecWidth; ++e) out.elt[e] = from_float<T>(v[e]);
   }
 }
 
