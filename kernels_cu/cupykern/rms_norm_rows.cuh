@@ -41,7 +41,8 @@ struct StoreRounded {
   }
 };
 
-// round_T(a + r), element by element (the fused add's sum, stored to residual).
+// round_T(a + r), element by element (the fused add's sum, stored to residual; 16-bit
+// types rounded two at a time, vec.cuh::round_into).
 template <typename T, int L>
 __device__ __forceinline__ Vec<T, L> add_rounded(Vec<T, L> a, const Vec<T, L>& r) {
   float sum[L];
@@ -67,11 +68,12 @@ __device__ __forceinline__ void rms_norm_rows(
   ScratchPair<kScratch> scratch_pair(scratch);
   constexpr bool kCacheWeight = caches_weights<kThreadsPerRow, kVecsPerThread>();
   // One row a block in the decode layouts (rows.cuh::one_row_per_block). The fused add
-  // takes it only with its weights requested before the row loop (kWeightsFirst): in the
-  // loop, with no `active` branch before the row's loads, the compiler issued them after
-  // the adds, and the call took 0.03-0.05 us longer at 1-64 tokens of llama-3.1-8b
-  // (bench/results/NOTES.md, item 23). Before the loop they are the kernel's first loads.
-  // Only in the exact walk: the bounded one spilled 8 bytes so in fp32 512 x 2.
+  // takes it in its exact walk only (the bounded one then spilled 8 bytes in fp32 512 x
+  // 2), with its cached weights requested before the row loop as the kernel's first loads
+  // (kWeightsFirst): requested in the loop, with no `active` branch before the row's
+  // loads, the compiler issued them after the adds and the call took 0.03-0.05 us longer
+  // at 1-64 tokens of llama-3.1-8b (bench/results/NOTES.md, item 23); first, it took
+  // 0.00-0.06 us less (item 24).
   constexpr bool kOneRowPerBlock =
       one_row_per_block<T, kThreadsPerRow, kVecsPerThread, kVecWidth>() && (!kFusedAdd || (kCacheWeight && kExact));
   constexpr bool kWeightsFirst = kFusedAdd && kOneRowPerBlock;
