@@ -41,10 +41,19 @@ struct StoreRounded {
   }
 };
 
-// round_T(a + r), element by element (the fused add's sum, stored to residual; 16-bit
-// types rounded two at a time, vec.cuh::round_into).
+// round_T(a + r), element by element (the fused add's sum, stored to residual).
 template <typename T, int L>
 __device__ __forceinline__ Vec<T, L> add_rounded(Vec<T, L> a, const Vec<T, L>& r) {
+#pragma unroll
+  for (int e = 0; e < L; ++e) a.elt[e] = from_float<T>(__fadd_rn(to_float(a.elt[e]), to_float(r.elt[e])));
+  return a;
+}
+// bf16 rounds its sums two at a time (vec.cuh::round_into): the sum is squared next, so
+// the compiler kept 16 single conversions a thread in the 256 x 2 decode layout, and the
+// pairs took the decode calls 0.07-0.21 us less (bench/results/NOTES.md, item 24). Not
+// fp16: its bounded 512 x 2 layout then spilled 4 bytes (sm_90).
+template <int L>
+__device__ __forceinline__ Vec<__nv_bfloat16, L> add_rounded(Vec<__nv_bfloat16, L> a, const Vec<__nv_bfloat16, L>& r) {
   float sum[L];
 #pragma unroll
   for (int e = 0; e < L; ++e) sum[e] = __fadd_rn(element(a, e), element(r, e));
