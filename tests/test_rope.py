@@ -508,6 +508,15 @@ def test_reference_refuses_what_the_kernel_refuses(fake_launcher, op, args, kwar
     assert_same_error(getattr(cupykern, op), getattr(reference, op), *args, **kwargs, check_positions=False)
 
 
+@pytest.mark.parametrize("op, args", [("apply_rope", (_Q, _K, _POS, _CACHE)),
+                                      ("qk_rms_norm_rope", (_Q, _K, _WEIGHT, _WEIGHT, _POS, _CACHE))])
+@pytest.mark.parametrize("bad", ["yes", "no", None, 0.5])
+def test_check_positions_takes_a_bool(fake_launcher, op, args, bad):
+    # A truthy string ran the range check whatever it said (helper 39's review).
+    error = assert_same_error(getattr(cupykern, op), getattr(reference, op), *args, check_positions=bad)
+    assert isinstance(error, TypeError) and str(error) == f"check_positions: expected a bool, got {bad!r}"
+
+
 def test_reference_takes_what_the_kernel_takes(fake_launcher):
     qkv = np.ones((4, 12, 64), F32)  # q and k as views of one fused QKV buffer
     for op, args in (("apply_rope", (qkv[:, :8], qkv[:, 8:10], _POS, _CACHE)),

@@ -454,7 +454,8 @@ def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, inplace:
     Raises:
         TypeError: q/k/positions/cos_sin_cache not on the device (e.g. NumPy arrays:
             pass ``cupy.asarray(...)``), unsupported dtype, k or cache of another dtype
-            than allowed, positions not int32/int64.
+            than allowed, positions not int32/int64, ``is_neox``, ``inplace`` or
+            ``check_positions`` not a bool.
         ValueError: wrong number of axes, non-unit head_dim stride, token axes that do
             not flatten, q/k with different token axes or head_dim, positions of the
             wrong shape (``(3, num_tokens)`` positions without ``mrope_section`` say
@@ -484,7 +485,7 @@ def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, inplace:
         mrope_section = mrope_key(mrope_section)
     arrays, scalars = (q, k, positions, cos_sin_cache, None, None), (is_neox, inplace, mrope_section,
                                                                      mrope_interleaved)
-    if check_positions:
+    if _arrays.flag(check_positions, "check_positions"):
         arrays = _APPLY_ROPE.intake(arrays, scalars)
         _check_positions_in_range(arrays[2], arrays[3].shape[0])
     return _APPLY_ROPE(arrays, scalars)
@@ -534,7 +535,7 @@ def qk_rms_norm_rope(q, k, q_weight, k_weight, positions, cos_sin_cache, eps: fl
         Gemma3Attention.
     """
     arrays, scalars = (q, k, q_weight, k_weight, positions, cos_sin_cache), (eps, is_neox)
-    if check_positions:
+    if _arrays.flag(check_positions, "check_positions"):
         arrays = _QK_RMS_NORM_ROPE.intake(arrays, scalars)
         _check_positions_in_range(arrays[4], arrays[5].shape[0])
     return _QK_RMS_NORM_ROPE(arrays, scalars)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cupykern import _arrays
 from cupykern import rope_scaling as _scaling
 from cupykern.ops import rope as _kernels
 from cupykern.reference._common import check, f64, host
@@ -73,7 +74,7 @@ def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, check_po
         mrope_section = tuple(mrope_section)
     check("apply_rope", q=q, k=k, positions=positions, cos_sin_cache=cos_sin_cache, is_neox=is_neox, inplace=False,
           mrope_section=mrope_section, mrope_interleaved=mrope_interleaved)
-    if check_positions:
+    if _arrays.flag(check_positions, "check_positions"):
         _check_positions(positions, cos_sin_cache)
     return _apply_rope(q, k, positions, cos_sin_cache, is_neox, mrope_section, bool(mrope_interleaved))
 
@@ -129,7 +130,7 @@ def qk_rms_norm_rope(q, k, q_weight, k_weight, positions, cos_sin_cache, eps: fl
     """
     check("qk_rms_norm_rope", q=q, k=k, q_weight=q_weight, k_weight=k_weight, positions=positions,
           cos_sin_cache=cos_sin_cache, eps=eps, is_neox=is_neox)
-    if check_positions:
+    if _arrays.flag(check_positions, "check_positions"):
         _check_positions(positions, cos_sin_cache)
     pos = host(positions).astype(np.int64)
     valid = ((pos >= 0) & (pos < host(cos_sin_cache).shape[0]))[..., None, None]
