@@ -402,6 +402,8 @@ def eps(value, name: str = "eps") -> np.float32:
 
 def flag(value, name: str) -> bool:
     """True or False (or a value equal to one of them: 1, 0, numpy bools)."""
+    if value is True or value is False:  # the common case, first: ops check a flag per call
+        return value
     if np.ndim(value) != 0 or isinstance(value, (str, bytes)) or value not in (True, False):
         raise TypeError(f"{name}: expected a bool, got {value!r}")
     return bool(value)

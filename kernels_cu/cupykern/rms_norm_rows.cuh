@@ -84,8 +84,9 @@ __device__ __forceinline__ void rms_norm_rows(
   // at 1-64 tokens of llama-3.1-8b (bench/results/NOTES.md, item 23); first, it took
   // 0.00-0.06 us less (item 24).
   constexpr bool kOneRowPerBlock =
-      one_row_per_block<T, kThreadsPerRow, kVecsPerThread, kVecWidth>() && (!kFusedAdd || (kCacheWeight && kExact));
+      one_row_per_block<T, kThreadsPerRow, kVecsPerThread, kVecWidth>() && (!kFusedAdd || kExact);
   constexpr bool kWeightsFirst = kFusedAdd && kOneRowPerBlock;
+  static_assert(!kWeightsFirst || kCacheWeight, "one_row_per_block's layouts cache their weights");
   const RowGroup<kThreadsPerRow, kOneRowPerBlock> g;
   V cache[kVecsPerThread];
   // See pass 1.
