@@ -153,6 +153,14 @@ def dtype_option(ctx, param, value):
         raise click.BadParameter(str(exc)) from None
 
 
+def dtype_list(ctx, param, value):
+    """click callback: supported dtypes from comma-separated names (bf16,fp32)."""
+    try:
+        return [_dtypes.parse(name.strip()) for name in value.split(",")]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def require_gpu(script: str, what: str = "times kernels") -> None:
     """Exits 2 with "<script> <what> and needs a CUDA GPU" on stderr when none is visible."""
     problem = environment.gpu_problem()

@@ -13,7 +13,7 @@
 # --json/--csv path lands in the results folder. PEERS: arguments of bench/peers.py
 # (unset: not run; empty: its defaults, llama-3.1-8b and -70b x 8 ops x 1 to 16384 tokens,
 # every formulation, static torch.compile compiled ahead in parallel: about 6 minutes). SANITIZE=1 runs bench/sanitize.py under compute-sanitizer memcheck and
-# racecheck (SANITIZE_FAMILIES: a comma-separated subset). Each step gets what is left of DEADLINE_S seconds (default 570,
+# racecheck (SANITIZE_FAMILIES: a comma-separated subset; SANITIZE_ARGS: more of its options, e.g. "--dtypes fp16"). Each step gets what is left of DEADLINE_S seconds (default 570,
 # inside the device tool's 600 s), so a slow step cannot cost the others' results.
 #
 # Runs from the checkout with the machine's python3 and packages (cupy, numpy,
@@ -87,7 +87,7 @@ if [ -n "${SANITIZE:-}" ]; then
   for tool in memcheck racecheck; do
     # shellcheck disable=SC2086
     step "sanitize_$tool" /usr/local/cuda/bin/compute-sanitizer --tool "$tool" --error-exitcode 3 python3 bench/sanitize.py \
-      ${SANITIZE_FAMILIES:+--families "$SANITIZE_FAMILIES"}
+      ${SANITIZE_FAMILIES:+--families "$SANITIZE_FAMILIES"} ${SANITIZE_ARGS:-}
   done
 fi
 

@@ -4,7 +4,7 @@
     compute-sanitizer --tool racecheck python bench/sanitize.py
 
 Each op runs at 3 tokens and 1 token (--num-tokens: other counts; 600 reaches the
-prefill layouts) in bf16 and fp32 with its registry inputs
+prefill layouts) in bf16 and fp32 (--dtypes) with its registry inputs
 (rows, heads and cos/sin tables of the default sizes, and of the presets its registry
 entry names for `cupykern check`: M-RoPE), plus misaligned and strided views
 of the row ops, so the scalar tail and vector paths both run under the checker, and
@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cupykern  # noqa: E402
-from bench.common import positive_int_list, require_gpu  # noqa: E402
+from bench.common import dtype_list, positive_int_list, require_gpu  # noqa: E402
 from cupykern import _dtypes, models, reference, validation  # noqa: E402
 from cupykern.registry import all_specs  # noqa: E402
 
@@ -32,7 +32,9 @@ from cupykern.registry import all_specs  # noqa: E402
 @click.option("--families", default=None, help="Comma-separated families to run (default: all).")
 @click.option("--num-tokens", "num_tokens_list", default="1,3", show_default=True, callback=positive_int_list,
               help="Token counts each op runs at (a prefill size, e.g. 600, reaches the prefill layouts).")
-def main(families, num_tokens_list) -> None:
+@click.option("--dtypes", default="bf16,fp32", show_default=True, callback=dtype_list,
+              help="Storage dtypes each op runs in, comma-separated (bf16, fp16, fp32).")
+def main(families, num_tokens_list, dtypes) -> None:
     require_gpu("sanitize.py", "runs every op")
     import cupy
 
@@ -45,7 +47,7 @@ def main(families, num_tokens_list) -> None:
     for spec, label in cases:
         if chosen is not None and spec.family not in chosen:
             continue
-        for dtype in (_dtypes.bfloat16, _dtypes.float32):
+        for dtype in dtypes:
             for num_tokens in num_tokens_list:
                 result = validation.check_op(spec, num_tokens, spec.check_sizes[0], dtype, seed=num_tokens)
                 failures += not result.ok

@@ -16,6 +16,8 @@ The picks come from each op's own intake spec and plan rule (``launcher.Op.prepa
 run on call signatures (``_arrays.Sig``), so no GPU is needed. ``cupykern check``, the
 no-GPU fallback of ``cupykern sweep`` and the compile tests take it from here;
 ``cupykern check --all`` and ``pytest --compile-all`` compile the full product.
+:func:`heuristic_picks` (the presets' picks and the row kernels at any row size) is what
+the heuristics launch, whose register spills tests/data/known_spills.json records.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ def template_args(expr: str) -> tuple[str, tuple[str, ...]]:
     return name, tuple(a.strip() for a in args.split(",")) if args else ()
 
 
-def _c(shape, dtype) -> Sig:
-    return Sig.contiguous(tuple(shape), np.dtype(dtype), 0)
+def _c(shape, dtype, align: int = 0) -> Sig:
+    return Sig.contiguous(tuple(shape), np.dtype(dtype), align)
 
 
 def _calls(model: models.ModelPreset, dtype, n: int):
@@ -57,24 +59,13 @@ def _calls(model: models.ModelPreset, dtype, n: int):
     with ``n`` tokens in ``dtype``, as the registry's inputs shape them (cupykern/registry)."""
     h, inter, d = model.hidden_size, model.intermediate_size, model.head_dim
     hq, hkv = model.num_attention_heads, model.num_key_value_heads
-    eps, offset = model.rms_norm_eps, model.norm_weight_offset
+    eps = model.rms_norm_eps
     x, row = _c((n, h), dtype), _c((h,), dtype)
-    yield "rms_norm", dict(x=x, weight=row, eps=eps, weight_offset=offset)
-    yield "fused_add_rms_norm", dict(x=x, residual=x, weight=row, eps=eps, weight_offset=offset)
-    yield "layer_norm", dict(x=x, weight=row, bias=row, eps=1e-5)
-    for out in (None, _c((n, h), dtype)):  # float32 out by default, or x's dtype (in place)
-        yield "softmax", dict(x=x, out=out, temperature=1.0)
-    for op in ("sum", "max", "min", "sumsq"):
-        yield "row_reduce", dict(x=x, op=op)
+    yield from _row_calls(x, row, eps, model.norm_weight_offset)
     yield "silu_and_mul", dict(x=_c((n, 2 * inter), dtype))
     yield "gelu_and_mul", dict(x=_c((n, 2 * inter), dtype), approximate=model.gelu_approximate)
     yield "swiglu", dict(gate=_c((n, inter), dtype), up=_c((n, inter), dtype))
     scale = _c((1,), _FLOAT32)
-    yield "rms_norm_quant", dict(x=x, weight=row, scale=scale, eps=eps, weight_offset=offset)
-    yield "fused_add_rms_norm_quant", dict(x=x, residual=x, weight=row, scale=scale, eps=eps, weight_offset=offset)
-    yield "rms_norm_dynamic_per_token_quant", dict(x=x, weight=row, eps=eps, weight_offset=offset)
-    yield "fused_add_rms_norm_dynamic_per_token_quant", dict(x=x, residual=x, weight=row, eps=eps,
-                                                            weight_offset=offset)
     yield "silu_and_mul_quant", dict(x=_c((n, 2 * inter), dtype), scale=scale)
     q, k, v = _c((n, hq, d), dtype), _c((n, hkv, d), dtype), _c((n, hkv, d), dtype)
     for rows in (SHORT_CACHE_ROWS, model.max_position_embeddings):
@@ -113,6 +104,38 @@ def _calls(model: models.ModelPreset, dtype, n: int):
             yield "gemv", dict(x=x, weight=_c((VOCAB_SIZE, h), dtype), out_dtype=out_dtype)
 
 
+def _row_calls(x: Sig, row: Sig, eps: float, offset: float):
+    """(op name, arguments) of every row kernel's op on rows ``x`` with weight/bias ``row``."""
+    yield "rms_norm", dict(x=x, weight=row, eps=eps, weight_offset=offset)
+    yield "fused_add_rms_norm", dict(x=x, residual=x, weight=row, eps=eps, weight_offset=offset)
+    yield "layer_norm", dict(x=x, weight=row, bias=row, eps=1e-5)
+    for out in (None, Sig.contiguous(x.shape, x.dtype, x.align)):  # float32 out by default, or x's dtype
+        yield "softmax", dict(x=x, out=out, temperature=1.0)
+    for op in ("sum", "max", "min", "sumsq"):
+        yield "row_reduce", dict(x=x, op=op)
+    scale = _c((1,), _FLOAT32)
+    yield "rms_norm_quant", dict(x=x, weight=row, scale=scale, eps=eps, weight_offset=offset)
+    yield "fused_add_rms_norm_quant", dict(x=x, residual=x, weight=row, scale=scale, eps=eps, weight_offset=offset)
+    yield "rms_norm_dynamic_per_token_quant", dict(x=x, weight=row, eps=eps, weight_offset=offset)
+    yield "fused_add_rms_norm_dynamic_per_token_quant", dict(x=x, residual=x, weight=row, eps=eps,
+                                                            weight_offset=offset)
+
+
+def _any_row_calls(dtype):
+    """The row ops' calls (:func:`_row_calls`) at every size class their planner tells
+    apart: rows of each tree width (1 to plans.MAX_TREE_COLUMNS leaves, and past it),
+    whole and one element short of their last leaf, 16-byte aligned or 4 bytes off (the
+    scalar path), at decode and prefill row counts (2**24 rows: past any fill of the GPU
+    for the narrowest rows, plans.DECODE_FILL_SHARE)."""
+    width = plans.leaf_width(dtype)
+    for k in range(plans.MAX_TREE_COLUMNS.bit_length() + 1):
+        for hidden_size in {width << k, max(1, (width << k) - 1)}:
+            for align in (0, 4):
+                row = _c((hidden_size,), dtype, align)
+                for n in (1, plans.DECODE_MAX_ROWS, plans.DECODE_MAX_ROWS + 1, 4096, 1 << 24):
+                    yield from _row_calls(_c((n, hidden_size), dtype, align), row, 1e-6, 0.0)
+
+
 def _launched(launch: launcher.Launch | None):
     """(source, name expression) of each kernel a Launch starts (a split attention starts two)."""
     while launch is not None and launch.template is not None:
@@ -120,32 +143,55 @@ def _launched(launch: launcher.Launch | None):
         launch = launch.then
 
 
-def planned(presets=None, dtypes=_dtypes.DTYPES, num_tokens=NUM_TOKENS, limits=plans.H200_LIMITS) -> dict[str, list]:
-    """{source: [name expressions]} the planner picks for ``presets`` (default: every
-    preset of cupykern.models) in ``dtypes`` at ``num_tokens``, on a GPU of ``limits``.
-
-    Runs each op's intake and plan rule on call signatures, no GPU; the heuristics plan
-    (a tuned file is not read). A call an op refuses (Gemma's head_dim 256 in
-    decode_attention, say) has no pick.
-    """
+def _picks(calls, limits: plans.DeviceLimits) -> dict[str, list]:
+    """{source: [name expressions]} the ops' intake and plan rule pick for ``calls``
+    ((op name, arguments) pairs) on a GPU of ``limits``, with the heuristics (a tuned file
+    is not read). A call an op refuses (Gemma's head_dim 256 in decode_attention, say)
+    has no pick."""
     families.modules("ops")  # the family modules declare their ops on import
     ops = launcher.ops()
     picked: dict[str, list] = {}
     with tuning.suspended():
-        for model in presets or models.PRESETS.values():
-            for dtype in dtypes:
-                for n in num_tokens:
-                    for name, values in _calls(model, dtype, n):
-                        op = ops[name]
-                        args = {a: values.get(a) for a in (*op.arrays, *op.scalars)}
-                        try:
-                            launch = op.prepare(launcher.Args(name, args, device=0, limits=limits))
-                        except ValueError:  # shapes the op does not take
-                            continue
-                        for source, expr in _launched(launch):
-                            if expr not in picked.setdefault(source, []):
-                                picked[source].append(expr)
+        for name, values in calls:
+            op = ops[name]
+            args = {a: values.get(a) for a in (*op.arrays, *op.scalars)}
+            try:
+                launch = op.prepare(launcher.Args(name, args, device=0, limits=limits))
+            except ValueError:  # shapes the op does not take
+                continue
+            for source, expr in _launched(launch):
+                if expr not in picked.setdefault(source, []):
+                    picked[source].append(expr)
     return picked
+
+
+def planned(presets=None, dtypes=_dtypes.DTYPES, num_tokens=NUM_TOKENS, limits=plans.H200_LIMITS) -> dict[str, list]:
+    """{source: [name expressions]} the planner picks for ``presets`` (default: every
+    preset of cupykern.models) in ``dtypes`` at ``num_tokens``, on a GPU of ``limits``.
+
+    Runs each op's intake and plan rule on call signatures, no GPU (:func:`_picks`).
+    """
+    return _picks((call for model in presets or models.PRESETS.values() for dtype in dtypes for n in num_tokens
+                   for call in _calls(model, dtype, n)), limits)
+
+
+def planned_rows(dtypes=_dtypes.DTYPES, limits=plans.H200_LIMITS) -> dict[str, list]:
+    """{source: [name expressions]} the planner picks for the row ops (norms, softmax,
+    row_reduce, the FP8 norms) at any row size: every size class it tells apart
+    (:func:`_any_row_calls`), so every row kernel the heuristics can launch."""
+    return _picks((call for dtype in dtypes for call in _any_row_calls(dtype)), limits)
+
+
+def heuristic_picks(limits=plans.H200_LIMITS) -> dict[str, set]:
+    """{source: {name expressions}} the heuristics launch: the presets' picks
+    (:func:`planned`) and the row kernels at any size (:func:`planned_rows`). These must
+    not spill registers to local memory (``cupykern check`` fails if one does); a layout
+    reached only through an override or a tuned file may."""
+    picks: dict[str, set] = {}
+    for part in (planned(limits=limits), planned_rows(limits=limits)):
+        for source, exprs in part.items():
+            picks.setdefault(source, set()).update(exprs)
+    return picks
 
 
 def _coverage(expr: str) -> set:

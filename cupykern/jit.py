@@ -149,3 +149,21 @@ def nvrtc_compile(filename: str, exprs: list[str], arch: str, extra_options=()) 
         return lowered, nvrtc.getProgramLog(prog)
     finally:
         nvrtc.destroyProgram(prog)
+
+
+#: ptxas's report of one kernel (``--ptxas-options=-v``): its name, then its spill stores.
+_PTXAS_SPILLS = re.compile(r"Function properties for (\S+)\n[^\n]*?(\d+) bytes spill stores")
+
+
+def nvrtc_spills(filename: str, exprs: list[str], arch: str) -> dict[str, int]:
+    """{name expression: bytes of registers spilled to local memory} of ``exprs`` compiled
+    with NVRTC for ``arch`` (ptxas's verbose report), no GPU needed. Spilled registers
+    cost local-memory traffic on every access; the kernels the heuristics launch have
+    none (``cupykern check``). Raises RuntimeError as :func:`nvrtc_compile`, or if ptxas
+    reported on fewer kernels than asked for."""
+    lowered, log = nvrtc_compile(filename, exprs, arch, ["--ptxas-options=-v"])
+    reported = {name: int(n) for name, n in _PTXAS_SPILLS.findall(log)}
+    missing = [expr for expr, name in lowered.items() if name not in reported]
+    if missing:
+        raise RuntimeError(f"{filename} (sm_{arch}): ptxas reported no spills line for {missing[:3]}:\n{log[:2000]}")
+    return {expr: reported[name] for expr, name in lowered.items()}

@@ -64,6 +64,21 @@ DECODE_VECS_PER_THREAD = 2
 #: both sizes (8192 elements, 1 token: 3.99 us with 256 x 4 against 4.36 with 512 x 2;
 #: 4096: 2.77 with 256 x 2 against 2.91 with 128 x 4; same item).
 DECODE_MAX_THREADS_PER_ROW = {"softmax": 256}
+#: Past DECODE_MAX_ROWS rows the decode layout is kept while the rows' threads (num_rows x
+#: its threads_per_row) fill at most this share of the GPU's resident threads (sm_count x
+#: max_threads_per_sm), per op (else DECODE_FILL_SHARE_DEFAULT): with few rows a wave the
+#: prefill layout's fewer threads a row leave SMs idle. Measured on the H200 (cupykern
+#: sweep --vecs-per-thread 1,2,4,8, llama-3.1-8b and -70b bf16, 128-4096 tokens, cold L2,
+#: bench/results/NOTES.md item 25): at half a wave or less the decode layout was faster
+#: for rms_norm (8b 256 tokens 5.65 against 6.61 us) and layer_norm (6.08 against 7.97),
+#: at a full wave slower (rms_norm 70b 512 tokens 8.64 against 8.26); timed against the
+#: former rule: rms_norm -8..-21 % at 128-512 rows of 8b, the FP8 norms -1..-25 %.
+#: softmax keeps its 4 leaves (slower with 2 from 512 rows of 8b: 10.78 against 9.50 us),
+#: row_reduce too (70b 128-256 rows -0..+8 % with 2); the fused add keeps the decode
+#: layout at any size, its exact walk (EXACT_WALK: at most 2 leaves) faster at every size
+#: timed (8b 1024 tokens -9..-12 %, 70b 16384 tokens -2 %).
+DECODE_FILL_SHARE = {"softmax": 0.0, "row_reduce": 0.0, "fused_add_rms_norm": float("inf")}
+DECODE_FILL_SHARE_DEFAULT = 0.5
 #: Tree columns per thread at prefill sizes (more rows than DECODE_MAX_ROWS): 4, so a
 #: 4096-element bf16 row gets 128 threads (the layout before the tree) and an
 #: 8192-element one 256. On the H200, 16384 x 8192 bf16 rms_norm ran at 91.1% of copy
@@ -344,14 +359,29 @@ def _decode_max_threads_per_row(op: str | None) -> int:
     return int(value)
 
 
-def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str | None = None) -> RowLayout:
-    """Heuristic layout for ``num_rows`` rows of ``hidden_size`` elements of ``dtype``.
+def _decode_fill_share(op: str | None) -> float:
+    """DECODE_FILL_SHARE[op] (DECODE_FILL_SHARE_DEFAULT for an op it does not name),
+    ValueError naming the constant unless a number >= 0."""
+    if not isinstance(DECODE_FILL_SHARE, dict):
+        raise ValueError(f"plans.DECODE_FILL_SHARE must be a dict of op: share, got {DECODE_FILL_SHARE!r}")
+    value = DECODE_FILL_SHARE.get(op, DECODE_FILL_SHARE_DEFAULT)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        where = f"DECODE_FILL_SHARE[{op!r}]" if op in DECODE_FILL_SHARE else "DECODE_FILL_SHARE_DEFAULT"
+        raise ValueError(f"plans.{where} must be a number >= 0, got {value!r}")
+    return float(value)
 
-    16-byte vectors when ``aligned``; DECODE_VECS_PER_THREAD tree columns per thread up
-    to DECODE_MAX_ROWS rows (at most DECODE_MAX_THREADS_PER_ROW[op] threads a row),
-    PREFILL_VECS_PER_THREAD beyond (threads_per_row = J / that, within the compiled
-    range). Every choice computes the same tree, so the rows' bits do not depend on
-    ``num_rows``.
+
+def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str | None = None,
+               limits: DeviceLimits = H200_LIMITS) -> RowLayout:
+    """Heuristic layout for ``num_rows`` rows of ``hidden_size`` elements of ``dtype`` on a
+    GPU of ``limits`` (default: an H200's).
+
+    16-byte vectors when ``aligned``; DECODE_VECS_PER_THREAD tree columns per thread (at
+    most DECODE_MAX_THREADS_PER_ROW[op] threads a row) up to DECODE_MAX_ROWS rows, and
+    beyond while the rows' threads fill at most DECODE_FILL_SHARE[op] of the GPU's
+    resident threads; PREFILL_VECS_PER_THREAD otherwise (threads_per_row = J / that,
+    within the compiled range). Every choice computes the same tree, so the rows' bits
+    do not depend on ``num_rows``.
     """
     hidden_size, num_rows = _count(hidden_size, "hidden_size", 1), _count(num_rows, "num_rows", 0)
     _check_op(op)
@@ -360,12 +390,16 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
                        for name in ("DECODE_VECS_PER_THREAD", "PREFILL_VECS_PER_THREAD"))
     vec_width = _dtypes.vec_width(dtype) if aligned else 1
     columns = tree_columns(hidden_size, dtype)
-    is_decode = num_rows <= decode_rows
-    per_thread = decode if is_decode else prefill
-    most = _decode_max_threads_per_row(op) if is_decode else MAX_BLOCK_SIZE
     # Never fewer threads than the compiled leaves a thread allow, whatever the cap.
     fewest = max(1, columns // max(VECS_PER_THREAD_CHOICES))
-    threads = min(MAX_BLOCK_SIZE, max(fewest, min(most, columns // per_thread)))
+
+    def threads_for(per_thread: int, most: int) -> int:
+        return min(MAX_BLOCK_SIZE, max(fewest, min(most, columns // per_thread)))
+
+    threads = threads_for(decode, _decode_max_threads_per_row(op))
+    resident = limits.sm_count * limits.max_threads_per_sm
+    if num_rows > decode_rows and num_rows * threads > _decode_fill_share(op) * resident:
+        threads = threads_for(prefill, MAX_BLOCK_SIZE)
     return RowLayout(threads, vec_width, tree_vecs_per_thread(hidden_size, dtype, threads))
 
 
@@ -477,7 +511,7 @@ def _plan_row_launch(num_rows: int, hidden_size: int, dtype, *, aligned: bool, l
         tuned = _tuned_plan(op, num_rows, hidden_size, dtype, aligned, limits)
         if tuned is not None:
             return tuned
-    layout = row_layout(hidden_size, dtype, aligned, num_rows=num_rows, op=op)
+    layout = row_layout(hidden_size, dtype, aligned, num_rows=num_rows, op=op, limits=limits)
     threads, vecs = overrides.get("threads_per_row"), overrides.get("vecs_per_thread")
     if threads is None and vecs in VECS_PER_THREAD_CHOICES:
         threads = min(MAX_BLOCK_SIZE, max(1, tree_columns(hidden_size, dtype) // vecs))

@@ -97,6 +97,19 @@ def _cases():
                         cupykern.swiglu(x[:, :n], x[:, n:]))
 
             yield f"activations-{tag}", acts
+        # The FP8 norms (quant.cu): 1024-element rows take the 64 x 8 x 2 decode layout.
+        for tokens, hidden in ((1, 4096), (16, 1024), (300, 4096), (5, 127), (70, 8192)):
+            tag = f"{dtype}-{tokens}x{hidden}"
+
+            def quant(rng, t=tokens, h=hidden, d=dtype):
+                x, residual, weight = dev(rng, (t, h), d), dev(rng, (t, h), d), dev(rng, (h,), d, 0.1, 1.0)
+                scale = cupy.asarray([0.02], dtype=cupy.float32)
+                outs = [cupykern.rms_norm_quant(x, weight, scale), *cupykern.rms_norm_dynamic_per_token_quant(x, weight)]
+                outs += cupykern.fused_add_rms_norm_quant(x, residual.copy(), weight, scale)
+                outs += cupykern.fused_add_rms_norm_dynamic_per_token_quant(x, residual.copy(), weight)
+                return tuple(outs)
+
+            yield f"fp8_norms-{tag}", quant
         for tokens in (1, 16, 700):
             for head_dim, rotary_dim in ((128, 128), (128, 64), (64, 64)):
                 tag = f"{dtype}-{tokens}-{head_dim}-{rotary_dim}"

@@ -514,9 +514,8 @@ def test_prefill_attention_instantiations_compile_without_spills():
     q and the accumulator of a row's share, the tile's scores and the next tile's loads."""
     exprs = attention.instantiations()[attention.PREFILL_ATTENTION]
     assert len(exprs) == len(_dtypes.DTYPES) * len(_dtypes.INDEX_C_TYPES) * len(attention.HEAD_DIMS)
-    _, log = jit.nvrtc_compile("attention.cu", exprs, "90", ["--ptxas-options=-v"])
-    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
-    assert len(spills) == len(exprs) and not any(spills), log
+    spills = jit.nvrtc_spills("attention.cu", exprs, "90")
+    assert not any(spills.values()), {e: n for e, n in spills.items() if n}
 
 
 def test_covering_set_plans_prefill_attention():

@@ -4,6 +4,7 @@ override context (cupykern/launcher.py)."""
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -72,8 +73,10 @@ def test_bad_decode_thread_caps_are_refused_by_name(monkeypatch, value):
     monkeypatch.setitem(plans.DECODE_MAX_THREADS_PER_ROW, "softmax", value)
     with pytest.raises(ValueError, match=r"plans.DECODE_MAX_THREADS_PER_ROW\['softmax'\] must be one of"):
         plans.plan_rows(1, 8192, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="softmax")
-    # Prefill sizes and other ops do not read it.
-    plans.plan_rows(4096, 8192, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="softmax")
+    # Prefill sizes read it too (the decode layout's threads decide whether it still fits
+    # the GPU: plans.DECODE_FILL_SHARE); other ops do not.
+    with pytest.raises(ValueError, match=r"plans.DECODE_MAX_THREADS_PER_ROW\['softmax'\] must be one of"):
+        plans.plan_rows(4096, 8192, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="softmax")
     plans.plan_rows(1, 8192, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
     monkeypatch.setattr(plans, "DECODE_MAX_THREADS_PER_ROW", [256])
     with pytest.raises(ValueError, match="plans.DECODE_MAX_THREADS_PER_ROW must be a dict"):
@@ -118,14 +121,47 @@ def test_row_layout_heuristic_examples():
     # decode 512 x 2.
     assert plans.row_layout(8192, _dtypes.bfloat16, True, num_rows=4096) == plans.RowLayout(256, 8, 4)
     assert plans.row_layout(8192, _dtypes.bfloat16, True, num_rows=1) == plans.RowLayout(512, 8, 2)
+    # Past 64 rows the decode layout stays while the rows' threads fill at most half of an
+    # H200's resident threads (DECODE_FILL_SHARE_DEFAULT: 132 SMs x 2048 / 2 = 512 x 264).
+    assert plans.row_layout(8192, _dtypes.bfloat16, True, num_rows=264) == plans.RowLayout(512, 8, 2)
+    assert plans.row_layout(8192, _dtypes.bfloat16, True, num_rows=265) == plans.RowLayout(256, 8, 4)
     # 1024 bf16 = 128 leaves: 32 threads x 4 leaves, 4 rows per 128-thread block.
-    plan = plans.plan_rows(100, 1024, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
+    plan = plans.plan_rows(4096, 1024, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
     assert plan.layout == plans.RowLayout(32, 8, 4) and plan.rows_per_block == 4
     # Unaligned rows fall back to scalar accesses (the same leaves).
     assert plans.row_layout(8192, _dtypes.bfloat16, False, num_rows=1).vec_width == 1
     # Tiny rows share a 128-thread block: 5 fp32 = 2 leaves, one thread holds both.
     plan = plans.plan_rows(100, 5, _dtypes.float32, aligned=False, limits=H200_LIMITS)
     assert plan.layout.threads_per_row == 1 and plan.rows_per_block == 128
+
+
+def test_the_decode_layout_stays_while_the_rows_fill_half_the_gpu():
+    """Past DECODE_MAX_ROWS the decode layout stays while num_rows x its threads_per_row
+    fill at most DECODE_FILL_SHARE[op] of sm_count x max_threads_per_sm."""
+    def vecs(op, num_rows, limits=H200_LIMITS):
+        return plans.plan_rows(num_rows, 4096, _dtypes.bfloat16, aligned=True, limits=limits, op=op).layout.vecs_per_thread
+
+    # 4096 bf16 rows: the decode layout's 256 threads a row fill half of 132 x 2048 at 528 rows.
+    for op in ("rms_norm", "layer_norm", "rms_norm_quant", "fused_add_rms_norm_dynamic_per_token_quant", None):
+        assert (vecs(op, 65), vecs(op, 528), vecs(op, 529)) == (2, 2, 4), op
+        assert vecs(op, 264, replace(H200_LIMITS, sm_count=66)) == 2 and vecs(op, 265, replace(H200_LIMITS, sm_count=66)) == 4
+    for op in ("softmax", "row_reduce"):  # share 0: the prefill layout from 65 rows
+        assert (vecs(op, 64), vecs(op, 65)) == (2, 4), op
+    assert vecs("fused_add_rms_norm", 10**6) == 2  # any size
+
+
+@pytest.mark.parametrize("value", [-1, float("nan"), True, "0.5", None])
+def test_bad_decode_fill_shares_are_refused_by_name(monkeypatch, value):
+    monkeypatch.setitem(plans.DECODE_FILL_SHARE, "rms_norm", value)
+    with pytest.raises(ValueError, match=r"plans.DECODE_FILL_SHARE\['rms_norm'\] must be a number >= 0"):
+        plans.plan_rows(4096, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
+    plans.plan_rows(64, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")  # not read
+    monkeypatch.setattr(plans, "DECODE_FILL_SHARE_DEFAULT", value)
+    with pytest.raises(ValueError, match=r"plans.DECODE_FILL_SHARE_DEFAULT must be a number >= 0"):
+        plans.plan_rows(4096, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="layer_norm")
+    monkeypatch.setattr(plans, "DECODE_FILL_SHARE", [0.5])
+    with pytest.raises(ValueError, match="plans.DECODE_FILL_SHARE must be a dict"):
+        plans.plan_rows(4096, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
 
 
 @pytest.mark.parametrize("name", ["DECODE_VECS_PER_THREAD", "PREFILL_VECS_PER_THREAD", "DECODE_MAX_ROWS"])
@@ -384,7 +420,7 @@ def test_rope_plan_fields():
 
 
 def test_row_and_activation_plan_fields():
-    row = plans.plan_rows(100, 1024, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
+    row = plans.plan_rows(4096, 1024, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
     assert row.fields() == {**dict.fromkeys(plans.PLAN_FIELDS), "plan_kind": "rows", "origin": "heuristic",
                             "grid": row.grid[0], "block_size": 128, "threads_per_row": 32, "vec_width": 8,
                             "vecs_per_thread": 4, "rows_per_block": 4, "exact": False}
@@ -398,7 +434,8 @@ def test_row_and_activation_plan_fields():
 
 @pytest.mark.parametrize("op, num_rows, exact", [
     ("rms_norm", 1, True), ("rms_norm", 4096, True),  # every layout of rms_norm (EXACT_WALK)
-    ("fused_add_rms_norm", 1, True), ("fused_add_rms_norm", 4096, False),  # 4 leaves a thread at 4096
+    ("fused_add_rms_norm", 1, True), ("fused_add_rms_norm", 4096, True),  # 2 leaves at any size (DECODE_FILL_SHARE)
+    ("layer_norm", 1, True), ("layer_norm", 4096, False),  # 4 leaves a thread at 4096
     ("softmax", 1, True), ("softmax", 4096, False),  # decode sizes only
     ("row_reduce", 1, False), ("rms_norm_quant", 1, False), (None, 1, False),  # bounded walk only
 ])

@@ -160,13 +160,14 @@ def test_the_layout_follows_num_tokens():
         plan = plans.plan_rows(n, size, bf16, aligned=True, limits=H200_LIMITS)
         return plan.layout.threads_per_row, plan.layout.vecs_per_thread, plan.rows_per_block
 
-    # Decode: half a row's leaves per thread, one row per block.
-    assert layout(1, 4096) == layout(64, 4096) == (256, 2, 1)
-    assert layout(1, 8192) == (512, 2, 1)
-    assert layout(16, 16384) == (1024, 2, 1)
+    # Decode: half a row's leaves per thread, one row per block; past 64 rows too while the
+    # rows' threads fill at most half of the GPU's (plans.DECODE_FILL_SHARE: 132 SMs x 2048 / 2).
+    assert layout(1, 4096) == layout(64, 4096) == layout(528, 4096) == (256, 2, 1)
+    assert layout(1, 8192) == layout(264, 8192) == (512, 2, 1)
+    assert layout(16, 16384) == layout(132, 16384) == (1024, 2, 1)
     # Prefill: four leaves per thread, as before the tree for 4096.
-    assert layout(65, 4096) == layout(16384, 4096) == (128, 4, 1)
-    assert layout(4096, 8192) == (256, 4, 1)
+    assert layout(529, 4096) == layout(16384, 4096) == (128, 4, 1)
+    assert layout(265, 8192) == layout(4096, 8192) == (256, 4, 1)
     assert layout(4096, 576) == (32, 4, 4)  # 72 leaves: a tree of 128 columns
 
 

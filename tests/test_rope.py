@@ -12,7 +12,6 @@ out-of-range positions and CUDA-graph capture.
 from __future__ import annotations
 
 import math
-import re
 from functools import lru_cache
 
 import cupy
@@ -52,9 +51,8 @@ def test_apply_rope_planned_kernel_does_not_spill(dtype):
                            limits=plans.H200_LIMITS)
     exprs = [rope_ops.APPLY_ROPE.expr(_dtypes.c_type(dtype), "float", "long long", neox, plan.vec_width, layout)
              for neox, layout in ((True, 0), (False, 0), (True, 1), (True, 2))]  # M-RoPE: NeoX only
-    _, log = jit.nvrtc_compile("rope.cu", exprs, "90", ["--ptxas-options=-v"])
-    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", log)]
-    assert len(spills) == len(exprs) and not any(spills), log
+    spills = jit.nvrtc_spills("rope.cu", exprs, "90")
+    assert not any(spills.values()), {e: n for e, n in spills.items() if n}
 
 
 # ----------------------------------------------------------------- CPU: planner
