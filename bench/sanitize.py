@@ -3,8 +3,8 @@
     compute-sanitizer --tool memcheck python bench/sanitize.py
     compute-sanitizer --tool racecheck python bench/sanitize.py
 
-Each op runs at 3 tokens and 1 token (--num-tokens: other counts; 600 reaches the
-prefill layouts) in bf16 and fp32 (--dtypes) with its registry inputs
+Each op runs at 3 tokens and 1 token (--num-tokens: other counts; rows past half the
+GPU's threads, e.g. 4096 of 4096 elements, reach the prefill layouts) in bf16 and fp32 (--dtypes) with its registry inputs
 (rows, heads and cos/sin tables of the default sizes, and of the presets its registry
 entry names for `cupykern check`: M-RoPE), plus misaligned and strided views
 of the row ops, so the scalar tail and vector paths both run under the checker, and
@@ -31,7 +31,7 @@ from cupykern.registry import all_specs  # noqa: E402
 @click.command(help=__doc__.splitlines()[0])
 @click.option("--families", default=None, help="Comma-separated families to run (default: all).")
 @click.option("--num-tokens", "num_tokens_list", default="1,3", show_default=True, callback=positive_int_list,
-              help="Token counts each op runs at (a prefill size, e.g. 600, reaches the prefill layouts).")
+              help="Token counts each op runs at (a prefill size, e.g. 4096, reaches the prefill layouts).")
 @click.option("--dtypes", default="bf16,fp32", show_default=True, callback=dtype_list,
               help="Storage dtypes each op runs in, comma-separated (bf16, fp16, fp32).")
 def main(families, num_tokens_list, dtypes) -> None:

@@ -1,7 +1,7 @@
 """The covering set: the few kernel instantiations a first run compiles instead of all.
 
 ``cupykern.families.instantiations()`` is the full cross product the ops can launch
-(dtype x layout x variant: about 3100 name expressions, most in norm.cu and quant.cu), which
+(dtype x layout x variant: 5485 name expressions, most in norm.cu and quant.cu), which
 takes minutes to compile with NVRTC. :func:`instantiations` picks a subset of it that
 still compiles every line a user's first call can reach:
 
@@ -183,10 +183,14 @@ def planned_rows(dtypes=_dtypes.DTYPES, limits=plans.H200_LIMITS) -> dict[str, l
 
 
 def heuristic_picks(limits=plans.H200_LIMITS) -> dict[str, set]:
-    """{source: {name expressions}} the heuristics launch: the presets' picks
-    (:func:`planned`) and the row kernels at any size (:func:`planned_rows`). These must
-    not spill registers to local memory (``cupykern check`` fails if one does); a layout
-    reached only through an override or a tuned file may."""
+    """{source: {name expressions}} the heuristics launch for the presets' calls
+    (:func:`planned`: their sizes, 16-byte aligned, NeoX RoPE) and for the row ops at any
+    size (:func:`planned_rows`). Not enumerated: the activations and RoPE at other widths,
+    alignments or pairings (60 more instantiations on an H200, none spilling at 949fe9c,
+    bench/results/NOTES.md item 25). These spill
+    registers to local memory no more than tests/data/known_spills.json records
+    (tests/test_jit_compile.py; ``cupykern check`` counts them); a layout reached only
+    through an override or a tuned file is not held to it."""
     picks: dict[str, set] = {}
     for part in (planned(limits=limits), planned_rows(limits=limits)):
         for source, exprs in part.items():

@@ -158,12 +158,19 @@ _PTXAS_SPILLS = re.compile(r"Function properties for (\S+)\n[^\n]*?(\d+) bytes s
 def nvrtc_spills(filename: str, exprs: list[str], arch: str) -> dict[str, int]:
     """{name expression: bytes of registers spilled to local memory} of ``exprs`` compiled
     with NVRTC for ``arch`` (ptxas's verbose report), no GPU needed. Spilled registers
-    cost local-memory traffic on every access; the kernels the heuristics launch have
-    none (``cupykern check``). Raises RuntimeError as :func:`nvrtc_compile`, or if ptxas
-    reported on fewer kernels than asked for."""
+    cost local-memory traffic on every access; the kernels the heuristics launch spill no
+    more than tests/data/known_spills.json records (tests/test_jit_compile.py). Raises
+    RuntimeError as :func:`nvrtc_compile`, or if ptxas reported on fewer kernels than
+    asked for."""
     lowered, log = nvrtc_compile(filename, exprs, arch, ["--ptxas-options=-v"])
     reported = {name: int(n) for name, n in _PTXAS_SPILLS.findall(log)}
     missing = [expr for expr, name in lowered.items() if name not in reported]
     if missing:
         raise RuntimeError(f"{filename} (sm_{arch}): ptxas reported no spills line for {missing[:3]}:\n{log[:2000]}")
+    # A function a kernel calls without inlining it gets a line of its own: its spills
+    # would be no kernel's, so they are refused rather than dropped (none has one today).
+    kernels = set(lowered.values())
+    callees = {name: n for name, n in reported.items() if n and name not in kernels}
+    if callees:
+        raise RuntimeError(f"{filename} (sm_{arch}): functions called by the kernels spill: {callees}")
     return {expr: reported[name] for expr, name in lowered.items()}

@@ -25,6 +25,7 @@ in as a dict; each plan rule names the keys it takes and rejects the others.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import lru_cache
@@ -361,14 +362,27 @@ def _decode_max_threads_per_row(op: str | None) -> int:
 
 def _decode_fill_share(op: str | None) -> float:
     """DECODE_FILL_SHARE[op] (DECODE_FILL_SHARE_DEFAULT for an op it does not name),
-    ValueError naming the constant unless a number >= 0."""
+    ValueError naming the constant unless a real number >= 0 (inf: any size)."""
     if not isinstance(DECODE_FILL_SHARE, dict):
         raise ValueError(f"plans.DECODE_FILL_SHARE must be a dict of op: share, got {DECODE_FILL_SHARE!r}")
     value = DECODE_FILL_SHARE.get(op, DECODE_FILL_SHARE_DEFAULT)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+    try:
+        share = float(value) if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) else None
+    except OverflowError:
+        share = None
+    if share is None or not share >= 0:
         where = f"DECODE_FILL_SHARE[{op!r}]" if op in DECODE_FILL_SHARE else "DECODE_FILL_SHARE_DEFAULT"
         raise ValueError(f"plans.{where} must be a number >= 0, got {value!r}")
-    return float(value)
+    return share
+
+
+def _resident_threads(limits: DeviceLimits) -> int:
+    """sm_count x max_threads_per_sm of ``limits``, ValueError naming the field unless each
+    is an int >= 1 (a NaN or negative count would flip the decode layout's test)."""
+    if not isinstance(limits, DeviceLimits):
+        raise TypeError(f"limits: expected a plans.DeviceLimits, got {type(limits).__name__}")
+    return (_count(limits.sm_count, "limits.sm_count", 1)
+            * _count(limits.max_threads_per_sm, "limits.max_threads_per_sm", 1))
 
 
 def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str | None = None,
@@ -397,7 +411,7 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
         return min(MAX_BLOCK_SIZE, max(fewest, min(most, columns // per_thread)))
 
     threads = threads_for(decode, _decode_max_threads_per_row(op))
-    resident = limits.sm_count * limits.max_threads_per_sm
+    resident = _resident_threads(limits)
     if num_rows > decode_rows and num_rows * threads > _decode_fill_share(op) * resident:
         threads = threads_for(prefill, MAX_BLOCK_SIZE)
     return RowLayout(threads, vec_width, tree_vecs_per_thread(hidden_size, dtype, threads))

@@ -97,7 +97,7 @@ def _cases():
                         cupykern.swiglu(x[:, :n], x[:, n:]))
 
             yield f"activations-{tag}", acts
-        # The FP8 norms (quant.cu): 1024-element rows take the 64 x 8 x 2 decode layout.
+        # The FP8 norms (quant.cu): 16-bit 1024-element rows take the 64 x 8 x 2 decode layout.
         for tokens, hidden in ((1, 4096), (16, 1024), (300, 4096), (5, 127), (70, 8192)):
             tag = f"{dtype}-{tokens}x{hidden}"
 

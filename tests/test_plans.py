@@ -150,7 +150,26 @@ def test_the_decode_layout_stays_while_the_rows_fill_half_the_gpu():
     assert vecs("fused_add_rms_norm", 10**6) == 2  # any size
 
 
-@pytest.mark.parametrize("value", [-1, float("nan"), True, "0.5", None])
+@pytest.mark.parametrize("field, value", [("sm_count", 0), ("sm_count", -1), ("sm_count", float("nan")),
+                                          ("sm_count", None), ("max_threads_per_sm", 0), ("max_threads_per_sm", 2048.0)])
+def test_bad_device_limits_are_refused_by_name(field, value):
+    """A negative sm_count flipped the fused add (share inf) to the prefill layout, a NaN
+    kept softmax (share 0) on the decode layout at 4096 rows."""
+    limits = replace(H200_LIMITS, **{field: value})
+    for op in ("fused_add_rms_norm", "softmax"):
+        with pytest.raises(ValueError, match=f"limits.{field}: expected an int >= 1, got {value!r}"):
+            plans.plan_rows(4096, 4096, _dtypes.bfloat16, aligned=True, limits=limits, op=op)
+    with pytest.raises(TypeError, match="limits: expected a plans.DeviceLimits, got dict"):
+        plans.row_layout(4096, _dtypes.bfloat16, True, num_rows=1, limits={"sm_count": 132})
+
+
+@pytest.mark.parametrize("value", [np.float32(0.5), np.int64(1), 1])
+def test_decode_fill_shares_take_any_real_number(monkeypatch, value):
+    monkeypatch.setitem(plans.DECODE_FILL_SHARE, "rms_norm", value)
+    assert plans.plan_rows(4096, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
+
+
+@pytest.mark.parametrize("value", [-1, float("nan"), True, np.bool_(True), "0.5", None, 10**400])
 def test_bad_decode_fill_shares_are_refused_by_name(monkeypatch, value):
     monkeypatch.setitem(plans.DECODE_FILL_SHARE, "rms_norm", value)
     with pytest.raises(ValueError, match=r"plans.DECODE_FILL_SHARE\['rms_norm'\] must be a number >= 0"):
