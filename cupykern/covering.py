@@ -187,10 +187,10 @@ def heuristic_picks(limits=plans.H200_LIMITS) -> dict[str, set]:
     (:func:`planned`: their sizes, 16-byte aligned, NeoX RoPE) and for the row ops at any
     size (:func:`planned_rows`). Not enumerated: the activations and RoPE at other widths,
     alignments or pairings (60 more instantiations on an H200, none spilling at 949fe9c,
-    bench/results/NOTES.md item 25). These spill
-    registers to local memory no more than tests/data/known_spills.json records
-    (tests/test_jit_compile.py; ``cupykern check`` counts them); a layout reached only
-    through an override or a tuned file is not held to it."""
+    bench/results/NOTES.md item 25). Their register spills to local memory are those
+    tests/data/known_spills.json records (tests/test_jit_compile.py; ``cupykern check``
+    counts them); a layout reached only through an override or a tuned file is not held
+    to it."""
     picks: dict[str, set] = {}
     for part in (planned(limits=limits), planned_rows(limits=limits)):
         for source, exprs in part.items():

@@ -158,8 +158,8 @@ _PTXAS_SPILLS = re.compile(r"Function properties for (\S+)\n[^\n]*?(\d+) bytes s
 def nvrtc_spills(filename: str, exprs: list[str], arch: str) -> dict[str, int]:
     """{name expression: bytes of registers spilled to local memory} of ``exprs`` compiled
     with NVRTC for ``arch`` (ptxas's verbose report), no GPU needed. Spilled registers
-    cost local-memory traffic on every access; the kernels the heuristics launch spill no
-    more than tests/data/known_spills.json records (tests/test_jit_compile.py). Raises
+    cost local-memory traffic on every access; the kernels the heuristics launch spill
+    what tests/data/known_spills.json records (tests/test_jit_compile.py). Raises
     RuntimeError as :func:`nvrtc_compile`, or if ptxas reported on fewer kernels than
     asked for."""
     lowered, log = nvrtc_compile(filename, exprs, arch, ["--ptxas-options=-v"])
