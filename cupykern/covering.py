@@ -109,7 +109,7 @@ def _row_calls(x: Sig, row: Sig, eps: float, offset: float):
     yield "rms_norm", dict(x=x, weight=row, eps=eps, weight_offset=offset)
     yield "fused_add_rms_norm", dict(x=x, residual=x, weight=row, eps=eps, weight_offset=offset)
     yield "layer_norm", dict(x=x, weight=row, bias=row, eps=1e-5)
-    for out in (None, Sig.contiguous(x.shape, x.dtype, x.align)):  # float32 out by default, or x's dtype
+    for out in (None, _c(x.shape, x.dtype, x.align)):  # float32 out by default, or x's dtype
         yield "softmax", dict(x=x, out=out, temperature=1.0)
     for op in ("sum", "max", "min", "sumsq"):
         yield "row_reduce", dict(x=x, op=op)
@@ -134,6 +134,64 @@ def _any_row_calls(dtype):
                 row = _c((hidden_size,), dtype, align)
                 for n in (1, plans.DECODE_MAX_ROWS, plans.DECODE_MAX_ROWS + 1, 4096, 1 << 24):
                     yield from _row_calls(_c((n, hidden_size), dtype, align), row, 1e-6, 0.0)
+
+
+#: Output widths d of the gated activations at which their planner's choices differ: odd
+#: and short rows (scalar and narrow vectors, the scalar tail), each vector width's
+#: multiples, the presets' intermediate sizes, and rows past a wave of 16-byte vectors.
+ANY_GATED_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 100, 1000, 1024, 4100, 11008, 14336, 28672, 1 << 20)
+
+#: (head_dim, rotary_dim) of RoPE at which its planner's vector width, threads a head and
+#: wide/steps kernels differ: full and partial rotary (GPT-NeoX's quarter, Phi's half),
+#: head sizes 32-256 and odd halves (scalar access).
+ANY_ROPE_HEADS = ((32, 32), (64, 64), (64, 32), (80, 80), (80, 40), (96, 96), (128, 128), (128, 64), (128, 32),
+                  (256, 256), (256, 128), (6, 6))
+
+#: (num_q_heads, num_kv_heads) of RoPE: q alone, MHA, GQA from 8 to 128 q heads, and a
+#: count past what one round of a token's threads holds (the steps kernel).
+ANY_ROPE_HEAD_COUNTS = ((8, 0), (16, 16), (32, 8), (64, 8), (128, 8), (192, 8))
+
+
+def _any_gated_calls(dtype):
+    """The gated activations' calls at every size class their planner tells apart
+    (:data:`ANY_GATED_WIDTHS`, 16-byte aligned or 4 bytes off, decode to prefill row
+    counts and past the device's 2-D grid of rows)."""
+    scale = _c((1,), _FLOAT32)
+    for d in ANY_GATED_WIDTHS:
+        for align in (0, 4):
+            for n in (1, 16, 64, 4096, 70_000):
+                if n * d > 1 << 31:  # the int32 element counts of the intake
+                    continue
+                x = _c((n, 2 * d), dtype, align)
+                yield "silu_and_mul", dict(x=x)
+                for approximate in ("none", "tanh"):
+                    yield "gelu_and_mul", dict(x=x, approximate=approximate)
+                yield "swiglu", dict(gate=_c((n, d), dtype, align), up=_c((n, d), dtype, align))
+                yield "silu_and_mul_quant", dict(x=x, scale=scale)
+
+
+def _any_rope_calls(dtype):
+    """apply_rope's and qk_rms_norm_rope's calls at every size class their planner tells
+    apart (:data:`ANY_ROPE_HEADS` x :data:`ANY_ROPE_HEAD_COUNTS`, NeoX and GPT-J pairs,
+    in and out of place, int32 and int64 positions, a float32 or ``dtype`` cos/sin table,
+    decode to prefill token counts). M-RoPE stays with the presets' (:func:`_calls`)."""
+    for head_dim, rotary_dim in ANY_ROPE_HEADS:
+        for hq, hkv in ANY_ROPE_HEAD_COUNTS:
+            for n in (1, 16, 64, 4096):
+                q = _c((n, hq, head_dim), dtype)
+                k = _c((n, hkv, head_dim), dtype) if hkv else None
+                for table_dtype in {_FLOAT32, np.dtype(dtype)}:
+                    table = _c((SHORT_CACHE_ROWS, rotary_dim), table_dtype)
+                    for index in (_INT32, _INT64):
+                        positions = _c((n,), index)
+                        for is_neox in (True, False):
+                            for inplace in (True, False):
+                                yield "apply_rope", dict(q=q, k=k, positions=positions, cos_sin_cache=table,
+                                                         is_neox=is_neox, inplace=inplace)
+                            if k is not None:
+                                yield "qk_rms_norm_rope", dict(
+                                    q=q, k=k, q_weight=_c((head_dim,), dtype), k_weight=_c((head_dim,), dtype),
+                                    positions=positions, cos_sin_cache=table, eps=1e-6, is_neox=is_neox)
 
 
 def _launched(launch: launcher.Launch | None):
@@ -175,24 +233,25 @@ def planned(presets=None, dtypes=_dtypes.DTYPES, num_tokens=NUM_TOKENS, limits=p
                    for call in _calls(model, dtype, n)), limits)
 
 
-def planned_rows(dtypes=_dtypes.DTYPES, limits=plans.H200_LIMITS) -> dict[str, list]:
+def planned_any_size(dtypes=_dtypes.DTYPES, limits=plans.H200_LIMITS) -> dict[str, list]:
     """{source: [name expressions]} the planner picks for the row ops (norms, softmax,
-    row_reduce, the FP8 norms) at any row size: every size class it tells apart
-    (:func:`_any_row_calls`), so every row kernel the heuristics can launch."""
-    return _picks((call for dtype in dtypes for call in _any_row_calls(dtype)), limits)
+    row_reduce, the FP8 norms), the gated activations and RoPE at any size: every size
+    class their planners tell apart (:func:`_any_row_calls`, :func:`_any_gated_calls`,
+    :func:`_any_rope_calls`), so every kernel of theirs the heuristics can launch."""
+    return _picks((call for dtype in dtypes
+                   for calls in (_any_row_calls, _any_gated_calls, _any_rope_calls) for call in calls(dtype)), limits)
 
 
 def heuristic_picks(limits=plans.H200_LIMITS) -> dict[str, set]:
     """{source: {name expressions}} the heuristics launch for the presets' calls
-    (:func:`planned`: their sizes, 16-byte aligned, NeoX RoPE) and for the row ops at any
-    size (:func:`planned_rows`). Not enumerated: the activations and RoPE at other widths,
-    alignments or pairings (60 more instantiations on an H200, none spilling at 949fe9c,
-    bench/results/NOTES.md item 25). Their register spills to local memory are those
+    (:func:`planned`: their sizes, 16-byte aligned, NeoX RoPE) and for the row ops, the
+    gated activations and RoPE at any size (:func:`planned_any_size`). Their register
+    spills to local memory are those
     tests/data/known_spills.json records (tests/test_jit_compile.py; ``cupykern check``
     counts them); a layout reached only through an override or a tuned file is not held
     to it."""
     picks: dict[str, set] = {}
-    for part in (planned(limits=limits), planned_rows(limits=limits)):
+    for part in (planned(limits=limits), planned_any_size(limits=limits)):
         for source, exprs in part.items():
             picks.setdefault(source, set()).update(exprs)
     return picks

@@ -87,6 +87,15 @@ DECODE_FILL_SHARE_DEFAULT = 0.5
 #: 128 threads x 4 cached + 4 re-read (an order the tree does not allow), 84.9% with
 #: 128 x 8 and 41.9% with 1024 x 1 (bench/results/2026-11-29_sweep-layouts_NVIDIA-H200_c9ef6e6.json).
 PREFILL_VECS_PER_THREAD = 4
+#: Tree columns per thread at prefill sizes, per op (else PREFILL_VECS_PER_THREAD), where
+#: they still leave at least PREFILL_MIN_THREADS_PER_ROW threads a row (or the default
+#: layout's, if fewer). rms_norm takes 8: llama-3.1-70b's 8192-element bf16 rows with 128
+#: threads against 256 (cupykern sweep --vecs-per-thread 2,4,8, twice, cold L2, H200,
+#: bench/results/NOTES.md item 26) at 1024 / 2048 / 4096 / 16384 tokens: 11.71-11.89
+#: against 12.77-12.94 us, 19.07-19.22 against 19.33-19.34, 33.23-33.28 against
+#: 33.84-33.90, 129.3-129.5 against 130.6; llama-3.1-8b's 4096-element rows keep 128 x 4.
+PREFILL_VECS_PER_THREAD_BY_OP = {"rms_norm": 8}
+PREFILL_MIN_THREADS_PER_ROW = 128
 #: Smallest block: rows narrower than this many threads share a block.
 MIN_BLOCK_SIZE = 128
 
@@ -347,33 +356,54 @@ def _check_op(op) -> None:
         raise TypeError(f"op: expected an op name (str) or None, got {op!r}")
 
 
+def _per_op_constant(table: str, op: str | None, default: str, convert, expected: str):
+    """convert(plans.<table>[op]), or of plans.<default> (a constant's name, or a value
+    where the table's own default is fixed) for an op the table does not name; ValueError
+    naming the constant unless ``table`` is a dict and convert returns a value (None:
+    not ``expected``). Read now, so a sweep or test may set them."""
+    mapping = globals()[table]
+    if not isinstance(mapping, dict):
+        raise ValueError(f"plans.{table} must be a dict of op -> {expected}, got {mapping!r}")
+    named = op in mapping
+    value = mapping[op] if named else globals().get(default, default)
+    converted = convert(value)
+    if converted is None:
+        where = f"{table}[{op!r}]" if named or default not in globals() else default
+        raise ValueError(f"plans.{where} must be {expected}, got {value!r}")
+    return converted
+
+
+def _compiled_threads_per_row(value) -> int | None:
+    return int(value) if _is_int(value) and value in THREADS_PER_ROW_CHOICES else None
+
+
+def _share(value) -> float | None:
+    """A real number >= 0 (inf: any size) as a float, else None."""
+    if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
+        return None
+    try:
+        share = float(value)
+    except OverflowError:
+        return None
+    return share if share >= 0 else None
+
+
 def _decode_max_threads_per_row(op: str | None) -> int:
-    """DECODE_MAX_THREADS_PER_ROW[op] (MAX_BLOCK_SIZE for an op it does not name),
-    ValueError naming the constant unless a compiled threads_per_row."""
-    if not isinstance(DECODE_MAX_THREADS_PER_ROW, dict):
-        raise ValueError(f"plans.DECODE_MAX_THREADS_PER_ROW must be a dict of op: threads, "
-                         f"got {DECODE_MAX_THREADS_PER_ROW!r}")
-    value = DECODE_MAX_THREADS_PER_ROW.get(op, MAX_BLOCK_SIZE)
-    if not _is_int(value) or value not in THREADS_PER_ROW_CHOICES:
-        raise ValueError(f"plans.DECODE_MAX_THREADS_PER_ROW[{op!r}] must be one of {THREADS_PER_ROW_CHOICES}, "
-                         f"got {value!r}")
-    return int(value)
+    """DECODE_MAX_THREADS_PER_ROW[op] (MAX_BLOCK_SIZE for an op it does not name)."""
+    return _per_op_constant("DECODE_MAX_THREADS_PER_ROW", op, MAX_BLOCK_SIZE, _compiled_threads_per_row,
+                            f"one of {THREADS_PER_ROW_CHOICES}")
 
 
 def _decode_fill_share(op: str | None) -> float:
-    """DECODE_FILL_SHARE[op] (DECODE_FILL_SHARE_DEFAULT for an op it does not name),
-    ValueError naming the constant unless a real number >= 0 (inf: any size)."""
-    if not isinstance(DECODE_FILL_SHARE, dict):
-        raise ValueError(f"plans.DECODE_FILL_SHARE must be a dict of op: share, got {DECODE_FILL_SHARE!r}")
-    value = DECODE_FILL_SHARE.get(op, DECODE_FILL_SHARE_DEFAULT)
-    try:
-        share = float(value) if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) else None
-    except OverflowError:
-        share = None
-    if share is None or not share >= 0:
-        where = f"DECODE_FILL_SHARE[{op!r}]" if op in DECODE_FILL_SHARE else "DECODE_FILL_SHARE_DEFAULT"
-        raise ValueError(f"plans.{where} must be a number >= 0, got {value!r}")
-    return share
+    """DECODE_FILL_SHARE[op] (DECODE_FILL_SHARE_DEFAULT for an op it does not name)."""
+    return _per_op_constant("DECODE_FILL_SHARE", op, "DECODE_FILL_SHARE_DEFAULT", _share, "a number >= 0")
+
+
+def _prefill_vecs_per_thread(op: str | None) -> int:
+    """PREFILL_VECS_PER_THREAD_BY_OP[op] (PREFILL_VECS_PER_THREAD for an op it does not name)."""
+    return _per_op_constant("PREFILL_VECS_PER_THREAD_BY_OP", op, "PREFILL_VECS_PER_THREAD",
+                            lambda v: int(v) if _is_int(v) and v in VECS_PER_THREAD_CHOICES else None,
+                            f"one of {VECS_PER_THREAD_CHOICES}")
 
 
 def _resident_threads(limits: DeviceLimits) -> int:
@@ -393,9 +423,10 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
     16-byte vectors when ``aligned``; DECODE_VECS_PER_THREAD tree columns per thread (at
     most DECODE_MAX_THREADS_PER_ROW[op] threads a row) up to DECODE_MAX_ROWS rows, and
     beyond while the rows' threads fill at most DECODE_FILL_SHARE[op] of the GPU's
-    resident threads; PREFILL_VECS_PER_THREAD otherwise (threads_per_row = J / that,
-    within the compiled range). Every choice computes the same tree, so the rows' bits
-    do not depend on ``num_rows``.
+    resident threads; PREFILL_VECS_PER_THREAD_BY_OP[op] (else PREFILL_VECS_PER_THREAD)
+    otherwise (threads_per_row = J / that, within the compiled range, and not below
+    PREFILL_MIN_THREADS_PER_ROW where PREFILL_VECS_PER_THREAD gives more). Every choice
+    computes the same tree, so the rows' bits do not depend on ``num_rows``.
     """
     hidden_size, num_rows = _count(hidden_size, "hidden_size", 1), _count(num_rows, "num_rows", 0)
     _check_op(op)
@@ -414,6 +445,8 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
     resident = _resident_threads(limits)
     if num_rows > decode_rows and num_rows * threads > _decode_fill_share(op) * resident:
         threads = threads_for(prefill, MAX_BLOCK_SIZE)
+        fewest_prefill = min(threads, _constant("PREFILL_MIN_THREADS_PER_ROW", THREADS_PER_ROW_CHOICES))
+        threads = max(fewest_prefill, threads_for(_prefill_vecs_per_thread(op), MAX_BLOCK_SIZE))
     return RowLayout(threads, vec_width, tree_vecs_per_thread(hidden_size, dtype, threads))
 
 
@@ -558,8 +591,8 @@ def _plan_row_launch(num_rows: int, hidden_size: int, dtype, *, aligned: bool, l
 # act_and_mul_kernel (kernels_cu/activation.cu) is elementwise: no reduction order to
 # protect, so its plan is just a block size, a vector width and a grid over (row,
 # chunk) work items, a chunk being block_size consecutive vectors of one row: a block
-# per item where one wave of resident blocks holds them all (decode sizes), else one
-# wave walking them grid-stride.
+# per item where the grid's limits allow it (rows up to max_grid_y) and rows are whole
+# vectors, else one wave walking them grid-stride.
 
 #: The gated kernels' __launch_bounds__ (cupykern/gated_rows.cuh::kActMaxBlockSize).
 ACTIVATION_MAX_BLOCK_SIZE = 1024
@@ -678,9 +711,9 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     Else 16-byte vectors when ``aligned``; ACTIVATION_BLOCK_SIZE threads, fewer for narrow
     rows (no more threads than vectors, a power of two from one warp) and halved down
     to ACTIVATION_MIN_BLOCK_SIZE while there are fewer work items than SMs; a block per
-    item where one wave holds every item, the grid fits ``limits.max_grid_y`` (rows) and
-    ``limits.max_grid_x`` (chunks of a row) and d is a multiple of the vector width
-    (that kernel has no scalar tail); else one wave of blocks (at most
+    item where the grid fits ``limits.max_grid_y`` (rows) and ``limits.max_grid_x``
+    (chunks of a row) and d is a multiple of the vector width (that kernel has no scalar
+    tail), at any number of items; else one wave of blocks (at most
     ``limits.max_grid_x``) walks the items grid-stride, as it does for zero rows
     whatever the override (nothing is launched then). ``overrides`` (keys
     :data:`ACTIVATION_OVERRIDE_KEYS`: ``block_size``, ``vec_width``, and ``grid_stride``
@@ -724,7 +757,10 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     fits_2d = num_rows <= limits.max_grid_y and chunks_per_row <= limits.max_grid_x
     whole_vectors = d % vec_width == 0  # the block-per-item kernel has no scalar tail
     if grid_stride is None:
-        grid_stride = not (chunks <= resident and fits_2d and whole_vectors)
+        # A block per item at prefill sizes too: 3.5-6 % faster than the walk at
+        # 1024-16384 tokens (silu_and_mul 70b at 16384: 679.5 -> 640.9 us, 103 % of
+        # copy; bench/results/NOTES.md item 26).
+        grid_stride = not (fits_2d and whole_vectors)
     elif not grid_stride and not fits_2d:
         raise ValueError(f"grid_stride=False launches a (chunks_per_row, num_rows) grid: {chunks_per_row} x "
                          f"{num_rows} exceeds the device's {limits.max_grid_x} x {limits.max_grid_y}")
@@ -736,10 +772,8 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
         # A block per chunk, no walk: the walk's divisions and loop came before the
         # first load (bench/results/NOTES.md, item 18).
         return ActivationPlan((chunks_per_row, num_rows, 1), (block_size, 1, 1), vec_width, origin, False)
-    # One wave of resident blocks walking the chunks grid-stride (also for zero rows,
-    # where it launches nothing): a block per chunk made large shapes launch ~10^5
-    # one-vector blocks (16384 x 14336 bf16 ran at 77.6% of copy before, 86.1% after:
-    # bench/results/NOTES.md, item 4).
+    # One wave of resident blocks walking the chunks grid-stride: rows past the grid's
+    # limits, rows with a scalar tail, and zero rows (nothing is launched then).
     grid = (max(1, min(chunks, resident, limits.max_grid_x)), 1, 1)
     return ActivationPlan(grid, (block_size, 1, 1), vec_width, origin, True)
 

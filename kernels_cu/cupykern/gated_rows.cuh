@@ -48,8 +48,8 @@ struct StoreRoundedRows {
 // so no test for the tail. Measured against the test (bench/results/NOTES.md, item 20,
 // before the 4-byte vectors of item 22):
 // with the 8-byte vectors of decode sizes -0.16 to +0.02 us a call (gelu_and_mul the
-// most); with 16-byte ones, which this grid takes only where 8-byte ones no longer fit
-// one wave (70b at 64 tokens), silu_and_mul +0.06 to +0.08 and gelu_and_mul 0.00. Kept
+// most); with 16-byte ones (70b at 64 tokens, where 8-byte ones no longer fit one
+// wave), silu_and_mul +0.06 to +0.08 and gelu_and_mul 0.00. Kept
 // for one kernel of one contract: the 8-byte points are the ones below torch.compile.
 template <typename T, int kAct, int kVecWidth, bool kTail, typename Store, typename Row>
 __device__ __forceinline__ void act_and_mul_slot(const Store& store, const T* gate, const T* up, Row row,
@@ -78,10 +78,12 @@ __device__ __forceinline__ void act_and_mul_slot(const Store& store, const T* ga
 }
 
 // The rows' work items, each once. kGridStride: a 1-D grid of any size walks the (row,
-// chunk) items grid-stride (prefill sizes: one resident wave). Else the grid is
-// (chunks_per_row, num_rows) and a block does one item: no divisions and no loop before
-// the first load, which at decode sizes is most of the kernel's time (the walk's three
-// 32-bit divisions put 96 instructions before it; bench/results/NOTES.md, item 18).
+// chunk) items grid-stride (one resident wave; rows past the grid's y limit or with a
+// scalar tail). Else the grid is (chunks_per_row, num_rows) and a block does one item:
+// no divisions and no loop before the first load, which at decode sizes is most of the
+// kernel's time (the walk's three 32-bit divisions put 96 instructions before it;
+// bench/results/NOTES.md, item 18), and at prefill sizes 3.5-6 % faster than the walk
+// (item 26).
 template <typename T, int kAct, int kVecWidth, bool kGridStride, typename Store>
 __device__ __forceinline__ void act_and_mul_rows(
     const Store& store,              // where y goes (see the contract above)
