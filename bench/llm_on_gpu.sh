@@ -1,32 +1,35 @@
 #!/usr/bin/env bash
 # SmolLM2-135M end to end on a GPU machine that has no internet and no `gguf` package.
 #
-# The GGUF (98,362,432 bytes) is larger than what one device call carries (64 MiB), so
-# it travels in two parts over two consecutive calls; the gguf wheel travels in .whl/.
-# The machine stays warm only ~30 s after a call, so make call 2 right after call 1
-# (if it went cold, stage 2 says so: redo both calls).
+# The GGUF (98,362,432 bytes) is larger than what one device call carries (64 MiB with the
+# working tree, ~18 MB of it tracked files), so it travels in three parts of at most 32 MiB
+# over three consecutive calls; the gguf wheel travels in .whl/. The machine stays warm
+# only ~30 s after a call, so make each call right after the one before (if it went cold,
+# the next stage says so: redo them from stage1).
 #
 #   here, once:   [PYTHON=.venv/bin/python] bash bench/llm_on_gpu.sh prepare
 #                 -> .whl/gguf-0.19.0-py3-none-any.whl (+ pyyaml, imported by gguf; the
-#                    image has it, the wheel is insurance), .llm_parts/part1, part2
+#                    image has it, the wheel is insurance), .llm_parts/part1, part2, part3
 #                 (.whl/ and .llm_parts/ are in .git/info/exclude: never committed)
 #   device call 1 (carry [".llm_parts/part1"]):
 #                 bash bench/llm_on_gpu.sh stage1
-#                 -> copies part1 to ~/cupykern-llm/ (outside the working tree)
-#   device call 2 (carry [".llm_parts/part2", ".whl"]):
-#                 bash bench/llm_on_gpu.sh stage2
+#                 -> copies part1 to ~/cupykern-llm/held (outside the working tree)
+#   device call 2 (carry [".llm_parts/part2"]):
+#                 bash bench/llm_on_gpu.sh stage2   -> appends part2 to it
+#   device call 3 (carry [".llm_parts/part3", ".whl"]):
+#                 bash bench/llm_on_gpu.sh stage3
 #                 -> joins the parts into $CUPYKERN_CACHE_DIR/models/, checks the
 #                    SHA-256 (cupykern.llm.fetch.verify), installs the wheels into
 #                    /tmp/site, runs tests/test_llm.py (GPU and CPU tests) and
 #                    `generate` in fp16/bf16 with kernels and with plain CuPy; logs in $OUT.
 #
-# STAGE2_TESTS / GENERATE_TOKENS / GENERATE_ARGS (';'-separated argument lists) override
-# what stage 2 runs.
+# STAGE3_TESTS / GENERATE_TOKENS / GENERATE_ARGS (';'-separated argument lists) override
+# what stage 3 runs.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 
 GGUF_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
-PART1_BYTES=$((48 * 1024 * 1024))
+PART_BYTES=$((32 * 1024 * 1024))
 PARTS=.llm_parts
 HOLD=${HOME}/cupykern-llm
 
@@ -41,8 +44,8 @@ prepare() {
       -d .whl "$req"
   done
   gguf_file=$("${PYTHON:-python3}" -m cupykern.llm.cli fetch-model smollm2)
-  head -c "$PART1_BYTES" "$gguf_file" > "$PARTS/part1"
-  tail -c +"$((PART1_BYTES + 1))" "$gguf_file" > "$PARTS/part2"
+  rm -f "$PARTS"/part*
+  split -b "$PART_BYTES" -a 1 --numeric-suffixes=1 "$gguf_file" "$PARTS/part"
   ls -l .whl "$PARTS"
 }
 
@@ -50,15 +53,25 @@ stage1() {
   set -e
   [ -s "$PARTS/part1" ] || { echo "stage1: $PARTS/part1 missing: carry it ([\"$PARTS/part1\"])" >&2; exit 2; }
   mkdir -p "$HOLD"
-  cp "$PARTS/part1" "$HOLD/part1"
+  cp "$PARTS/part1" "$HOLD/held"
   ls -l "$HOLD"
 }
 
 stage2() {
+  set -e
+  [ -s "$HOLD/held" ] || { echo "stage2: $HOLD/held missing: the machine went cold; redo stage1" >&2; exit 2; }
+  [ -s "$PARTS/part2" ] || { echo "stage2: $PARTS/part2 missing: carry it ([\"$PARTS/part2\"])" >&2; exit 2; }
+  [ "$(stat -c %s "$HOLD/held")" -eq "$PART_BYTES" ] || { echo "stage2: $HOLD/held is not part1 alone: redo stage1" >&2; exit 2; }
+  cat "$PARTS/part2" >> "$HOLD/held"
+  ls -l "$HOLD"
+}
+
+stage3() {
   OUT=${OUT:-$PWD/.out}
   mkdir -p "$OUT"
-  [ -s "$HOLD/part1" ] || { echo "stage2: $HOLD/part1 missing: the machine went cold; redo stage1 then stage2" >&2; exit 2; }
-  [ -s "$PARTS/part2" ] || { echo "stage2: $PARTS/part2 missing: carry it with .whl" >&2; exit 2; }
+  [ "$(stat -c %s "$HOLD/held" 2>/dev/null || echo 0)" -eq $((2 * PART_BYTES)) ] \
+    || { echo "stage3: $HOLD/held is not part1 + part2: the machine went cold; redo stage1 and stage2" >&2; exit 2; }
+  [ -s "$PARTS/part3" ] || { echo "stage3: $PARTS/part3 missing: carry it with .whl" >&2; exit 2; }
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || exit 2
   export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
@@ -66,7 +79,7 @@ stage2() {
   export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/cupykern-kernel-cache}
   mkdir -p "$CUPYKERN_CACHE_DIR/models"
   target="$CUPYKERN_CACHE_DIR/models/$GGUF_NAME"
-  cat "$HOLD/part1" "$PARTS/part2" > "$target"
+  cat "$HOLD/held" "$PARTS/part3" > "$target"
   python3 -c "
 from pathlib import Path
 from cupykern.llm import fetch
@@ -78,7 +91,7 @@ print('joined and verified:', '$target')" || exit 2
     python3 -c "import cupy, gguf, tokenizers; print('cupy', cupy.__version__, 'gguf ok, tokenizers', tokenizers.__version__)"; } \
     2>&1 | tee "$OUT/llm_environment.txt"
   # shellcheck disable=SC2086
-  python3 -m pytest -q -p no:cacheprovider -rA --durations=10 ${STAGE2_TESTS:-tests/test_llm.py} 2>&1 \
+  python3 -m pytest -q -p no:cacheprovider -rA --durations=10 ${STAGE3_TESTS:-tests/test_llm.py} 2>&1 \
     | tee "$OUT/pytest_llm.log" || status=1
   n=${GENERATE_TOKENS:-64}
   # The captured-graph decode (the default) in both dtypes, then the eager paths beside it.
@@ -99,5 +112,6 @@ case "${1:-}" in
   prepare) prepare ;;
   stage1) stage1 ;;
   stage2) stage2 ;;
-  *) echo "usage: bash bench/llm_on_gpu.sh prepare|stage1|stage2 (see the header)" >&2; exit 2 ;;
+  stage3) stage3 ;;
+  *) echo "usage: bash bench/llm_on_gpu.sh prepare|stage1|stage2|stage3 (see the header)" >&2; exit 2 ;;
 esac

@@ -16,8 +16,9 @@ The picks come from each op's own intake spec and plan rule (``launcher.Op.prepa
 run on call signatures (``_arrays.Sig``), so no GPU is needed. ``cupykern check``, the
 no-GPU fallback of ``cupykern sweep`` and the compile tests take it from here;
 ``cupykern check --all`` and ``pytest --compile-all`` compile the full product.
-:func:`heuristic_picks` (the presets' picks and the row kernels at any row size) is what
-the heuristics launch, whose register spills tests/data/known_spills.json records.
+:func:`heuristic_picks` (the presets' picks, and the row kernels, the gated activations
+and RoPE at any size) is what the heuristics launch, whose register spills
+tests/data/known_spills.json records.
 """
 
 from __future__ import annotations

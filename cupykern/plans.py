@@ -87,15 +87,17 @@ DECODE_FILL_SHARE_DEFAULT = 0.5
 #: 128 threads x 4 cached + 4 re-read (an order the tree does not allow), 84.9% with
 #: 128 x 8 and 41.9% with 1024 x 1 (bench/results/2026-11-29_sweep-layouts_NVIDIA-H200_c9ef6e6.json).
 PREFILL_VECS_PER_THREAD = 4
-#: Tree columns per thread at prefill sizes, per op (else PREFILL_VECS_PER_THREAD), where
-#: they still leave at least PREFILL_MIN_THREADS_PER_ROW threads a row (or the default
-#: layout's, if fewer). rms_norm takes 8: llama-3.1-70b's 8192-element bf16 rows with 128
-#: threads against 256 (cupykern sweep --vecs-per-thread 2,4,8, twice, cold L2, H200,
-#: bench/results/NOTES.md item 26) at 1024 / 2048 / 4096 / 16384 tokens: 11.71-11.89
-#: against 12.77-12.94 us, 19.07-19.22 against 19.33-19.34, 33.23-33.28 against
-#: 33.84-33.90, 129.3-129.5 against 130.6; llama-3.1-8b's 4096-element rows keep 128 x 4.
-PREFILL_VECS_PER_THREAD_BY_OP = {"rms_norm": 8}
-PREFILL_MIN_THREADS_PER_ROW = 128
+#: Most threads a row gets at prefill sizes, per op (else MAX_BLOCK_SIZE), as many leaves a
+#: thread as that takes up to the compiled 8 (DECODE_MAX_THREADS_PER_ROW's counterpart).
+#: rms_norm: 128. Measured on the H200 (cupykern sweep --vecs-per-thread, cold L2,
+#: bench/results/NOTES.md item 26), 1024 / 4096 / 16384 tokens, 8 leaves a thread against
+#: 4: llama-3.1-70b's 8192-element bf16 rows (128 against 256 threads, two runs)
+#: 11.71-11.89 against 12.77-12.94 us, 33.23-33.28 against 33.84-33.90, 129.3-129.5
+#: against 130.6; 5120-element rows (not a power of two of leaves) 11.70 against 10.35,
+#: 23.47 against 25.36, 81.89 against 91.42; fp32 rows of 4096 -1.0..-0.1 %; rows of 2048
+#: leaves (16384 bf16, 8192 fp32: 256 against 512 threads) -2.9..+1.6 %. llama-3.1-8b's
+#: 4096-element bf16 rows keep 128 x 4.
+PREFILL_MAX_THREADS_PER_ROW = {"rms_norm": 128}
 #: Smallest block: rows narrower than this many threads share a block.
 MIN_BLOCK_SIZE = 128
 
@@ -399,11 +401,10 @@ def _decode_fill_share(op: str | None) -> float:
     return _per_op_constant("DECODE_FILL_SHARE", op, "DECODE_FILL_SHARE_DEFAULT", _share, "a number >= 0")
 
 
-def _prefill_vecs_per_thread(op: str | None) -> int:
-    """PREFILL_VECS_PER_THREAD_BY_OP[op] (PREFILL_VECS_PER_THREAD for an op it does not name)."""
-    return _per_op_constant("PREFILL_VECS_PER_THREAD_BY_OP", op, "PREFILL_VECS_PER_THREAD",
-                            lambda v: int(v) if _is_int(v) and v in VECS_PER_THREAD_CHOICES else None,
-                            f"one of {VECS_PER_THREAD_CHOICES}")
+def _prefill_max_threads_per_row(op: str | None) -> int:
+    """PREFILL_MAX_THREADS_PER_ROW[op] (MAX_BLOCK_SIZE for an op it does not name)."""
+    return _per_op_constant("PREFILL_MAX_THREADS_PER_ROW", op, MAX_BLOCK_SIZE, _compiled_threads_per_row,
+                            f"one of {THREADS_PER_ROW_CHOICES}")
 
 
 def _resident_threads(limits: DeviceLimits) -> int:
@@ -423,9 +424,8 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
     16-byte vectors when ``aligned``; DECODE_VECS_PER_THREAD tree columns per thread (at
     most DECODE_MAX_THREADS_PER_ROW[op] threads a row) up to DECODE_MAX_ROWS rows, and
     beyond while the rows' threads fill at most DECODE_FILL_SHARE[op] of the GPU's
-    resident threads; PREFILL_VECS_PER_THREAD_BY_OP[op] (else PREFILL_VECS_PER_THREAD)
-    otherwise (threads_per_row = J / that, within the compiled range, and not below
-    PREFILL_MIN_THREADS_PER_ROW where PREFILL_VECS_PER_THREAD gives more). Every choice
+    resident threads; PREFILL_VECS_PER_THREAD otherwise (threads_per_row = J / that, at
+    most PREFILL_MAX_THREADS_PER_ROW[op], within the compiled range). Every choice
     computes the same tree, so the rows' bits do not depend on ``num_rows``.
     """
     hidden_size, num_rows = _count(hidden_size, "hidden_size", 1), _count(num_rows, "num_rows", 0)
@@ -444,9 +444,7 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
     threads = threads_for(decode, _decode_max_threads_per_row(op))
     resident = _resident_threads(limits)
     if num_rows > decode_rows and num_rows * threads > _decode_fill_share(op) * resident:
-        threads = threads_for(prefill, MAX_BLOCK_SIZE)
-        fewest_prefill = min(threads, _constant("PREFILL_MIN_THREADS_PER_ROW", THREADS_PER_ROW_CHOICES))
-        threads = max(fewest_prefill, threads_for(_prefill_vecs_per_thread(op), MAX_BLOCK_SIZE))
+        threads = threads_for(prefill, _prefill_max_threads_per_row(op))
     return RowLayout(threads, vec_width, tree_vecs_per_thread(hidden_size, dtype, threads))
 
 
@@ -591,8 +589,9 @@ def _plan_row_launch(num_rows: int, hidden_size: int, dtype, *, aligned: bool, l
 # act_and_mul_kernel (kernels_cu/activation.cu) is elementwise: no reduction order to
 # protect, so its plan is just a block size, a vector width and a grid over (row,
 # chunk) work items, a chunk being block_size consecutive vectors of one row: a block
-# per item where the grid's limits allow it (rows up to max_grid_y) and rows are whole
-# vectors, else one wave walking them grid-stride.
+# per item where the grid's limits allow it (rows up to max_grid_y), rows are whole
+# vectors and either one wave holds every item or the vectors are 16 bytes wide; else
+# one wave walking them grid-stride.
 
 #: The gated kernels' __launch_bounds__ (cupykern/gated_rows.cuh::kActMaxBlockSize).
 ACTIVATION_MAX_BLOCK_SIZE = 1024
@@ -600,7 +599,9 @@ ACTIVATION_MAX_BLOCK_SIZE = 1024
 #: threads of 4- or 8-byte vectors at decode sizes, _narrow_vector_plan). Eight such
 #: blocks fill an SM's 2048 threads with 64 KiB of loads in flight, above the ~25 KiB
 #: per SM that covers HBM latency at an H200's 4.8 TB/s (bandwidth x ~700 ns / 132 SMs).
-#: Not yet tuned by a measurement in bench/results.
+#: At prefill sizes on the block-per-item grid against 1024 threads (cupykern sweep
+#: --block-size, bf16, H200, bench/results/NOTES.md item 26): silu_and_mul within 0.6 %,
+#: gelu_and_mul 6-10 % faster with 256 at 4096 and 16384 tokens of llama-3.1-8b.
 ACTIVATION_BLOCK_SIZE = 256
 #: Decode-sized work (fewer chunks than SMs) of 16-byte vectors halves the block down to
 #: this, spreading the few vectors over more SMs (the narrow-vector plan of decode sizes
@@ -713,7 +714,8 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     to ACTIVATION_MIN_BLOCK_SIZE while there are fewer work items than SMs; a block per
     item where the grid fits ``limits.max_grid_y`` (rows) and ``limits.max_grid_x``
     (chunks of a row) and d is a multiple of the vector width (that kernel has no scalar
-    tail), at any number of items; else one wave of blocks (at most
+    tail), and either one wave holds every item or the vectors are 16 bytes wide (at any
+    number of items); else one wave of blocks (at most
     ``limits.max_grid_x``) walks the items grid-stride, as it does for zero rows
     whatever the override (nothing is launched then). ``overrides`` (keys
     :data:`ACTIVATION_OVERRIDE_KEYS`: ``block_size``, ``vec_width``, and ``grid_stride``
@@ -757,10 +759,12 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     fits_2d = num_rows <= limits.max_grid_y and chunks_per_row <= limits.max_grid_x
     whole_vectors = d % vec_width == 0  # the block-per-item kernel has no scalar tail
     if grid_stride is None:
-        # A block per item at prefill sizes too: 3.5-6 % faster than the walk at
-        # 1024-16384 tokens (silu_and_mul 70b at 16384: 679.5 -> 640.9 us, 103 % of
-        # copy; bench/results/NOTES.md item 26).
-        grid_stride = not (fits_2d and whole_vectors)
+        # A block per item where one wave holds every item, and with 16-byte vectors at
+        # any number: 3.5-6 % faster than the walk at 1024-16384 tokens (silu_and_mul 70b
+        # at 16384: 679.5 -> 640.9 us, 103 % of copy). The scalar path's block per item
+        # was 9-10 % slower there (bench/results/NOTES.md item 26): it walks past a wave.
+        sixteen_bytes = vec_width == _dtypes.vec_width(dtype)
+        grid_stride = not ((chunks <= resident or sixteen_bytes) and fits_2d and whole_vectors)
     elif not grid_stride and not fits_2d:
         raise ValueError(f"grid_stride=False launches a (chunks_per_row, num_rows) grid: {chunks_per_row} x "
                          f"{num_rows} exceeds the device's {limits.max_grid_x} x {limits.max_grid_y}")
@@ -773,7 +777,8 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
         # first load (bench/results/NOTES.md, item 18).
         return ActivationPlan((chunks_per_row, num_rows, 1), (block_size, 1, 1), vec_width, origin, False)
     # One wave of resident blocks walking the chunks grid-stride: rows past the grid's
-    # limits, rows with a scalar tail, and zero rows (nothing is launched then).
+    # limits, rows with a scalar tail, scalar rows past a wave, and zero rows (nothing
+    # is launched then).
     grid = (max(1, min(chunks, resident, limits.max_grid_x)), 1, 1)
     return ActivationPlan(grid, (block_size, 1, 1), vec_width, origin, True)
 

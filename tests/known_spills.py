@@ -1,7 +1,8 @@
 """The ledger of register spills among the kernels the heuristics launch.
 
 ``covering.heuristic_picks()`` is every instantiation the planner launches without an
-override or a tuned file (the model presets' picks and the row kernels at any row size).
+override or a tuned file (the model presets' picks, and the row kernels, the gated
+activations and RoPE at any size).
 ptxas spills a few of them to local memory, trading a few bytes of spill for occupancy
 (rms_norm's bf16 scalar path on sm_90: 4 bytes at 64 registers, none at 72).
 ``tests/data/known_spills.json`` records those, {arch: {name expression: bytes}}, and

@@ -279,7 +279,7 @@ def test_activation_zero_rows_launch_nothing_cpu():
 def test_activation_launch_follows_overrides():
     launch = _fused(x=contiguous((300, 6000), BF16), overrides={"block_size": 1024, "vec_width": 1})
     assert (launch.plan.origin, launch.plan.block_size, launch.plan.vec_width) == ("override", 1024, 1)
-    assert launch.template_args == ("__nv_bfloat16", 0, 1, False)
+    assert launch.template_args == ("__nv_bfloat16", 0, 1, True)  # scalar, past a wave: the walk
     launch = _fused(x=contiguous((300, 6000), BF16), overrides={"grid_stride": True})
     assert launch.template_args == ("__nv_bfloat16", 0, 8, True) and launch.plan.grid == (300 * 2, 1, 1)  # every item
     with pytest.raises(ValueError, match=r"\['threads_per_row'\] do not apply to silu_and_mul"):
@@ -431,9 +431,11 @@ def test_plan_activation_is_valid_and_compiled(num_rows, d, dtype, aligned):
     assert plan.block[1:] == (1, 1)
     chunks = plans.activation_chunks(num_rows, d, plan.block_size, plan.vec_width)
     resident = H200_LIMITS.sm_count * (H200_LIMITS.max_threads_per_sm // plan.block[0])
-    if num_rows <= H200_LIMITS.max_grid_y and d % plan.vec_width == 0:
-        # A block per (row, chunk) item at any number of items: the grid is
-        # (chunks_per_row, num_rows); whole vectors only (that kernel has no scalar tail).
+    sixteen_bytes = plan.vec_width == _dtypes.vec_width(dtype)
+    if (chunks <= resident or sixteen_bytes) and num_rows <= H200_LIMITS.max_grid_y and d % plan.vec_width == 0:
+        # A block per (row, chunk) item, at any number of items with 16-byte vectors: the
+        # grid is (chunks_per_row, num_rows); whole vectors only (that kernel has no
+        # scalar tail).
         assert not plan.grid_stride
         assert plan.grid == (-(-(-(-d // plan.vec_width)) // plan.block_size), num_rows, 1)
         assert plan.grid[0] * plan.grid[1] == chunks
@@ -446,7 +448,7 @@ def test_plan_activation_is_valid_and_compiled(num_rows, d, dtype, aligned):
     assert expr in families.instantiations()["activation.cu"]
 
 
-def test_plan_activation_walks_only_rows_past_the_grid_or_with_a_tail():
+def test_plan_activation_walks_only_rows_past_the_grid_with_a_tail_or_scalar_past_a_wave():
     bf16 = _dtypes.bfloat16
     for num_tokens in (1, 16, 64, 4096, 16384):  # llama-3.1-8b and -70b: a block per item
         for d in (14336, 28672):
@@ -459,6 +461,9 @@ def test_plan_activation_walks_only_rows_past_the_grid_or_with_a_tail():
     assert plans.plan_activation(70_000, 8, bf16, aligned=True, limits=H200_LIMITS).grid_stride
     assert not plans.plan_activation(65_535, 8, bf16, aligned=True, limits=H200_LIMITS).grid_stride
     assert plans.plan_activation(4096, 14335, bf16, aligned=True, limits=H200_LIMITS).grid_stride
+    # Scalar rows (not 16-byte aligned) walk past one wave: their block per item was slower.
+    assert not plans.plan_activation(16, 14336, bf16, aligned=False, limits=H200_LIMITS).grid_stride
+    assert plans.plan_activation(4096, 14336, bf16, aligned=False, limits=H200_LIMITS).grid_stride
 
 
 def test_plan_activation_grid_stride_override():

@@ -103,6 +103,34 @@ def test_check_without_gpu_compiles_the_covering_set_and_all_with_all(no_gpu_com
     assert sum(map(len, calls[0][1].values())) < sum(map(len, calls[-1][1].values())) / 5
 
 
+def test_compile_table_counts_failures_spills_and_the_heuristics_spills(monkeypatch):
+    """`cupykern check`'s table: per source, instantiations, failures, spilling ones, and
+    of those the ones covering.heuristic_picks() launches; the return is the failures."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cupykern import jit
+
+    spills = {"a<1>": 0, "a<2>": 8, "a<3>": 4, "b<1>": 16}
+
+    def fake_spills(filename, exprs, arch):
+        assert arch == "80"
+        if filename == "broken.cu":
+            raise RuntimeError("broken.cu (sm_80) failed to compile:\nerror")
+        return {e: spills[e] for e in exprs}
+
+    monkeypatch.setattr(jit, "nvrtc_spills", fake_spills)
+    monkeypatch.setattr(cli, "ProcessPoolExecutor", ThreadPoolExecutor)  # the fake, not pickled
+    monkeypatch.setattr(covering, "heuristic_picks", lambda: {"a.cu": {"a<1>", "a<3>"}, "b.cu": set()})
+    with cli.console.capture() as captured:
+        failed = cli._compile_all("80", {"a.cu": ["a<1>", "a<2>", "a<3>"], "b.cu": ["b<1>"],
+                                         "broken.cu": ["c<1>", "c<2>"]})
+    assert failed == 2
+    # A row: source, instantiations, failed, spilling, of them launched by the heuristics.
+    cells = [[c for c in line.split() if c != "│"] for line in captured.get().splitlines()]
+    rows = {c[0]: c[1:] for c in cells if c and c[0].endswith(".cu")}
+    assert rows == {"a.cu": ["3", "0", "2", "1"], "b.cu": ["1", "0", "1", "0"], "broken.cu": ["2", "2", "0", "0"]}
+
+
 def test_sweep_without_gpu_checks_usage_first_and_cannot_tune(no_gpu_compiles):
     calls, _ = no_gpu_compiles
     assert invoke("sweep", "bogus_op").exit_code == 2

@@ -150,35 +150,30 @@ def test_the_decode_layout_stays_while_the_rows_fill_half_the_gpu():
     assert vecs("fused_add_rms_norm", 10**6) == 2  # any size
 
 
-def test_rms_norm_takes_8_leaves_a_thread_at_prefill_sizes_down_to_128_threads():
-    """PREFILL_VECS_PER_THREAD_BY_OP: rms_norm's prefill rows take 8 leaves a thread where
-    that leaves at least 128 threads a row (or the default layout's, if fewer); other ops
-    keep 4."""
+def test_rms_norm_takes_at_most_128_threads_a_row_at_prefill_sizes():
+    """PREFILL_MAX_THREADS_PER_ROW: rms_norm's prefill rows take at most 128 threads, as
+    many leaves a thread as that needs up to 8; other ops keep 4 leaves a thread."""
     def layout(op, hidden_size, dtype=_dtypes.bfloat16, num_rows=4096):
         return plans.row_layout(hidden_size, dtype, True, num_rows=num_rows, op=op)
 
     assert layout("rms_norm", 8192) == plans.RowLayout(128, 8, 8)        # llama-3.1-70b
-    assert layout("rms_norm", 16384) == plans.RowLayout(256, 8, 8)
-    assert layout("rms_norm", 4096) == plans.RowLayout(128, 8, 4)        # llama-3.1-8b: 64 x 8 would be fewer
-    assert layout("rms_norm", 1024) == plans.RowLayout(32, 8, 4)         # the default's 32 threads: unchanged
+    assert layout("rms_norm", 16384) == plans.RowLayout(256, 8, 8)       # 8 leaves at most
+    assert layout("rms_norm", 4096) == plans.RowLayout(128, 8, 4)        # llama-3.1-8b: as before
+    assert layout("rms_norm", 1024) == plans.RowLayout(32, 8, 4)
     assert layout("rms_norm", 4096, _dtypes.float32) == plans.RowLayout(128, 4, 8)
     for op in ("layer_norm", "rms_norm_quant", "softmax", None):
         assert layout(op, 8192) == plans.RowLayout(256, 8, 4), op
     assert layout("rms_norm", 8192, num_rows=64) == plans.RowLayout(512, 8, 2)  # decode: unchanged
 
 
-@pytest.mark.parametrize("value", [3, 16, True, 8.0, "8", None])
-def test_bad_prefill_leaves_are_refused_by_name(monkeypatch, value):
-    monkeypatch.setitem(plans.PREFILL_VECS_PER_THREAD_BY_OP, "rms_norm", value)
-    with pytest.raises(ValueError, match=r"plans.PREFILL_VECS_PER_THREAD_BY_OP\['rms_norm'\] must be one of"):
+@pytest.mark.parametrize("value", [3, 100, True, 128.0, "128", None])
+def test_bad_prefill_thread_caps_are_refused_by_name(monkeypatch, value):
+    monkeypatch.setitem(plans.PREFILL_MAX_THREADS_PER_ROW, "rms_norm", value)
+    with pytest.raises(ValueError, match=r"plans.PREFILL_MAX_THREADS_PER_ROW\['rms_norm'\] must be one of"):
         plans.plan_rows(4096, 8192, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
     plans.plan_rows(64, 8192, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")  # not read
-
-
-@pytest.mark.parametrize("value", [3, 100, True, 128.0, None])
-def test_bad_prefill_min_threads_are_refused_by_name(monkeypatch, value):
-    monkeypatch.setattr(plans, "PREFILL_MIN_THREADS_PER_ROW", value)
-    with pytest.raises(ValueError, match=r"plans.PREFILL_MIN_THREADS_PER_ROW must be one of"):
+    monkeypatch.setattr(plans, "PREFILL_MAX_THREADS_PER_ROW", [128])
+    with pytest.raises(ValueError, match="plans.PREFILL_MAX_THREADS_PER_ROW must be a dict"):
         plans.plan_rows(4096, 8192, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="layer_norm")
 
 
