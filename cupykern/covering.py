@@ -247,10 +247,9 @@ def heuristic_picks(limits=plans.H200_LIMITS) -> dict[str, set]:
     """{source: {name expressions}} the heuristics launch for the presets' calls
     (:func:`planned`: their sizes, 16-byte aligned, NeoX RoPE) and for the row ops, the
     gated activations and RoPE at any size (:func:`planned_any_size`). Their register
-    spills to local memory are those
-    tests/data/known_spills.json records (tests/test_jit_compile.py; ``cupykern check``
-    counts them); a layout reached only through an override or a tuned file is not held
-    to it."""
+    spills to local memory are those tests/data/known_spills.json records
+    (tests/test_jit_compile.py; ``cupykern check`` counts them); a layout reached only
+    through an override or a tuned file is not held to it."""
     picks: dict[str, set] = {}
     for part in (planned(limits=limits), planned_any_size(limits=limits)):
         for source, exprs in part.items():

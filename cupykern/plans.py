@@ -358,11 +358,12 @@ def _check_op(op) -> None:
         raise TypeError(f"op: expected an op name (str) or None, got {op!r}")
 
 
-def _per_op_constant(table: str, op: str | None, default: str, convert, expected: str):
-    """convert(plans.<table>[op]), or of plans.<default> (a constant's name, or a value
-    where the table's own default is fixed) for an op the table does not name; ValueError
-    naming the constant unless ``table`` is a dict and convert returns a value (None:
-    not ``expected``). Read now, so a sweep or test may set them."""
+def _per_op_constant(table: str, op: str | None, default, convert, expected: str):
+    """convert(value) of the per-op plan constant plans.<table> (a dict) for ``op``; an op
+    it does not name gets ``default``: the name of another constant of this module
+    (DECODE_FILL_SHARE_DEFAULT) or a value. ValueError naming the constant unless the
+    table is a dict and convert accepts the value (returns other than None; ``expected``
+    says what it accepts). Read at each call, so a sweep or test may set them."""
     mapping = globals()[table]
     if not isinstance(mapping, dict):
         raise ValueError(f"plans.{table} must be a dict of op -> {expected}, got {mapping!r}")

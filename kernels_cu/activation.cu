@@ -27,11 +27,12 @@
 //              elements of a row go through a scalar tail.
 //   kGridStride true: a 1-D grid of any size walks the (row, chunk) work items
 //              grid-stride, so any number of rows fits (rows past the grid's y limit,
-//              rows with a scalar tail); false: the grid is (chunks_per_row, num_rows,
-//              1), a block per work item (no integer divisions or loop before the loads;
-//              the heuristics' choice wherever it fits, decode and prefill sizes), and d
-//              must be a multiple of kVecWidth (no scalar tail; plans.plan_activation
-//              ensures it).
+//              rows with a scalar tail, scalar rows past one wave); false: the grid is
+//              (chunks_per_row, num_rows, 1), a block per work item (no integer
+//              divisions or loop before the loads; the heuristics' choice wherever it
+//              fits, at decode sizes and with 16-byte vectors at any size), and d must
+//              be a multiple of kVecWidth (no scalar tail; plans.plan_activation ensures
+//              it).
 // Launch contract (planned by cupykern/plans.py::plan_activation): 1-D block of
 // block_size threads (a multiple of 32, at most kActMaxBlockSize); the grid of
 // kGridStride. A row is ceil(d / kVecWidth) slots (the last may be the scalar tail); a

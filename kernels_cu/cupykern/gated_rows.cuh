@@ -78,8 +78,9 @@ __device__ __forceinline__ void act_and_mul_slot(const Store& store, const T* ga
 }
 
 // The rows' work items, each once. kGridStride: a 1-D grid of any size walks the (row,
-// chunk) items grid-stride (one resident wave; rows past the grid's y limit or with a
-// scalar tail). Else the grid is (chunks_per_row, num_rows) and a block does one item:
+// chunk) items grid-stride (one resident wave; rows past the grid's y limit, with a
+// scalar tail, or scalar past one wave). Else the grid is (chunks_per_row, num_rows) and
+// a block does one item:
 // no divisions and no loop before the first load, which at decode sizes is most of the
 // kernel's time (the walk's three 32-bit divisions put 96 instructions before it;
 // bench/results/NOTES.md, item 18), and at prefill sizes 3.5-6 % faster than the walk
