@@ -49,9 +49,17 @@ prepare() {
   ls -l .whl "$PARTS"
 }
 
+# A carried part of the wrong size (a truncated copy, another split) would fail the
+# SHA-256 only at stage 3: refused here, with the mend.
+check_part() {  # STAGE PART
+  [ -s "$PARTS/$2" ] || { echo "$1: $PARTS/$2 missing: carry it ([\"$PARTS/$2\"])" >&2; exit 2; }
+  [ "$(stat -c %s "$PARTS/$2")" -eq "$PART_BYTES" ] \
+    || { echo "$1: $PARTS/$2 is not $PART_BYTES bytes: run \`bash bench/llm_on_gpu.sh prepare\` again here" >&2; exit 2; }
+}
+
 stage1() {
   set -e
-  [ -s "$PARTS/part1" ] || { echo "stage1: $PARTS/part1 missing: carry it ([\"$PARTS/part1\"])" >&2; exit 2; }
+  check_part stage1 part1
   mkdir -p "$HOLD"
   cp "$PARTS/part1" "$HOLD/held"
   ls -l "$HOLD"
@@ -60,7 +68,7 @@ stage1() {
 stage2() {
   set -e
   [ -s "$HOLD/held" ] || { echo "stage2: $HOLD/held missing: the machine went cold; redo stage1" >&2; exit 2; }
-  [ -s "$PARTS/part2" ] || { echo "stage2: $PARTS/part2 missing: carry it ([\"$PARTS/part2\"])" >&2; exit 2; }
+  check_part stage2 part2
   [ "$(stat -c %s "$HOLD/held")" -eq "$PART_BYTES" ] || { echo "stage2: $HOLD/held is not part1 alone: redo stage1" >&2; exit 2; }
   cat "$PARTS/part2" >> "$HOLD/held"
   ls -l "$HOLD"
@@ -84,7 +92,7 @@ stage3() {
 from pathlib import Path
 from cupykern.llm import fetch
 fetch.verify(Path('$target'), fetch.source('smollm2'))
-print('joined and verified:', '$target')" || exit 2
+print('joined and verified:', '$target')" || { rm -f "$target"; echo "stage3: the joined file failed its SHA-256 (removed): run prepare again here, then the three stages" >&2; exit 2; }
 
   status=0
   { nvidia-smi --query-gpu=name,driver_version --format=csv; \

@@ -23,6 +23,7 @@ tests/data/known_spills.json records.
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import numpy as np
@@ -125,12 +126,15 @@ def _row_calls(x: Sig, row: Sig, eps: float, offset: float):
 def _any_row_calls(dtype):
     """The row ops' calls (:func:`_row_calls`) at every size class their planner tells
     apart: rows of each tree width (1 to plans.MAX_TREE_COLUMNS leaves, and past it),
-    whole and one element short of their last leaf, 16-byte aligned or 4 bytes off (the
-    scalar path), at decode and prefill row counts (2**24 rows: past any fill of the GPU
-    for the narrowest rows, plans.DECODE_FILL_SHARE)."""
+    whole, one element short of their last leaf, and of whole leaves short of the width
+    (3 x 2**(k-1) leaves: the walk with bounds on 16-byte vectors, as 5120-element bf16
+    rows take), 16-byte aligned or 4 bytes off (the scalar path), at decode and prefill
+    row counts (2**24 rows: past any fill of the GPU for the narrowest rows,
+    plans.DECODE_FILL_SHARE)."""
     width = plans.leaf_width(dtype)
     for k in range(plans.MAX_TREE_COLUMNS.bit_length() + 1):
-        for hidden_size in {width << k, max(1, (width << k) - 1)}:
+        short_leaves = {(3 * width << k) // 2} if k else set()
+        for hidden_size in {width << k, max(1, (width << k) - 1), *short_leaves}:
             for align in (0, 4):
                 row = _c((hidden_size,), dtype, align)
                 for n in (1, plans.DECODE_MAX_ROWS, plans.DECODE_MAX_ROWS + 1, 4096, 1 << 24):
@@ -143,14 +147,17 @@ def _any_row_calls(dtype):
 ANY_GATED_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 100, 1000, 1024, 4100, 11008, 14336, 28672, 1 << 20)
 
 #: (head_dim, rotary_dim) of RoPE at which its planner's vector width, threads a head and
-#: wide/steps kernels differ: full and partial rotary (GPT-NeoX's quarter, Phi's half),
-#: head sizes 32-256 and odd halves (scalar access).
-ANY_ROPE_HEADS = ((32, 32), (64, 64), (64, 32), (80, 80), (80, 40), (96, 96), (128, 128), (128, 64), (128, 32),
-                  (256, 256), (256, 128), (6, 6))
+#: wide/steps kernels differ: full and partial rotary (GPT-NeoX's quarter, Phi's half,
+#: StableLM's 20 of 80), head sizes 32-296 (past 256: qk_rms_norm_rope's 32-lane groups
+#: with more than one unit a lane), halves that are 4 mod 8 (16-bit 8-byte vectors), 2
+#: mod 4 (fp32's) and odd (scalar access).
+ANY_ROPE_HEADS = ((32, 32), (64, 64), (64, 32), (72, 72), (80, 80), (80, 40), (80, 20), (44, 44), (96, 96),
+                  (128, 128), (128, 64), (128, 32), (240, 96), (256, 256), (256, 128), (288, 120), (296, 272), (6, 6))
 
-#: (num_q_heads, num_kv_heads) of RoPE: q alone, MHA, GQA from 8 to 128 q heads, and a
-#: count past what one round of a token's threads holds (the steps kernel).
-ANY_ROPE_HEAD_COUNTS = ((8, 0), (16, 16), (32, 8), (64, 8), (128, 8), (192, 8))
+#: (num_q_heads, num_kv_heads) of RoPE: q alone, MHA, GQA from 8 to 128 q heads, counts
+#: that are no multiple of the wide kernel's head slots, and a count past what one round
+#: of a token's threads holds (the steps kernel).
+ANY_ROPE_HEAD_COUNTS = ((8, 0), (16, 16), (28, 3), (32, 8), (64, 8), (128, 8), (192, 0), (192, 8))
 
 
 def _any_gated_calls(dtype):
@@ -174,25 +181,35 @@ def _any_gated_calls(dtype):
 def _any_rope_calls(dtype):
     """apply_rope's and qk_rms_norm_rope's calls at every size class their planner tells
     apart (:data:`ANY_ROPE_HEADS` x :data:`ANY_ROPE_HEAD_COUNTS`, NeoX and GPT-J pairs,
-    in and out of place, int32 and int64 positions, a float32 or ``dtype`` cos/sin table,
-    decode to prefill token counts). M-RoPE stays with the presets' (:func:`_calls`)."""
-    for head_dim, rotary_dim in ANY_ROPE_HEADS:
-        for hq, hkv in ANY_ROPE_HEAD_COUNTS:
-            for n in (1, 16, 64, 4096):
-                q = _c((n, hq, head_dim), dtype)
-                k = _c((n, hkv, head_dim), dtype) if hkv else None
-                for table_dtype in {_FLOAT32, np.dtype(dtype)}:
-                    table = _c((SHORT_CACHE_ROWS, rotary_dim), table_dtype)
-                    for index in (_INT32, _INT64):
-                        positions = _c((n,), index)
-                        for is_neox in (True, False):
-                            for inplace in (True, False):
-                                yield "apply_rope", dict(q=q, k=k, positions=positions, cos_sin_cache=table,
-                                                         is_neox=is_neox, inplace=inplace)
-                            if k is not None:
-                                yield "qk_rms_norm_rope", dict(
-                                    q=q, k=k, q_weight=_c((head_dim,), dtype), k_weight=_c((head_dim,), dtype),
-                                    positions=positions, cos_sin_cache=table, eps=1e-6, is_neox=is_neox)
+    int32 and int64 positions, a float32 or ``dtype`` cos/sin table, decode and prefill
+    token counts; q, k and the table 16-byte aligned or 8, 4 or 2 bytes off: narrower
+    vectors), and M-RoPE's two layouts on each of them.
+    Position dtype and pairing change the instantiation only; alignment, head sizes and
+    counts and num_tokens the plan."""
+    aligns = (0, 8, 4, 2) if np.dtype(dtype).itemsize == 2 else (0, 8, 4)
+    for (head_dim, rotary_dim), (hq, hkv), align in itertools.product(ANY_ROPE_HEADS, ANY_ROPE_HEAD_COUNTS, aligns):
+        for n in (1, 4096):  # the decode and prefill plans (plans.ROPE_MIN_TOKENS_PER_SM)
+            q = _c((n, hq, head_dim), dtype, align)
+            k = _c((n, hkv, head_dim), dtype, align) if hkv else None
+            for table_dtype, index in itertools.product({_FLOAT32, np.dtype(dtype)}, (_INT32, _INT64)):
+                table = _c((SHORT_CACHE_ROWS, rotary_dim), table_dtype, 0 if align % table_dtype.itemsize else align)
+                positions = _c((n,), index)
+                for is_neox in (True, False):
+                    # Out of place plans as in place: its outputs are new, aligned arrays.
+                    yield "apply_rope", dict(q=q, k=k, positions=positions, cos_sin_cache=table, is_neox=is_neox,
+                                             inplace=True)
+                    if k is not None:
+                        weight = _c((head_dim,), dtype, align)
+                        yield "qk_rms_norm_rope", dict(q=q, k=k, q_weight=weight, k_weight=weight,
+                                                       positions=positions, cos_sin_cache=table, eps=1e-6,
+                                                       is_neox=is_neox)
+                half = rotary_dim // 2
+                if half >= 3:  # M-RoPE (NeoX pairs only): sectioned and interleaved
+                    section = (half - 2 * (half // 3), half // 3, half // 3)
+                    for interleaved in (False, True):
+                        yield "apply_rope", dict(q=q, k=k, positions=_c((3, n), index), cos_sin_cache=table,
+                                                 is_neox=True, inplace=True, mrope_section=section,
+                                                 mrope_interleaved=interleaved)
 
 
 def _launched(launch: launcher.Launch | None):

@@ -94,7 +94,8 @@ PREFILL_VECS_PER_THREAD = 4
 #: 4: llama-3.1-70b's 8192-element bf16 rows (128 against 256 threads, two runs)
 #: 11.71-11.89 against 12.77-12.94 us, 33.23-33.28 against 33.84-33.90, 129.3-129.5
 #: against 130.6; 5120-element rows (not a power of two of leaves) 11.70 against 10.35,
-#: 23.47 against 25.36, 81.89 against 91.42; fp32 rows of 4096 -1.0..-0.1 %; rows of 2048
+#: 23.47 against 25.36, 81.89 against 91.42 (twice more: +5..+13 % at 512-1024 tokens,
+#: -3..-7 % at 2048-4096); fp32 rows of 4096 -1.0..-0.1 %; rows of 2048
 #: leaves (16384 bf16, 8192 fp32: 256 against 512 threads) -2.9..+1.6 %. llama-3.1-8b's
 #: 4096-element bf16 rows keep 128 x 4.
 PREFILL_MAX_THREADS_PER_ROW = {"rms_norm": 128}
@@ -358,21 +359,20 @@ def _check_op(op) -> None:
         raise TypeError(f"op: expected an op name (str) or None, got {op!r}")
 
 
-def _per_op_constant(table: str, op: str | None, default, convert, expected: str):
+def _per_op_constant(table: str, op: str | None, default: str, convert, expected: str):
     """convert(value) of the per-op plan constant plans.<table> (a dict) for ``op``; an op
-    it does not name gets ``default``: the name of another constant of this module
-    (DECODE_FILL_SHARE_DEFAULT) or a value. ValueError naming the constant unless the
-    table is a dict and convert accepts the value (returns other than None; ``expected``
-    says what it accepts). Read at each call, so a sweep or test may set them."""
+    it does not name gets plans.<default>. ValueError naming the constant the value came
+    from unless the table is a dict and convert accepts the value (returns other than
+    None; ``expected`` says what it accepts). Read at each call, so a sweep or test may
+    set them."""
     mapping = globals()[table]
     if not isinstance(mapping, dict):
         raise ValueError(f"plans.{table} must be a dict of op -> {expected}, got {mapping!r}")
     named = op in mapping
-    value = mapping[op] if named else globals().get(default, default)
+    value = mapping[op] if named else globals()[default]
     converted = convert(value)
     if converted is None:
-        where = f"{table}[{op!r}]" if named or default not in globals() else default
-        raise ValueError(f"plans.{where} must be {expected}, got {value!r}")
+        raise ValueError(f"plans.{f'{table}[{op!r}]' if named else default} must be {expected}, got {value!r}")
     return converted
 
 
@@ -393,7 +393,7 @@ def _share(value) -> float | None:
 
 def _decode_max_threads_per_row(op: str | None) -> int:
     """DECODE_MAX_THREADS_PER_ROW[op] (MAX_BLOCK_SIZE for an op it does not name)."""
-    return _per_op_constant("DECODE_MAX_THREADS_PER_ROW", op, MAX_BLOCK_SIZE, _compiled_threads_per_row,
+    return _per_op_constant("DECODE_MAX_THREADS_PER_ROW", op, "MAX_BLOCK_SIZE", _compiled_threads_per_row,
                             f"one of {THREADS_PER_ROW_CHOICES}")
 
 
@@ -404,7 +404,7 @@ def _decode_fill_share(op: str | None) -> float:
 
 def _prefill_max_threads_per_row(op: str | None) -> int:
     """PREFILL_MAX_THREADS_PER_ROW[op] (MAX_BLOCK_SIZE for an op it does not name)."""
-    return _per_op_constant("PREFILL_MAX_THREADS_PER_ROW", op, MAX_BLOCK_SIZE, _compiled_threads_per_row,
+    return _per_op_constant("PREFILL_MAX_THREADS_PER_ROW", op, "MAX_BLOCK_SIZE", _compiled_threads_per_row,
                             f"one of {THREADS_PER_ROW_CHOICES}")
 
 
@@ -602,7 +602,7 @@ ACTIVATION_MAX_BLOCK_SIZE = 1024
 #: per SM that covers HBM latency at an H200's 4.8 TB/s (bandwidth x ~700 ns / 132 SMs).
 #: At prefill sizes on the block-per-item grid against 1024 threads (cupykern sweep
 #: --block-size, bf16, H200, bench/results/NOTES.md item 26): silu_and_mul within 0.6 %,
-#: gelu_and_mul 6-10 % faster with 256 at 4096 and 16384 tokens of llama-3.1-8b.
+#: gelu_and_mul 9-10 % faster with 256 at 4096 and 16384 tokens of llama-3.1-8b.
 ACTIVATION_BLOCK_SIZE = 256
 #: Decode-sized work (fewer chunks than SMs) of 16-byte vectors halves the block down to
 #: this, spreading the few vectors over more SMs (the narrow-vector plan of decode sizes
@@ -725,6 +725,7 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     limits, or with a d that is not a multiple of ``vec_width``.
     """
     overrides = checked_overrides(overrides, ACTIVATION_OVERRIDE_KEYS, op)
+    _resident_threads(limits)  # limits checked by name (a NaN sm_count made a float grid)
     num_rows, d = _count(num_rows, "num_rows", 0), _count(d, "d", 1)
     if d >= ACTIVATION_MAX_ROW:
         raise ValueError(f"d: expected 1 .. {ACTIVATION_MAX_ROW - 1} outputs a row (the kernel's in-row indices are "

@@ -105,12 +105,15 @@ def test_check_without_gpu_compiles_the_covering_set_and_all_with_all(no_gpu_com
 
 def test_compile_table_counts_failures_spills_and_the_heuristics_spills(monkeypatch):
     """`cupykern check`'s table: per source, instantiations, failures, spilling ones, and
-    of those the ones covering.heuristic_picks() launches; the return is the failures."""
+    of those the ones covering.heuristic_picks() launches, summed over the source's chunks
+    of 64 expressions; the return is the failures."""
     from concurrent.futures import ThreadPoolExecutor
 
     from cupykern import jit
+    from rich.console import Console
 
-    spills = {"a<1>": 0, "a<2>": 8, "a<3>": 4, "b<1>": 16}
+    a = [f"a<{i}>" for i in range(130)]                  # three chunks: 64, 64, 2
+    spills = {e: (8 if i % 10 == 0 else 0) for i, e in enumerate(a)} | {"b<1>": 16}
 
     def fake_spills(filename, exprs, arch):
         assert arch == "80"
@@ -120,15 +123,16 @@ def test_compile_table_counts_failures_spills_and_the_heuristics_spills(monkeypa
 
     monkeypatch.setattr(jit, "nvrtc_spills", fake_spills)
     monkeypatch.setattr(cli, "ProcessPoolExecutor", ThreadPoolExecutor)  # the fake, not pickled
-    monkeypatch.setattr(covering, "heuristic_picks", lambda: {"a.cu": {"a<1>", "a<3>"}, "b.cu": set()})
+    picked = {"a<0>", "a<1>", "a<70>", "a<129>", "a<120>"}  # 3 of them spill, in all three chunks
+    monkeypatch.setattr(covering, "heuristic_picks", lambda: {"a.cu": picked, "b.cu": set()})
+    monkeypatch.setattr(cli, "console", Console(width=200, force_terminal=False))
     with cli.console.capture() as captured:
-        failed = cli._compile_all("80", {"a.cu": ["a<1>", "a<2>", "a<3>"], "b.cu": ["b<1>"],
-                                         "broken.cu": ["c<1>", "c<2>"]})
+        failed = cli._compile_all("80", {"a.cu": a, "b.cu": ["b<1>"], "broken.cu": ["c<1>", "c<2>"]})
     assert failed == 2
-    # A row: source, instantiations, failed, spilling, of them launched by the heuristics.
-    cells = [[c for c in line.split() if c != "│"] for line in captured.get().splitlines()]
+    # A table row: │ source │ instantiations │ failed │ spilling │ of them launched by the heuristics │
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in captured.get().splitlines() if "│" in line]
     rows = {c[0]: c[1:] for c in cells if c and c[0].endswith(".cu")}
-    assert rows == {"a.cu": ["3", "0", "2", "1"], "b.cu": ["1", "0", "1", "0"], "broken.cu": ["2", "2", "0", "0"]}
+    assert rows == {"a.cu": ["130", "0", "13", "3"], "b.cu": ["1", "0", "1", "0"], "broken.cu": ["2", "2", "0", "0"]}
 
 
 def test_sweep_without_gpu_checks_usage_first_and_cannot_tune(no_gpu_compiles):

@@ -8,9 +8,11 @@ of the full product that `cupykern check --all` compiles.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from cupykern import _dtypes, covering, families, jit, models, plans
+from cupykern._arrays import Sig
 from cupykern.ops import norm
 
 
@@ -82,3 +84,58 @@ def test_planned_picks_are_the_plan_rules(full):
 
 def test_only_restricts_to_those_families(cover):
     assert covering.instantiations({"rope", "tokens"}) == {"rope.cu": cover["rope.cu"], "tokens.cu": cover["tokens.cu"]}
+
+
+def _random_calls(rng: np.random.Generator, count: int):
+    """``count`` random calls of the row ops, the gated activations and RoPE (shapes,
+    dtypes, alignments, pairings, M-RoPE, position and table dtypes) beyond the sizes
+    covering enumerates: what a user may pass."""
+    def c(shape, dtype, align=0):
+        return Sig.contiguous(tuple(int(s) for s in shape), np.dtype(dtype), int(align))
+
+    for _ in range(count):
+        dtype = _dtypes.DTYPES[rng.integers(len(_dtypes.DTYPES))]
+        n = int(rng.choice([1, 3, 16, 64, 65, 300, 529, 4096, 16384]))
+        align = int(rng.choice([0, 0, 2, 4, 8])) if np.dtype(dtype).itemsize == 2 else int(rng.choice([0, 0, 4, 8]))
+        kind = rng.random()
+        if kind < 0.35:
+            hidden = int(rng.integers(1, 20000))
+            yield from covering._row_calls(c((n, hidden), dtype, align), c((hidden,), dtype, align), 1e-6, 0.0)
+        elif kind < 0.5:
+            d = int(rng.integers(1, 40000))
+            yield "silu_and_mul", dict(x=c((n, 2 * d), dtype, align))
+            yield "gelu_and_mul", dict(x=c((n, 2 * d), dtype, align), approximate="tanh")
+        else:
+            head_dim = int(rng.integers(1, 150)) * 2
+            rotary_dim = int(rng.integers(1, head_dim // 2 + 1)) * 2
+            hq, hkv = int(rng.integers(1, 200)), int(rng.choice([0, 1, 2, 4, 8, 32]))
+            q = c((n, hq, head_dim), dtype, align)
+            k = c((n, hkv, head_dim), dtype, align) if hkv else None
+            table = c((1024, rotary_dim), rng.choice([np.float32, dtype]), 0)
+            positions = c((n,), rng.choice([np.int32, np.int64]))
+            is_neox = bool(rng.random() < 0.6)
+            yield "apply_rope", dict(q=q, k=k, positions=positions, cos_sin_cache=table, is_neox=is_neox,
+                                     inplace=bool(rng.random() < 0.5))
+            half = rotary_dim // 2
+            if is_neox and half >= 3:
+                t = int(rng.integers(0, half + 1))
+                h = int(rng.integers(0, half - t + 1))
+                yield "apply_rope", dict(q=q, k=k, positions=c((3, n), positions.dtype), cos_sin_cache=table,
+                                         is_neox=True, inplace=True, mrope_section=(t, h, half - t - h),
+                                         mrope_interleaved=bool(rng.random() < 0.5))
+            if k is not None:
+                weight = c((head_dim,), dtype, align)
+                yield "qk_rms_norm_rope", dict(q=q, k=k, q_weight=weight, k_weight=weight, positions=positions,
+                                               cos_sin_cache=table, eps=1e-6, is_neox=is_neox)
+
+
+def test_heuristic_picks_hold_what_random_calls_launch():
+    """covering.heuristic_picks() (the spill ledger's set, tests/data/known_spills.json) holds
+    every kernel the H200 heuristics launch for random calls of the row ops, the gated
+    activations and RoPE: its size classes are the planners' (helper 44's fuzz found
+    RoPE's narrow vectors, M-RoPE and rows of non-power-of-two leaves outside it)."""
+    picks = covering.heuristic_picks()
+    launched = covering._picks(_random_calls(np.random.default_rng(20261202), 600), plans.H200_LIMITS)
+    missing = {source: sorted(set(exprs) - picks.get(source, set())) for source, exprs in launched.items()}
+    assert not any(missing.values()), missing
+    assert {"norm.cu", "activation.cu", "rope.cu"} <= set(launched)
