@@ -130,14 +130,16 @@ def _any_row_calls(dtype):
     (3 x 2**(k-1) leaves: the walk with bounds on 16-byte vectors, as 5120-element bf16
     rows take), 16-byte aligned or 4 bytes off (the scalar path), at decode and prefill
     row counts (2**24 rows: past any fill of the GPU for the narrowest rows,
-    plans.DECODE_FILL_SHARE)."""
+    plans.DECODE_FILL_SHARE) and at each row limit of plans.EXACT_WALK and one past it."""
     width = plans.leaf_width(dtype)
+    exact_limits = {most + extra for _, most in plans.EXACT_WALK.values() if most is not None for extra in (0, 1)}
+    row_counts = sorted({1, plans.DECODE_MAX_ROWS, plans.DECODE_MAX_ROWS + 1, 4096, 1 << 24, *exact_limits})
     for k in range(plans.MAX_TREE_COLUMNS.bit_length() + 1):
         short_leaves = {(3 * width << k) // 2} if k else set()
         for hidden_size in {width << k, max(1, (width << k) - 1), *short_leaves}:
             for align in (0, 4):
                 row = _c((hidden_size,), dtype, align)
-                for n in (1, plans.DECODE_MAX_ROWS, plans.DECODE_MAX_ROWS + 1, 4096, 1 << 24):
+                for n in row_counts:
                     yield from _row_calls(_c((n, hidden_size), dtype, align), row, 1e-6, 0.0)
 
 
@@ -223,7 +225,8 @@ def _picks(calls, limits: plans.DeviceLimits) -> dict[str, list]:
     """{source: [name expressions]} the ops' intake and plan rule pick for ``calls``
     ((op name, arguments) pairs) on a GPU of ``limits``, with the heuristics (a tuned file
     is not read). A call an op refuses (Gemma's head_dim 256 in decode_attention, say)
-    has no pick."""
+    has no pick; a plan that fails the planner's own checks (plans.PlanError: a block
+    past ``limits``, say) is raised, not taken for a refusal."""
     families.modules("ops")  # the family modules declare their ops on import
     ops = launcher.ops()
     picked: dict[str, list] = {}
@@ -233,6 +236,8 @@ def _picks(calls, limits: plans.DeviceLimits) -> dict[str, list]:
             args = {a: values.get(a) for a in (*op.arrays, *op.scalars)}
             try:
                 launch = op.prepare(launcher.Args(name, args, device=0, limits=limits))
+            except plans.PlanError:
+                raise
             except ValueError:  # shapes the op does not take
                 continue
             for source, expr in _launched(launch):

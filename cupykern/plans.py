@@ -74,11 +74,13 @@ DECODE_MAX_THREADS_PER_ROW = {"softmax": 256}
 #: for rms_norm (8b 256 tokens 5.65 against 6.61 us) and layer_norm (6.08 against 7.97),
 #: at a full wave slower (rms_norm 70b 512 tokens 8.64 against 8.26); timed against the
 #: former rule: rms_norm -8..-21 % at 128-512 rows of 8b, the FP8 norms -1..-25 %.
-#: softmax keeps its 4 leaves (slower with 2 from 512 rows of 8b: 10.78 against 9.50 us),
-#: row_reduce too (70b 128-256 rows -0..+8 % with 2); the fused add keeps the decode
-#: layout at any size, its exact walk (EXACT_WALK: at most 2 leaves) faster at every size
-#: timed (8b 1024 tokens -9..-12 %, 70b 16384 tokens -2 %).
-DECODE_FILL_SHARE = {"softmax": 0.0, "row_reduce": 0.0, "fused_add_rms_norm": float("inf")}
+#: softmax: a quarter, with its exact walk (EXACT_WALK): llama-3.1-8b's 256 x 2 exact at
+#: 128 / 256 rows 6.42-6.46 / 7.90-7.94 us against the prefill layout's 7.10-7.17 /
+#: 8.64-8.74 (-9 %), but from 512 rows the prefill layout wins (9.50-9.65 against
+#: 10.50-10.53; item 27). row_reduce keeps 0 (70b 128-256 rows -0..+8 % with 2); the
+#: fused add keeps the decode layout at any size, its exact walk (EXACT_WALK: at most 2
+#: leaves) faster at every size timed (8b 1024 tokens -9..-12 %, 70b 16384 tokens -2 %).
+DECODE_FILL_SHARE = {"softmax": 0.25, "row_reduce": 0.0, "fused_add_rms_norm": float("inf")}
 DECODE_FILL_SHARE_DEFAULT = 0.5
 #: Tree columns per thread at prefill sizes (more rows than DECODE_MAX_ROWS): 4, so a
 #: 4096-element bf16 row gets 128 threads (the layout before the tree) and an
@@ -145,6 +147,13 @@ class DeviceLimits:
 H200_LIMITS = DeviceLimits(name="NVIDIA H200", sm_count=132)
 
 
+class PlanError(ValueError):
+    """A launch plan that cannot run: a layout, block or grid outside the kernel's or the
+    device's limits, or a plan constant of this module set to a bad value. The ops'
+    refusals of a shape they do not take stay plain ValueErrors, so a caller can tell the
+    two apart (covering._picks: a heuristic plan that fails its own checks is a bug)."""
+
+
 #: Launch overrides that are a choice, not a count: their values are True or False.
 FLAG_OVERRIDE_KEYS = ("grid_stride",)
 
@@ -194,7 +203,7 @@ def _constant(name: str, allowed=None, lowest: int = 1) -> int:
     value = globals()[name]
     if not _is_int(value) or (value not in allowed if allowed is not None else value < lowest):
         want = f"one of {tuple(allowed)}" if allowed is not None else f"an int >= {lowest}"
-        raise ValueError(f"plans.{name} must be {want}, got {value!r}")
+        raise PlanError(f"plans.{name} must be {want}, got {value!r}")
     return int(value)
 
 
@@ -229,9 +238,11 @@ class RowLayout:
 #: fused_add_rms_norm's and layer_norm's 4-leaf exact walks spill to local memory (fp16 12
 #: bytes, fp32 8: test_jit_compile's spill check), so theirs stop at 2; softmax's was 0.06-
 #: 0.17 us faster at 1-16 tokens but 20-27 % slower at 4096 (8b 128 x 4, 70b 256 x 4, 40
-#: registers against 48; cause not found), so it takes it at decode sizes only.
+#: registers against 48; cause not found), so it takes it up to 256 rows: there 0-12 %
+#: faster in every layout of llama-3.1-8b and -70b (70b's 256 x 4 at 256 rows -2..+4 %),
+#: 8-17 % slower in their prefill layouts (8b 128 x 4, 70b 256 x 4) at 512 (item 27).
 EXACT_WALK = {"rms_norm": (8, None), "fused_add_rms_norm": (2, None), "layer_norm": (2, None),
-              "softmax": (8, DECODE_MAX_ROWS)}
+              "softmax": (8, 256)}
 
 
 def exact_choices(op: str, layout: RowLayout) -> tuple[bool, ...]:
@@ -367,12 +378,12 @@ def _per_op_constant(table: str, op: str | None, default: str, convert, expected
     set them."""
     mapping = globals()[table]
     if not isinstance(mapping, dict):
-        raise ValueError(f"plans.{table} must be a dict of op -> {expected}, got {mapping!r}")
+        raise PlanError(f"plans.{table} must be a dict of op -> {expected}, got {mapping!r}")
     named = op in mapping
     value = mapping[op] if named else globals()[default]
     converted = convert(value)
     if converted is None:
-        raise ValueError(f"plans.{f'{table}[{op!r}]' if named else default} must be {expected}, got {value!r}")
+        raise PlanError(f"plans.{f'{table}[{op!r}]' if named else default} must be {expected}, got {value!r}")
     return converted
 
 
@@ -456,39 +467,39 @@ def default_rows_per_block(threads_per_row: int) -> int:
 
 def validate(plan: RowPlan, dtype, aligned: bool, limits: DeviceLimits, hidden_size: int) -> RowPlan:
     """Returns ``plan`` if it can run on rows of ``hidden_size`` elements and gives them
-    the tree's bits, else raises ValueError saying what is wrong."""
+    the tree's bits, else raises PlanError (a ValueError) saying what is wrong."""
     layout = plan.layout
     if layout.threads_per_row not in THREADS_PER_ROW_CHOICES:
-        raise ValueError(f"threads_per_row must be one of {THREADS_PER_ROW_CHOICES}, got {layout.threads_per_row}")
+        raise PlanError(f"threads_per_row must be one of {THREADS_PER_ROW_CHOICES}, got {layout.threads_per_row}")
     allowed = (1, _dtypes.vec_width(dtype)) if aligned else (1,)
     if layout.vec_width not in allowed:
         why = "" if aligned else " (the arrays are not 16-byte aligned)"
-        raise ValueError(f"vec_width must be one of {allowed} for {_dtypes.short_name(dtype)}{why}, got {layout.vec_width}")
+        raise PlanError(f"vec_width must be one of {allowed} for {_dtypes.short_name(dtype)}{why}, got {layout.vec_width}")
     if layout.warp_size != limits.warp_size:
-        raise ValueError(f"layout warp size {layout.warp_size} != device warp size {limits.warp_size}")
+        raise PlanError(f"layout warp size {layout.warp_size} != device warp size {limits.warp_size}")
     if not _pow2(plan.rows_per_block):
-        raise ValueError(f"rows_per_block must be a power of two, got {plan.rows_per_block}")
+        raise PlanError(f"rows_per_block must be a power of two, got {plan.rows_per_block}")
     block = plan.block_size
     most = min(limits.max_threads_per_block, max_block_size(layout.threads_per_row))
     if block > most or block % limits.warp_size:
-        raise ValueError(
+        raise PlanError(
             f"block size threads_per_row * rows_per_block = {block} must be a multiple of "
             f"{limits.warp_size} and at most {most}")
     columns = tree_columns(hidden_size, dtype)
     fits = tree_threads_per_row(hidden_size, dtype)
     what = f"rows of {hidden_size} {_dtypes.short_name(dtype)} elements (a reduction tree of {columns} columns)"
     if layout.threads_per_row not in fits:
-        raise ValueError(f"threads_per_row {layout.threads_per_row} cannot compute the tree of {what}: "
+        raise PlanError(f"threads_per_row {layout.threads_per_row} cannot compute the tree of {what}: "
                          f"threads_per_row must be one of {fits}")
     if layout.vecs_per_thread not in VECS_PER_THREAD_CHOICES:
-        raise ValueError(f"vecs_per_thread must be one of {VECS_PER_THREAD_CHOICES}, got {layout.vecs_per_thread}")
+        raise PlanError(f"vecs_per_thread must be one of {VECS_PER_THREAD_CHOICES}, got {layout.vecs_per_thread}")
     if not tree_fits(hidden_size, dtype, layout.threads_per_row, layout.vecs_per_thread):
         want = tree_vecs_per_thread(hidden_size, dtype, layout.threads_per_row)
         more = " (or more, or half)" if _one_leaf_per_column(hidden_size, dtype) else ""
-        raise ValueError(f"vecs_per_thread must be {want}{more} with threads_per_row {layout.threads_per_row} for "
+        raise PlanError(f"vecs_per_thread must be {want}{more} with threads_per_row {layout.threads_per_row} for "
                          f"{what}, got {layout.vecs_per_thread}")
     if not 1 <= plan.grid[0] <= limits.max_grid_x:
-        raise ValueError(f"grid {plan.grid} exceeds the device limit {limits.max_grid_x}")
+        raise PlanError(f"grid {plan.grid} exceeds the device limit {limits.max_grid_x}")
     return plan
 
 
@@ -748,7 +759,7 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
             block_size //= 2
     most = min(limits.max_threads_per_block, ACTIVATION_MAX_BLOCK_SIZE)
     if not 0 < block_size <= most or block_size % limits.warp_size:
-        raise ValueError(f"block_size must be a multiple of {limits.warp_size} and at most {most}, got {block_size}")
+        raise PlanError(f"block_size must be a multiple of {limits.warp_size} and at most {most}, got {block_size}")
     grid_stride = overrides.get("grid_stride")
     if grid_stride is not True and not {"vec_width", "block_size"} & set(overrides):
         narrow = _narrow_vector_plan(num_rows, d, vec_width, most, limits)
@@ -937,7 +948,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
                     heads_per_thread=heads_per_thread if wide else 0)
     most = min(limits.max_threads_per_block, ROPE_MAX_BLOCK_SIZE)
     if plan.block_size > most:
-        raise ValueError(f"rope block of {plan.block_size} threads exceeds {most}")
+        raise PlanError(f"rope block of {plan.block_size} threads exceeds {most}")
     return plan
 
 

@@ -95,7 +95,7 @@ def _random_calls(rng: np.random.Generator, count: int):
 
     for _ in range(count):
         dtype = _dtypes.DTYPES[rng.integers(len(_dtypes.DTYPES))]
-        n = int(rng.choice([1, 3, 16, 64, 65, 300, 529, 4096, 16384]))
+        n = int(rng.choice([1, 3, 16, 64, 65, 256, 257, 300, 529, 4096, 16384]))
         align = int(rng.choice([0, 0, 2, 4, 8])) if np.dtype(dtype).itemsize == 2 else int(rng.choice([0, 0, 4, 8]))
         kind = rng.random()
         if kind < 0.35:
@@ -139,3 +139,20 @@ def test_heuristic_picks_hold_what_random_calls_launch():
     missing = {source: sorted(set(exprs) - picks.get(source, set())) for source, exprs in launched.items()}
     assert not any(missing.values()), missing
     assert {"norm.cu", "activation.cu", "rope.cu"} <= set(launched)
+
+
+def test_picks_raise_a_plan_that_fails_its_own_checks_and_skip_refused_shapes():
+    """covering._picks skips a call the op refuses (a plain ValueError of its intake) but
+    raises plans.PlanError: on a made-up GPU of 64-thread blocks the row heuristic's
+    256-thread block fails the planner's own check, and hiding that would leave its
+    kernels out of the spill ledger's reach."""
+    x = Sig.contiguous((1, 4096), np.dtype(np.float32), 0)
+    row = Sig.contiguous((4096,), np.dtype(np.float32), 0)
+    calls = [("rms_norm", dict(x=x, weight=row, eps=1e-6, weight_offset=0.0))]
+    small = plans.DeviceLimits(name="made up", sm_count=132, max_threads_per_block=64)
+    with pytest.raises(plans.PlanError, match="block size .* at most 64"):
+        covering._picks(calls, small)
+    refused = [("rms_norm", dict(x=x, weight=Sig.contiguous((100,), np.dtype(np.float32), 0), eps=1e-6,
+                                 weight_offset=0.0))]
+    assert covering._picks(refused, plans.H200_LIMITS) == {}
+    assert list(covering._picks(calls, plans.H200_LIMITS)) == ["norm.cu"]

@@ -145,8 +145,9 @@ def test_the_decode_layout_stays_while_the_rows_fill_half_the_gpu():
     for op in ("rms_norm", "layer_norm", "rms_norm_quant", "fused_add_rms_norm_dynamic_per_token_quant", None):
         assert (vecs(op, 65), vecs(op, 528), vecs(op, 529)) == (2, 2, 4), op
         assert vecs(op, 264, replace(H200_LIMITS, sm_count=66)) == 2 and vecs(op, 265, replace(H200_LIMITS, sm_count=66)) == 4
-    for op in ("softmax", "row_reduce"):  # share 0: the prefill layout from 65 rows
-        assert (vecs(op, 64), vecs(op, 65)) == (2, 4), op
+    assert (vecs("row_reduce", 64), vecs("row_reduce", 65)) == (2, 4)  # share 0: prefill from 65 rows
+    # softmax's share is a quarter: 256-thread rows to 264 (132 x 2048 / 4 / 256).
+    assert (vecs("softmax", 264), vecs("softmax", 265)) == (2, 4)
     assert vecs("fused_add_rms_norm", 10**6) == 2  # any size
 
 
@@ -482,7 +483,7 @@ def test_row_and_activation_plan_fields():
     ("rms_norm", 1, True), ("rms_norm", 4096, True),  # every layout of rms_norm (EXACT_WALK)
     ("fused_add_rms_norm", 1, True), ("fused_add_rms_norm", 4096, True),  # 2 leaves at any size (DECODE_FILL_SHARE)
     ("layer_norm", 1, True), ("layer_norm", 4096, False),  # 4 leaves a thread at 4096
-    ("softmax", 1, True), ("softmax", 4096, False),  # decode sizes only
+    ("softmax", 1, True), ("softmax", 256, True), ("softmax", 257, False),  # up to 256 rows
     ("row_reduce", 1, False), ("rms_norm_quant", 1, False), (None, 1, False),  # bounded walk only
 ])
 def test_row_plan_records_the_exact_walk(op, num_rows, exact):

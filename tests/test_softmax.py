@@ -43,10 +43,11 @@ def test_softmax_launch():
     plan = plans.plan_rows(4, 1000, _dtypes.bfloat16, aligned=True, limits=plans.H200_LIMITS, op="softmax")
     assert launch.template is softmax_ops.SOFTMAX and launch.plan == plan
     assert launch.template_args == ("__nv_bfloat16", "float", *plan.layout.template_args(), False)
-    # kExact where the layout fills the row (1 x 4096 bf16: 256 threads x 2 leaves of 8), at
-    # decode sizes only (4096 x 4096: 128 x 4, filled too, but slower exact).
+    # kExact where the layout fills the row (1 x 4096 bf16: 256 threads x 2 leaves of 8), up
+    # to 256 rows (plans.EXACT_WALK; 4096 x 4096: 128 x 4, filled too, but slower exact).
     assert _prepare(x=contiguous((1, 4096), _dtypes.bfloat16)).template_args[-1] is True
-    assert _prepare(x=contiguous((plans.DECODE_MAX_ROWS, 8192), _dtypes.bfloat16)).template_args[-1] is True
+    assert _prepare(x=contiguous((256, 8192), _dtypes.bfloat16)).template_args[-1] is True
+    assert _prepare(x=contiguous((257, 8192), _dtypes.bfloat16)).template_args[-1] is False
     prefill = _prepare(x=contiguous((4096, 4096), _dtypes.bfloat16))
     assert prefill.plan.layout.fills(4096, _dtypes.bfloat16) and prefill.template_args[-1] is False
     assert launch.pointers == ("out", "x")
