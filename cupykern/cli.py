@@ -153,31 +153,33 @@ def _compile_all(arch: str, instantiations: dict) -> int:
     """Compiles ``instantiations`` ({source: [name expressions]}) with NVRTC for ``arch`` on
     every core and prints a table per source: how many failed, how many spill registers
     to local memory (ptxas), and how many of those the heuristics launch
-    (covering.heuristic_picks; tests/data/known_spills.json is their ledger). Returns
-    how many failed to compile."""
+    (covering.heuristic_picks, planned for the sources that spilled only;
+    tests/data/known_spills.json is their ledger). Returns how many failed to compile."""
     from cupykern import covering
 
-    picks = covering.heuristic_picks()
     jobs = [(f, exprs[i:i + 64], arch) for f, exprs in instantiations.items() for i in range(0, len(exprs), 64)]
     counts: dict = {}
+    spilled: dict = {}
     with Progress(console=console) as progress, ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         task = progress.add_task(f"NVRTC sm_{arch}", total=sum(len(j[1]) for j in jobs))
         for future in as_completed([pool.submit(_compile_job, j) for j in jobs]):
             filename, n, spills, error = future.result()
-            total, bad, spilling, picked = counts.get(filename, (0, 0, 0, 0))
-            spilled = [expr for expr, size in spills.items() if size]
-            launched = [expr for expr in spilled if expr in picks.get(filename, ())]
-            counts[filename] = (total + n, bad + (n if error else 0), spilling + len(spilled), picked + len(launched))
+            total, bad = counts.get(filename, (0, 0))
+            counts[filename] = (total + n, bad + (n if error else 0))
+            spilled.setdefault(filename, []).extend(expr for expr, size in spills.items() if size)
             if error:
                 console.print(f"[red]{error}[/]")
             progress.advance(task, n)
+    picks = covering.heuristic_picks(sources={f for f, exprs in spilled.items() if exprs})
     table = Table(title=f"compile (NVRTC, sm_{arch})")
     for column in ("source", "instantiations", "failed", "spilling", "of them launched by the heuristics"):
         table.add_column(column)
-    for filename, (total, bad, spilling, picked) in sorted(counts.items()):
-        table.add_row(filename, str(total), f"[red]{bad}[/]" if bad else "0", str(spilling), str(picked))
+    for filename, (total, bad) in sorted(counts.items()):
+        launched = [expr for expr in spilled[filename] if expr in picks.get(filename, ())]
+        table.add_row(filename, str(total), f"[red]{bad}[/]" if bad else "0", str(len(spilled[filename])),
+                      str(len(launched)))
     console.print(table)
-    return sum(bad for _, bad, _, _ in counts.values())
+    return sum(bad for _, bad in counts.values())
 
 
 @main.command()

@@ -256,26 +256,38 @@ def planned(presets=None, dtypes=_dtypes.DTYPES, num_tokens=NUM_TOKENS, limits=p
                    for call in _calls(model, dtype, n)), limits)
 
 
-def planned_any_size(dtypes=_dtypes.DTYPES, limits=plans.H200_LIMITS) -> dict[str, list]:
+#: The any-size enumerations and the sources whose kernels their calls launch (a test
+#: holds each to its sources): RoPE's takes most of heuristic_picks' time (about 13 of
+#: 20 s on one core), so a caller that needs the picks of other sources skips it.
+ANY_SIZE_CALLS = ((_any_row_calls, ("norm.cu", "softmax.cu", "row_reduce.cu", "quant.cu")),
+                  (_any_gated_calls, ("activation.cu", "quant.cu")),
+                  (_any_rope_calls, ("rope.cu",)))
+
+
+def planned_any_size(dtypes=_dtypes.DTYPES, limits=plans.H200_LIMITS, sources=None) -> dict[str, list]:
     """{source: [name expressions]} the planner picks for the row ops (norms, softmax,
     row_reduce, the FP8 norms), the gated activations and RoPE at any size: every size
-    class their planners tell apart (:func:`_any_row_calls`, :func:`_any_gated_calls`,
-    :func:`_any_rope_calls`), so every kernel of theirs the heuristics can launch."""
-    return _picks((call for dtype in dtypes
-                   for calls in (_any_row_calls, _any_gated_calls, _any_rope_calls) for call in calls(dtype)), limits)
+    class their planners tell apart (:data:`ANY_SIZE_CALLS`), so every kernel of theirs
+    the heuristics can launch; only the enumerations that reach ``sources`` (source
+    file names; None: all)."""
+    chosen = [calls for calls, reach in ANY_SIZE_CALLS if sources is None or set(reach) & set(sources)]
+    return _picks((call for dtype in dtypes for calls in chosen for call in calls(dtype)), limits)
 
 
-def heuristic_picks(limits=plans.H200_LIMITS) -> dict[str, set]:
+def heuristic_picks(limits=plans.H200_LIMITS, sources=None) -> dict[str, set]:
     """{source: {name expressions}} the heuristics launch for the presets' calls
     (:func:`planned`: their sizes, 16-byte aligned, NeoX RoPE) and for the row ops, the
-    gated activations and RoPE at any size (:func:`planned_any_size`). Their register
-    spills to local memory are those tests/data/known_spills.json records
-    (tests/test_jit_compile.py; ``cupykern check`` counts them); a layout reached only
-    through an override or a tuned file is not held to it."""
+    gated activations and RoPE at any size (:func:`planned_any_size`), for every source,
+    or for the source file names in ``sources`` alone (faster: enumerations that reach
+    none of them are skipped). Their register spills to local memory are those
+    tests/data/known_spills.json records (tests/test_jit_compile.py; ``cupykern check``
+    counts them); a layout reached only through an override or a tuned file is not held
+    to it."""
     picks: dict[str, set] = {}
-    for part in (planned(limits=limits), planned_any_size(limits=limits)):
+    for part in (planned(limits=limits), planned_any_size(limits=limits, sources=sources)):
         for source, exprs in part.items():
-            picks.setdefault(source, set()).update(exprs)
+            if sources is None or source in sources:
+                picks.setdefault(source, set()).update(exprs)
     return picks
 
 

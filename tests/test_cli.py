@@ -106,7 +106,8 @@ def test_check_without_gpu_compiles_the_covering_set_and_all_with_all(no_gpu_com
 def test_compile_table_counts_failures_spills_and_the_heuristics_spills(monkeypatch):
     """`cupykern check`'s table: per source, instantiations, failures, spilling ones, and
     of those the ones covering.heuristic_picks() launches, summed over the source's chunks
-    of 64 expressions; the return is the failures."""
+    of 64 expressions (the picks planned for the sources that spilled only); the return
+    is the failures."""
     from concurrent.futures import ThreadPoolExecutor
 
     from cupykern import jit
@@ -124,7 +125,13 @@ def test_compile_table_counts_failures_spills_and_the_heuristics_spills(monkeypa
     monkeypatch.setattr(jit, "nvrtc_spills", fake_spills)
     monkeypatch.setattr(cli, "ProcessPoolExecutor", ThreadPoolExecutor)  # the fake, not pickled
     picked = {"a<0>", "a<1>", "a<70>", "a<129>", "a<120>"}  # 3 of them spill, in all three chunks
-    monkeypatch.setattr(covering, "heuristic_picks", lambda: {"a.cu": picked, "b.cu": set()})
+    asked = []
+
+    def fake_picks(sources=None):
+        asked.append(sources)
+        return {"a.cu": picked, "b.cu": set()}
+
+    monkeypatch.setattr(covering, "heuristic_picks", fake_picks)
     monkeypatch.setattr(cli, "console", Console(width=200, force_terminal=False))
     with cli.console.capture() as captured:
         failed = cli._compile_all("80", {"a.cu": a, "b.cu": ["b<1>"], "broken.cu": ["c<1>", "c<2>"]})
@@ -133,6 +140,7 @@ def test_compile_table_counts_failures_spills_and_the_heuristics_spills(monkeypa
     cells = [[c.strip() for c in line.split("│")[1:-1]] for line in captured.get().splitlines() if "│" in line]
     rows = {c[0]: c[1:] for c in cells if c and c[0].endswith(".cu")}
     assert rows == {"a.cu": ["130", "0", "13", "3"], "b.cu": ["1", "0", "1", "0"], "broken.cu": ["2", "2", "0", "0"]}
+    assert asked == [{"a.cu", "b.cu"}]
 
 
 def test_sweep_without_gpu_checks_usage_first_and_cannot_tune(no_gpu_compiles):

@@ -156,3 +156,16 @@ def test_picks_raise_a_plan_that_fails_its_own_checks_and_skip_refused_shapes():
                                  weight_offset=0.0))]
     assert covering._picks(refused, plans.H200_LIMITS) == {}
     assert list(covering._picks(calls, plans.H200_LIMITS)) == ["norm.cu"]
+
+
+def test_any_size_enumerations_launch_only_the_sources_they_declare():
+    """covering.ANY_SIZE_CALLS names the sources each any-size enumeration reaches, and
+    heuristic_picks(sources=...) skips the enumerations that reach none of them: each
+    enumeration's picks lie in its declared sources, and a restricted call gives the
+    full set's entries for those sources."""
+    for calls, reach in covering.ANY_SIZE_CALLS:
+        picks = covering._picks((call for dtype in _dtypes.DTYPES for call in calls(dtype)), plans.H200_LIMITS)
+        assert set(picks) <= set(reach), (calls.__name__, sorted(picks))
+    full = covering.heuristic_picks()
+    for sources in ({"norm.cu"}, {"gemv.cu", "activation.cu"}):
+        assert covering.heuristic_picks(sources=sources) == {s: full[s] for s in sources}
