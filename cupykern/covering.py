@@ -270,8 +270,24 @@ def planned_any_size(dtypes=_dtypes.DTYPES, limits=plans.H200_LIMITS, sources=No
     class their planners tell apart (:data:`ANY_SIZE_CALLS`), so every kernel of theirs
     the heuristics can launch; only the enumerations that reach ``sources`` (source
     file names; None: all)."""
-    chosen = [calls for calls, reach in ANY_SIZE_CALLS if sources is None or set(reach) & set(sources)]
+    sources = _source_names(sources)
+    chosen = [calls for calls, reach in ANY_SIZE_CALLS if sources is None or set(reach) & sources]
     return _picks((call for dtype in dtypes for calls in chosen for call in calls(dtype)), limits)
+
+
+def _source_names(sources) -> frozenset | None:
+    """``sources`` (None, or an iterable of source file names such as "norm.cu") as a
+    frozenset; TypeError for a bare string or a name that is not one."""
+    if sources is None:
+        return None
+    try:
+        names = None if isinstance(sources, (str, bytes)) else frozenset(sources)
+    except TypeError:  # not iterable, or unhashable names
+        names = None
+    if names is None or not all(isinstance(name, str) for name in names):
+        raise TypeError(f"sources: expected None or a collection of source file names such as {{'norm.cu'}}, "
+                        f"got {sources!r}")
+    return names
 
 
 def heuristic_picks(limits=plans.H200_LIMITS, sources=None) -> dict[str, set]:
@@ -283,6 +299,7 @@ def heuristic_picks(limits=plans.H200_LIMITS, sources=None) -> dict[str, set]:
     tests/data/known_spills.json records (tests/test_jit_compile.py; ``cupykern check``
     counts them); a layout reached only through an override or a tuned file is not held
     to it."""
+    sources = _source_names(sources)
     picks: dict[str, set] = {}
     for part in (planned(limits=limits), planned_any_size(limits=limits, sources=sources)):
         for source, exprs in part.items():

@@ -169,3 +169,6 @@ def test_any_size_enumerations_launch_only_the_sources_they_declare():
     full = covering.heuristic_picks()
     for sources in ({"norm.cu"}, {"gemv.cu", "activation.cu"}):
         assert covering.heuristic_picks(sources=sources) == {s: full[s] for s in sources}
+    for bad in ("norm.cu", ["norm.cu", 3]):  # a bare string would be read as its letters
+        with pytest.raises(TypeError, match="sources: expected None or a collection of source file names"):
+            covering.heuristic_picks(sources=bad)
