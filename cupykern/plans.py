@@ -239,8 +239,9 @@ class RowLayout:
 #: bytes, fp32 8: test_jit_compile's spill check), so theirs stop at 2; softmax's was 0.06-
 #: 0.17 us faster at 1-16 tokens but 20-27 % slower at 4096 (8b 128 x 4, 70b 256 x 4, 40
 #: registers against 48; cause not found), so it takes it up to 256 rows: there 0-12 %
-#: faster in every layout of llama-3.1-8b and -70b (70b's 256 x 4 at 256 rows -2..+4 %),
-#: 8-17 % slower in their prefill layouts (8b 128 x 4, 70b 256 x 4) at 512 (item 27).
+#: faster in every layout of llama-3.1-8b and -70b but one (70b's 256 x 4 at 256 rows,
+#: -2..+4 %), and 8-17 % slower in their prefill layouts (8b 128 x 4, 70b 256 x 4) at
+#: 512 rows (item 27).
 EXACT_WALK = {"rms_norm": (8, None), "fused_add_rms_norm": (2, None), "layer_norm": (2, None),
               "softmax": (8, 256)}
 
