@@ -277,7 +277,8 @@ def planned_any_size(dtypes=_dtypes.DTYPES, limits=plans.H200_LIMITS, sources=No
 
 def _source_names(sources) -> frozenset | None:
     """``sources`` (None, or an iterable of source file names such as "norm.cu") as a
-    frozenset; TypeError for a bare string or a name that is not one."""
+    frozenset; TypeError for a bare string or a name that is not a str, ValueError for a
+    name that is no family's source (kernels_cu/<family>.cu, cupykern.families)."""
     if sources is None:
         return None
     try:
@@ -287,6 +288,9 @@ def _source_names(sources) -> frozenset | None:
     if names is None or not all(isinstance(name, str) for name in names):
         raise TypeError(f"sources: expected None or a collection of source file names such as {{'norm.cu'}}, "
                         f"got {sources!r}")
+    known = {f"{family}.cu" for family in families.FAMILIES}
+    if names - known:
+        raise ValueError(f"sources: {sorted(names - known)} are not kernel sources (expected names of {sorted(known)})")
     return names
 
 
@@ -299,6 +303,8 @@ def heuristic_picks(limits=plans.H200_LIMITS, sources=None) -> dict[str, set]:
     tests/data/known_spills.json records (tests/test_jit_compile.py; ``cupykern check``
     counts them); a layout reached only through an override or a tuned file is not held
     to it."""
+    if not isinstance(limits, plans.DeviceLimits):
+        raise TypeError(f"limits: expected a plans.DeviceLimits, got {type(limits).__name__}")
     sources = _source_names(sources)
     picks: dict[str, set] = {}
     for part in (planned(limits=limits), planned_any_size(limits=limits, sources=sources)):

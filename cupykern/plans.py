@@ -421,12 +421,16 @@ def _prefill_max_threads_per_row(op: str | None) -> int:
 
 
 def _resident_threads(limits: DeviceLimits) -> int:
-    """sm_count x max_threads_per_sm of ``limits``, ValueError naming the field unless each
-    is an int >= 1 (a NaN or negative count would flip the decode layout's test)."""
+    """sm_count x max_threads_per_sm of ``limits``, PlanError naming the field unless each
+    is an int >= 1 (a NaN or negative count would flip the decode layout's test, a zero
+    one divide)."""
     if not isinstance(limits, DeviceLimits):
         raise TypeError(f"limits: expected a plans.DeviceLimits, got {type(limits).__name__}")
-    return (_count(limits.sm_count, "limits.sm_count", 1)
-            * _count(limits.max_threads_per_sm, "limits.max_threads_per_sm", 1))
+    try:
+        return (_count(limits.sm_count, "limits.sm_count", 1)
+                * _count(limits.max_threads_per_sm, "limits.max_threads_per_sm", 1))
+    except ValueError as exc:
+        raise PlanError(str(exc)) from None
 
 
 def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str | None = None,
@@ -916,6 +920,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     # Python ints from here on (NumPy's unsigned and small ints wrapped in -(-n // h)).
     num_tokens, num_heads = _count(num_tokens, "num_tokens", 0), _count(num_heads, "num_heads", 1)
     head_dim, rotary_dim = _count(head_dim, "head_dim", 2), _count(rotary_dim, "rotary_dim", 2)
+    _resident_threads(limits)  # sm_count is divided by below: checked by name first
     if rotary_dim > head_dim or rotary_dim % 2:
         raise ValueError(f"rotary_dim: expected an even number <= head_dim ({head_dim}), got {rotary_dim}")
     half = rotary_dim // 2
@@ -959,7 +964,7 @@ def rope_wide(fused_norm: bool, units: int, pass_vecs: int, threads_per_head: in
     the wide kernels keep them in registers. apply_rope also needs its heads to fit one
     round (:func:`_rope_apply_heads`)."""
     if ROPE_LAYOUT not in ("wide", "steps"):
-        raise ValueError(f"ROPE_LAYOUT must be 'wide' or 'steps', got {ROPE_LAYOUT!r}")
+        raise PlanError(f"ROPE_LAYOUT must be 'wide' or 'steps', got {ROPE_LAYOUT!r}")
     if ROPE_LAYOUT != "wide":
         return False
     return units <= threads_per_head and (not fused_norm or pass_vecs <= threads_per_head)
@@ -975,7 +980,7 @@ def rope_wide_heads_choices(fused_norm: bool = False) -> tuple[int, ...]:
     choices = ROPE_WIDE_HEADS_CHOICES
     if (not isinstance(choices, tuple) or not choices or not all(_is_int(h) and 1 <= h <= 8 for h in choices)
             or list(choices) != sorted(set(choices))):
-        raise ValueError(f"plans.ROPE_WIDE_HEADS_CHOICES must be a non-empty ascending tuple of distinct ints "
+        raise PlanError(f"plans.ROPE_WIDE_HEADS_CHOICES must be a non-empty ascending tuple of distinct ints "
                          f"1 .. 8, got {choices!r}")
     return tuple(int(h) for h in choices)
 
