@@ -258,9 +258,10 @@ def _plan_text(point: dict) -> str:
     kind = point["plan_kind"]
     if kind is None:
         return "-"
-    if kind == "rows":  # exact: the leaf walk without bounds (plans.exact_walk; absent in older files)
+    if kind == "rows":  # exact: the leaf walk without bounds; reread: pass 2 from L2 (absent in older files)
         text = (f"{point['threads_per_row']}x{point['vec_width']}x{point['vecs_per_thread']} "
-                f"r{point['rows_per_block']}{' exact' if point.get('exact') else ''}")
+                f"r{point['rows_per_block']}{' exact' if point.get('exact') else ''}"
+                f"{' reread' if point.get('reread') else ''}")
     elif kind == "activation":  # walk: grid-stride over the work items; item: a block per item
         text = f"b{point['block_size']} x{point['vec_width']} {'walk' if point['grid_stride'] else 'item'}"
     else:  # rope: threads per head x vector width, head slots, tokens per block

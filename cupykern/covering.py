@@ -130,10 +130,13 @@ def _any_row_calls(dtype):
     (3 x 2**(k-1) leaves: the walk with bounds on 16-byte vectors, as 5120-element bf16
     rows take), 16-byte aligned or 4 bytes off (the scalar path), at decode and prefill
     row counts (2**24 rows: past any fill of the GPU for the narrowest rows,
-    plans.DECODE_FILL_SHARE) and at each row limit of plans.EXACT_WALK and one past it."""
+    plans.DECODE_FILL_SHARE), at each row limit of plans.EXACT_WALK and one past it, and at
+    the fewest rows of plans.REREAD and one short of them."""
     width = plans.leaf_width(dtype)
     exact_limits = {most + extra for _, most in plans.EXACT_WALK.values() if most is not None for extra in (0, 1)}
-    row_counts = sorted({1, plans.DECODE_MAX_ROWS, plans.DECODE_MAX_ROWS + 1, 4096, 1 << 24, *exact_limits})
+    reread_limits = {fewest + extra for fewest, _ in plans.REREAD.values() for extra in (-1, 0)}
+    row_counts = sorted({1, plans.DECODE_MAX_ROWS, plans.DECODE_MAX_ROWS + 1, 4096, 1 << 24, *exact_limits,
+                         *reread_limits})
     for k in range(plans.MAX_TREE_COLUMNS.bit_length() + 1):
         short_leaves = {(3 * width << k) // 2} if k else set()
         for hidden_size in {width << k, max(1, (width << k) - 1), *short_leaves}:

@@ -101,6 +101,7 @@ class Point:
     num_splits: int | None = None
     grid_stride: bool | None = None
     exact: bool | None = None
+    reread: bool | None = None
 
     def as_dict(self) -> dict:
         """The point as a JSON-ready dict (non-finite floats as None: JSON has no inf)."""

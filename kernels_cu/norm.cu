@@ -48,6 +48,15 @@
 //                   x load at instruction 70 -> 50). The same leaves in the same order:
 //                   the same bits. Built for every layout of rms_norm_kernel, for up to 2
 //                   leaves a thread of the other two (plans.py::EXACT_WALK).
+//   kReread         rms_norm_kernel only (default false): pass 2 reads the row again from L2
+//                   (loads with evict_last, then evict_first) instead of keeping its first
+//                   round in registers, as Inductor's kernel does: fewer registers, every
+//                   thread of an SM resident. The same leaves in the same order: the same
+//                   bits. Built with kExact on 16-byte vectors in the layouts
+//                   plans.reread_layout gives (256 x 2, 512 x 2, 512 x 4:
+//                   plans.reread_choices); taken from 8192 rows of at least 512 leaves
+//                   (plans.REREAD), where it measured 1.3-3.8 % faster than holding the
+//                   row (bench/results/NOTES.md, item 28).
 // Launch contract (planned by cupykern/plans.py::plan_rows): 1-D block of
 // rows_per_block * kThreadsPerRow threads (a multiple of kWarpSize, at most 1024),
 // 1-D grid of any size (blocks walk the rows grid-stride), no dynamic shared memory.
@@ -62,14 +71,15 @@ using namespace cupykern;
 // One body for both ops (cupykern/rms_norm_rows.cuh): kFusedAdd adds `residual` first
 // and writes the rounded sum back to it; the normalised value, rounded once to T, goes
 // to `out` (which is x for the fused op).
-template <typename T, int kThreadsPerRow, int kVecWidth, int kVecsPerThread, int kWarpSize, bool kExact>
+template <typename T, int kThreadsPerRow, int kVecWidth, int kVecsPerThread, int kWarpSize, bool kExact,
+          bool kReread = false>
 __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) rms_norm_kernel(
     T* out,                          // [num_rows, hidden_size]
     const T* x,                      // [num_rows, hidden_size]
     const T* __restrict__ weight,    // [hidden_size]
     int num_rows, int hidden_size, int x_row_stride, int out_row_stride,
     float eps, float weight_offset) {
-  rms_norm_rows<T, false, kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize, kExact>(
+  rms_norm_rows<T, false, kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize, kExact, kReread>(
       StoreRounded<T>{out, out_row_stride}, x, nullptr, weight, num_rows, hidden_size, x_row_stride, 0,
       eps, weight_offset);
 }

@@ -566,6 +566,37 @@ def test_batch_invariance(rng, op, hidden):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("hidden", [4096, 8192])
+def test_rereading_rows_keeps_their_bits(rng, dtype, hidden):
+    """From plans.REREAD's 8192 rows rms_norm reads each row again from L2 (kReread): the
+    reference's values, into a poisoned output, and the same bytes as the layout that
+    holds the row (4 or 8 leaves a thread, overridden), as one row alone (the decode
+    layout) and as the call in place (out is x: pass 2 reads x before it writes it)."""
+    rows = plans.REREAD["rms_norm"][0]
+    x, w = _rms_inputs(rng, rows, hidden, dtype)
+    out = Guarded((rows, hidden), dtype)
+    with launcher.recording() as launched:
+        cupykern.rms_norm(x, w, out=out.view)
+    (record,) = launched
+    assert record.plan.reread and record.plan.exact
+    out.check_margins()
+    got = out.view.get()
+    assert_close(out.view[:512], reference.rms_norm(x[:512], w), dtype, seed=rng.seed)
+    assert_close(out.view[-512:], reference.rms_norm(x[-512:], w), dtype, seed=rng.seed)
+    held_vecs = 2 * record.plan.layout.vecs_per_thread
+    with launcher.recording() as launched, launcher.overrides(vecs_per_thread=held_vecs):
+        held = cupykern.rms_norm(x, w).get()
+    assert not launched[0].plan.reread
+    np.testing.assert_array_equal(held.view(np.uint8), got.view(np.uint8))
+    for i in (0, rows // 2 + 1, rows - 1):
+        np.testing.assert_array_equal(cupykern.rms_norm(x[i:i + 1], w).get().view(np.uint8), got[i:i + 1].view(np.uint8))
+    in_place = x.copy()
+    cupykern.rms_norm(in_place, w, out=in_place)
+    np.testing.assert_array_equal(in_place.get().view(np.uint8), got.view(np.uint8))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("threads_per_row", [32, 64, 256, 1024])
 @pytest.mark.parametrize("wider", [False, True])
 def test_overridden_layouts_stay_correct(rng, threads_per_row, wider):

@@ -470,7 +470,7 @@ def test_row_and_activation_plan_fields():
     row = plans.plan_rows(4096, 1024, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
     assert row.fields() == {**dict.fromkeys(plans.PLAN_FIELDS), "plan_kind": "rows", "origin": "heuristic",
                             "grid": row.grid[0], "block_size": 128, "threads_per_row": 32, "vec_width": 8,
-                            "vecs_per_thread": 4, "rows_per_block": 4, "exact": False}
+                            "vecs_per_thread": 4, "rows_per_block": 4, "exact": False, "reread": False}
     act = plans.plan_activation(4096, 14336, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
     fields = act.fields()
     assert set(fields) == set(plans.PLAN_FIELDS)
@@ -492,6 +492,82 @@ def test_row_plan_records_the_exact_walk(op, num_rows, exact):
     plan = plans.plan_rows(num_rows, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op=op)
     assert plan.layout.fills(4096, _dtypes.bfloat16)
     assert plan.exact is exact and plan.fields()["exact"] is exact
+
+
+@pytest.mark.parametrize("dtype, hidden_size, threads, vecs", [
+    (_dtypes.bfloat16, 4096, 256, 2), (_dtypes.float16, 8192, 512, 2), (_dtypes.bfloat16, 16384, 512, 4),
+    (_dtypes.float32, 4096, 512, 2), (_dtypes.float32, 8192, 512, 4),
+])
+def test_rms_norm_rereads_from_8192_rows_in_the_layout_timed(dtype, hidden_size, threads, vecs):
+    """rms_norm reads its rows again from L2 (kReread) from REREAD's 8192 rows, in 2 leaves a
+    thread up to 512 threads (4 past that), where that layout fills the row; one row short
+    it holds them in its prefill layout, and the kernel it launches is built."""
+    from cupykern.ops import norm
+
+    fewest_rows = plans.REREAD["rms_norm"][0]
+    plan = plans.plan_rows(fewest_rows, hidden_size, dtype, aligned=True, limits=H200_LIMITS, op="rms_norm")
+    assert (plan.layout.threads_per_row, plan.layout.vecs_per_thread) == (threads, vecs)
+    assert plan.reread and plan.exact and plan.fields()["reread"] is True
+    args = norm._template_args(dtype, plan)
+    assert args[-2:] == (True, True) and norm.RMS_NORM.expr(*args) in families.instantiations()["norm.cu"]
+    short = plans.plan_rows(fewest_rows - 1, hidden_size, dtype, aligned=True, limits=H200_LIMITS, op="rms_norm")
+    assert not short.reread and short.layout.vecs_per_thread in (4, 8)
+    assert norm._template_args(dtype, short)[-1] is True  # kExact, and kReread left at its default
+
+
+@pytest.mark.parametrize("case", ["fused_add_rms_norm", "layer_norm", "unaligned", "5120 elements", "512 elements",
+                                  "override 4 leaves", "override 8 leaves"])
+def test_rereading_stays_where_it_was_timed(case):
+    """No kReread for the other ops, the scalar path, rows the layout does not fill (5120
+    bf16: 640 leaves), rows of fewer than REREAD's leaves, or a layout a sweep overrides
+    to other than the one timed; the override that names it rereads."""
+    n, bf16 = 16384, _dtypes.bfloat16
+    op, hidden_size, aligned, overrides = "rms_norm", 4096, True, None
+    if case in ("fused_add_rms_norm", "layer_norm"):
+        op = case
+    elif case == "unaligned":
+        aligned = False
+    elif case.endswith("elements"):
+        hidden_size = int(case.split()[0])
+    else:
+        overrides = {"vecs_per_thread": int(case.split()[1])}
+    plan = plans.plan_rows(n, hidden_size, bf16, aligned=aligned, limits=H200_LIMITS, op=op, overrides=overrides)
+    assert plan.reread is False
+    named = plans.plan_rows(n, 4096, bf16, aligned=True, limits=H200_LIMITS, op="rms_norm",
+                            overrides={"vecs_per_thread": 2})
+    assert named.reread is True and named.origin == "override"
+
+
+def test_reread_is_built_for_its_layouts_only():
+    """The rereading kernels: the exact walk on 16-byte vectors in 256 x 2, 512 x 2 and 512 x 4,
+    rms_norm_kernel's alone (9 instantiations over the three dtypes)."""
+    from cupykern.ops import norm
+
+    built = [e for e in norm.instantiations()[norm.RMS_NORM] if e.endswith(", true, true>")]
+    assert len(built) == 9 and not any(e.endswith(", false, true>") for e in norm.instantiations()[norm.RMS_NORM])
+    shapes = {(layout.threads_per_row, layout.vecs_per_thread) for d in _dtypes.DTYPES for layout in plans.row_layouts(d)
+              if True in plans.reread_choices("rms_norm", layout, True)}
+    assert shapes == {(256, 2), (512, 2), (512, 4)}
+    layout = plans.RowLayout(256, 8, 2)
+    assert plans.reread_choices("fused_add_rms_norm", layout, True) == (False,)
+    assert plans.reread_choices("rms_norm", layout, False) == (False,)
+    assert plans.reread_choices("rms_norm", plans.RowLayout(256, 1, 2), True) == (False,)
+
+
+@pytest.mark.parametrize("value", [(8192,), (0, 512), (8192.0, 512), "8192", None])
+def test_bad_reread_constant_is_a_plan_error(monkeypatch, value):
+    monkeypatch.setitem(plans.REREAD, "rms_norm", value)
+    with pytest.raises(plans.PlanError, match=r"plans.REREAD\['rms_norm'\] must be"):
+        plans.plan_rows(16384, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
+
+
+def test_bad_reread_table_or_thread_cap_is_a_plan_error(monkeypatch):
+    monkeypatch.setattr(plans, "REREAD_MAX_THREADS_PER_ROW", 384)
+    with pytest.raises(plans.PlanError, match="plans.REREAD_MAX_THREADS_PER_ROW must be one of"):
+        plans.plan_rows(16384, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
+    monkeypatch.setattr(plans, "REREAD", [("rms_norm", (8192, 512))])
+    with pytest.raises(plans.PlanError, match="plans.REREAD must be a dict"):
+        plans.plan_rows(16384, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
 
 
 # ----------------------------------------------------------------- device limits

@@ -19,15 +19,23 @@ _OPS = {RMS_NORM: "rms_norm", FUSED_ADD_RMS_NORM: "fused_add_rms_norm", LAYER_NO
 
 
 def instantiations() -> dict[KernelTemplate, list[str]]:
-    """Every instantiation of this family: dtype x row layout x kExact (plans.exact_choices)."""
-    return {t: [t.expr(_dtypes.c_type(d), *layout.template_args(), exact) for d in _dtypes.DTYPES
-                for layout in plans.row_layouts(d) for exact in plans.exact_choices(op, layout)]
+    """Every instantiation of this family: dtype x row layout x kExact (plans.exact_choices)
+    x kReread (plans.reread_choices: rms_norm_kernel's)."""
+    return {t: [t.expr(*_args(_dtypes.c_type(d), layout, exact, reread)) for d in _dtypes.DTYPES
+                for layout in plans.row_layouts(d) for exact in plans.exact_choices(op, layout)
+                for reread in plans.reread_choices(op, layout, exact)]
             for t, op in _OPS.items()}
 
 
+def _args(c_type: str, layout: plans.RowLayout, exact: bool, reread: bool) -> tuple:
+    # kReread defaults to false in norm.cu and is named only when true, so the name of
+    # every kernel that holds its row is what it was before kReread (the spill ledger's keys).
+    return (c_type, *layout.template_args(), exact, *((True,) if reread else ()))
+
+
 def _template_args(dtype, plan: plans.RowPlan) -> tuple:
-    """(T, kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize, kExact) of norm.cu's kernels."""
-    return (_dtypes.c_type(dtype), *plan.layout.template_args(), plan.exact)
+    """(T, kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize, kExact[, kReread]) of norm.cu's kernels."""
+    return _args(_dtypes.c_type(dtype), plan.layout, plan.exact, plan.reread)
 
 
 # ----------------------------------------------------------------- intake and plan

@@ -21,6 +21,7 @@
 //
 // kExact: the layout fills the row exactly (rows.cuh::for_each_leaf); the same bits, no
 // bounds. norm.cu's kernels choose it per call; quant.cu's FP8 norms keep the default.
+// kReread: see the body; rms_norm_kernel's choice per call (plans.REREAD).
 #pragma once
 #include <cupykern/vec.cuh>
 #include <cupykern/reduce.cuh>
@@ -62,7 +63,7 @@ __device__ __forceinline__ Vec<__nv_bfloat16, L> add_rounded(Vec<__nv_bfloat16, 
 }
 
 template <typename T, bool kFusedAdd, int kThreadsPerRow, int kVecWidth, int kVecsPerThread,
-          int kWarpSize, bool kExact = false, typename Epilogue>
+          int kWarpSize, bool kExact = false, bool kReread = false, typename Epilogue>
 __device__ __forceinline__ void rms_norm_rows(
     const Epilogue& epilogue,        // what becomes of y (see the contract above)
     const T* x,                      // [num_rows, hidden_size], x_row_stride apart
@@ -89,6 +90,16 @@ __device__ __forceinline__ void rms_norm_rows(
   static_assert(!kWeightsFirst || kCacheWeight, "one_row_per_block's layouts cache their weights");
   const RowGroup<kThreadsPerRow, kOneRowPerBlock> g;
   V cache[kVecsPerThread];
+  // kReread: pass 2 reads the row again, from L2, instead of holding its first round in
+  // registers (Inductor's rms_norm; plans.REREAD says where): pass 1 loads with
+  // evict_last, pass 2 with evict_first. The registers freed let a whole SM's threads be
+  // resident (sm_90 bf16 512 x 2: 40 registers -> 32); the same leaves in the same order,
+  // so the same bits.
+  static_assert(!kReread || !kFusedAdd, "the fused add's second pass reads the sum it stored, not x");
+  constexpr Evict kFirstPass = kReread ? Evict::kLast : Evict::kNormal;
+  constexpr Evict kSecondPass = kReread ? Evict::kFirst : Evict::kNormal;
+  const unsigned long long first_policy = l2_policy<kFirstPass>();
+  const unsigned long long second_policy = l2_policy<kSecondPass>();
   // See pass 1.
   constexpr bool kFusedAddLeafByLeaf =
       kFusedAdd && (kVecWidth != L || kVecsPerThread > 4 || max_block_size<kThreadsPerRow>() > 512);
@@ -108,7 +119,7 @@ __device__ __forceinline__ void rms_norm_rows(
     T* res_row = kFusedAdd ? residual + row * residual_row_stride : nullptr;
     // The value that gets normalised: x, or the rounded sum x + residual (stored back).
     auto input_leaf = [&](int64_t v, int count) -> V {
-      V a = load_leaf<T, kVecWidth>(x_row, v, count);
+      V a = load_leaf_evict<T, kVecWidth, kFirstPass>(x_row, v, count, first_policy);
       if constexpr (kFusedAdd) {
         a = add_rounded(a, load_leaf<T, kVecWidth>(res_row, v, count));
         store_leaf<T, kVecWidth>(res_row, v, count, a);
@@ -174,7 +185,9 @@ __device__ __forceinline__ void rms_norm_rows(
     }
     auto each_y = [&](auto&& vec_fn, auto&& tail_fn) {
       walk_leaves([&](int slot, int, int64_t v, int count) {
-        const V a = slot >= 0 ? cache[slot] : load_leaf<T, kVecWidth>(again_row, v, count);
+        const V a = (slot >= 0 && !kReread)
+                        ? cache[slot]
+                        : load_leaf_evict<T, kVecWidth, kSecondPass>(again_row, v, count, second_policy);
         const V w = shared_leaf<kCacheWeight, T, kVecWidth>(weight, weight_cache, slot, v, count);
         float y[L];
 #pragma unroll

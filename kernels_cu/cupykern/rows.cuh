@@ -40,6 +40,48 @@ __device__ __forceinline__ Vec<T, leaf_width<T>()> load_leaf(const T* row, int64
   return a;
 }
 
+// Eviction priorities of a load (PTX `ld.global.L1::evict_*.L2::cache_hint` with a
+// `createpolicy.fractional.L2::evict_*` policy, sm_80 and later): what Triton emits on
+// sm_90 for tl.load(..., eviction_policy="evict_last" / "evict_first"), and what
+// Inductor's rms_norm asks for when it reads a row twice (bench/results/NOTES.md, item 26).
+enum class Evict { kNormal, kLast, kFirst };
+
+// The L2 policy operand of load_leaf_evict (unused for kNormal).
+template <Evict E>
+__device__ __forceinline__ unsigned long long l2_policy() {
+  unsigned long long policy = 0;
+  if constexpr (E == Evict::kLast) {
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  } else if constexpr (E == Evict::kFirst) {
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  }
+  return policy;
+}
+
+// load_leaf, a whole leaf on the vector path read with eviction priority E (`policy` from
+// l2_policy<E>()); a partial leaf, the scalar path and kNormal read as load_leaf does.
+template <typename T, int kVecWidth, Evict E>
+__device__ __forceinline__ Vec<T, leaf_width<T>()> load_leaf_evict(const T* row, int64_t v, int count,
+                                                                   unsigned long long policy) {
+  constexpr int L = leaf_width<T>();
+  if constexpr (kVecWidth == L && E != Evict::kNormal) {
+    if (count == L) {
+      Vec<T, L> a;
+      unsigned* w = reinterpret_cast<unsigned*>(&a);
+      const T* p = row + v * L;
+      if constexpr (E == Evict::kLast) {
+        asm volatile("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p), "l"(policy));
+      } else {
+        asm volatile("ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p), "l"(policy));
+      }
+      return a;
+    }
+  }
+  return load_leaf<T, kVecWidth>(row, v, count);
+}
+
 template <typename T, int kVecWidth>
 __device__ __forceinline__ void store_leaf(T* row, int64_t v, int count, const Vec<T, leaf_width<T>()>& a) {
   constexpr int L = leaf_width<T>();
