@@ -261,65 +261,66 @@ def exact_walk(op: str, layout: RowLayout, num_rows: int, hidden_size: int, dtyp
 
 #: Where an op's kernel reads its row again from L2 in pass 2 instead of holding it in
 #: registers (kReread, kernels_cu/cupykern/rms_norm_rows.cuh): {op: (fewest rows, fewest
-#: leaves a row)}. There the layout takes 2 leaves a thread up to
-#: REREAD_MAX_THREADS_PER_ROW threads a row, more leaves past that (Inductor's 16
-#: elements a thread for 16-bit rows of 4096 and 8192), where that layout fills the row
-#: (the exact walk: rows of 2^k leaves from 512; others hold their rows). Measured on the H200 (cupykern
-#: sweep, cold L2; bench/results/NOTES.md, item 28, call B): rms_norm from 8192 rows of
-#: llama-3.1-8b and -70b, bf16 and fp32 (8-32 KB rows), 1.3-3.8 % faster than the prefill
-#: layout holding the row (70b bf16 at 16384 tokens 129.4 -> 125.8 us), but 0-4 % slower
-#: at 4096 rows and 3-6 % slower at 1024-2048 rows of 70b, where the registers' fewer
-#: resident threads still cover the latency. Not the fused add: rereading its stored sum
-#: measured 0 to +1.2 % (call A).
-REREAD = {"rms_norm": (8192, 512)}
+#: elements, most elements a row)}, in :func:`reread_layout`'s 2 leaves a thread
+#: (Inductor's 16 elements a thread for 16-bit rows) where that layout fills the row (the
+#: exact walk). Measured on the H200 (cupykern sweep, cold L2; bench/results/NOTES.md,
+#: item 28, call B): rms_norm from 8192 rows of llama-3.1-8b and -70b (4096 and 8192
+#: elements; bf16, and fp32 rows of 4096), 1.5-3.8 % faster than the prefill layout
+#: holding the row (70b bf16 at 16384 tokens 129.1 -> 125.8 us); at 4096 rows -1..+4 %, at
+#: 1024-2048 rows of 70b 3-8 % slower, where the registers' fewer resident threads still
+#: cover the latency. fp32 rows of 8192 gained 1.3-1.8 % in 512 x 4, not built: those
+#: kernels ran under no sanitizer; in 2 leaves a thread (1024 x 2) they lost 1-8 %, hence
+#: REREAD_MAX_THREADS_PER_ROW. Not the fused add: rereading its stored sum measured 0 to
+#: +1.2 % (call A).
+REREAD = {"rms_norm": (8192, 4096, 8192)}
 REREAD_MAX_THREADS_PER_ROW = 512
 
 
-def _reread_limits(op: str) -> tuple[int, int]:
-    """REREAD[op] as (fewest rows, fewest leaves), PlanError naming it unless two ints >= 1."""
-    value = REREAD[op] if isinstance(REREAD, dict) else None
-    if (not isinstance(value, tuple) or len(value) != 2 or not all(_is_int(v) and v >= 1 for v in value)):
-        raise PlanError(f"plans.REREAD[{op!r}] must be (fewest rows, fewest leaves), two ints >= 1, got {value!r}")
-    return int(value[0]), int(value[1])
+def _reread_limits(op: str) -> tuple[int, int, int]:
+    """REREAD[op] as (fewest rows, fewest elements, most elements), PlanError naming it
+    unless three ints >= 1 with fewest elements <= most."""
+    value = REREAD[op]
+    if (not isinstance(value, tuple) or len(value) != 3 or not all(_is_int(v) and v >= 1 for v in value)
+            or value[1] > value[2]):
+        raise PlanError(f"plans.REREAD[{op!r}] must be (fewest rows, fewest elements, most elements): ints >= 1, "
+                        f"the fewest elements at most the most, got {value!r}")
+    return int(value[0]), int(value[1]), int(value[2])
 
 
-def _reread_shape(columns: int) -> tuple[int, int]:
-    """(threads_per_row, vecs_per_thread) of a rereading launch on a tree of ``columns``
-    columns: 2 leaves a thread up to REREAD_MAX_THREADS_PER_ROW threads, more past that
-    (never more than the compiled most)."""
-    most = _constant("REREAD_MAX_THREADS_PER_ROW", THREADS_PER_ROW_CHOICES)
-    threads = max(1, columns // max(VECS_PER_THREAD_CHOICES), min(most, columns // 2))
-    return threads, max(1, columns // threads)
+def _reread_table() -> dict:
+    if not isinstance(REREAD, dict):
+        raise PlanError(f"plans.REREAD must be a dict of op -> (fewest rows, fewest elements, most elements), "
+                        f"got {REREAD!r}")
+    return REREAD
 
 
 def reread_choices(op: str, layout: RowLayout, exact: bool) -> tuple[bool, ...]:
     """The kReread values ``op``'s kernel is built for in ``layout`` with kExact ``exact``:
     (False, True) where ``layout`` is on 16-byte vectors, walks without bounds and is
-    :func:`reread_layout`'s for some row of at least the op's fewest leaves
-    (:data:`REREAD`), else (False,). Only rows the layout fills reread: the rows timed
-    were such rows, and the bounded walk took 49-64 registers, not 32."""
-    if not isinstance(REREAD, dict) or op not in REREAD or layout.vec_width == 1 or not exact:
+    :func:`reread_layout`'s for the row it fills, of the op's elements (:data:`REREAD`)
+    and at most REREAD_MAX_THREADS_PER_ROW threads a row, else (False,). Only rows the layout fills reread: the rows timed were such rows, and
+    the bounded walk took 49-64 registers, not 32."""
+    if op not in _reread_table() or layout.vec_width == 1 or not exact:
         return (False,)
-    fewest = min(_next_pow2(_reread_limits(op)[1]), MAX_TREE_COLUMNS)
-    shapes = {_reread_shape(fewest << k) for k in range((MAX_TREE_COLUMNS // fewest).bit_length())}
-    return (False, True) if (layout.threads_per_row, layout.vecs_per_thread) in shapes else (False,)
+    _, fewest, most = _reread_limits(op)
+    built = (layout.vecs_per_thread == 2 and fewest <= 2 * layout.threads_per_row * layout.vec_width <= most
+             and layout.threads_per_row <= _constant("REREAD_MAX_THREADS_PER_ROW", THREADS_PER_ROW_CHOICES))
+    return (False, True) if built else (False,)
 
 
-def _rereads_rows(op: str | None, num_rows: int, hidden_size: int, dtype) -> bool:
+def _rereads_rows(op: str | None, num_rows: int, hidden_size: int) -> bool:
     """Whether ``num_rows`` rows of ``hidden_size`` elements are where ``op`` rereads (:data:`REREAD`)."""
-    if not isinstance(REREAD, dict):
-        raise PlanError(f"plans.REREAD must be a dict of op -> (fewest rows, fewest leaves), got {REREAD!r}")
-    if op not in REREAD:
+    if op not in _reread_table():
         return False
-    fewest_rows, fewest_leaves = _reread_limits(op)
-    return num_rows >= fewest_rows and num_leaves(hidden_size, dtype) >= fewest_leaves
+    fewest_rows, fewest, most = _reread_limits(op)
+    return num_rows >= fewest_rows and fewest <= hidden_size <= most
 
 
 def reread_layout(hidden_size: int, dtype, vec_width: int) -> RowLayout:
-    """The layout of a rereading launch: 2 leaves a thread up to REREAD_MAX_THREADS_PER_ROW
-    threads a row, the tree's leaves a thread past that (:func:`tree_vecs_per_thread`)."""
-    threads, vecs = _reread_shape(tree_columns(hidden_size, dtype))
-    return RowLayout(threads, vec_width, vecs)
+    """The layout of a rereading launch: 2 leaves a thread (a compiled layout for rows of
+    4 to 2048 leaves; :func:`reread_choices` says where the kernel is built with kReread)."""
+    threads = max(1, tree_columns(hidden_size, dtype) // 2)
+    return RowLayout(threads, vec_width, tree_vecs_per_thread(hidden_size, dtype, threads))
 
 
 def reread(op: str, layout: RowLayout, num_rows: int, hidden_size: int, dtype) -> bool:
@@ -327,7 +328,7 @@ def reread(op: str, layout: RowLayout, num_rows: int, hidden_size: int, dtype) -
     layout is :func:`reread_layout`'s (the one timed; other layouts hold their rows, also
     when a sweep overrides them), it fills the row and the kernel is built with it
     (:func:`reread_choices`)."""
-    return bool(_rereads_rows(op, num_rows, hidden_size, dtype)
+    return bool(_rereads_rows(op, num_rows, hidden_size)
                 and layout == reread_layout(hidden_size, dtype, layout.vec_width)
                 and layout.fills(hidden_size, dtype) and True in reread_choices(op, layout, True))
 
@@ -520,8 +521,8 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
     resident threads; PREFILL_VECS_PER_THREAD otherwise (threads_per_row = J / that, at
     most PREFILL_MAX_THREADS_PER_ROW[op], within the compiled range), but where ``op``
     reads its rows again from L2 (:data:`REREAD`, 16-byte vectors, rows the layout
-    fills) 2 leaves a thread up to REREAD_MAX_THREADS_PER_ROW threads. Every choice computes the same tree, so the
-    rows' bits do not depend on ``num_rows``.
+    fills) 2 leaves a thread. Every choice computes the same tree, so the rows' bits do not
+    depend on ``num_rows``.
     """
     hidden_size, num_rows = _count(hidden_size, "hidden_size", 1), _count(num_rows, "num_rows", 0)
     _check_op(op)
@@ -540,7 +541,7 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
     resident = _resident_threads(limits)
     if num_rows > decode_rows and num_rows * threads > _decode_fill_share(op) * resident:
         threads = threads_for(prefill, _prefill_max_threads_per_row(op))
-        if vec_width > 1 and _rereads_rows(op, num_rows, hidden_size, dtype):
+        if vec_width > 1 and _rereads_rows(op, num_rows, hidden_size):
             layout = reread_layout(hidden_size, dtype, vec_width)
             if layout.fills(hidden_size, dtype) and True in reread_choices(op, layout, True):
                 return layout

@@ -52,10 +52,9 @@
 //                   (loads with evict_last, then evict_first) instead of keeping its first
 //                   round in registers, as Inductor's kernel does: fewer registers, every
 //                   thread of an SM resident. The same leaves in the same order: the same
-//                   bits. Built with kExact on 16-byte vectors in the layouts
-//                   plans.reread_layout gives (256 x 2, 512 x 2, 512 x 4:
-//                   plans.reread_choices); taken from 8192 rows of at least 512 leaves
-//                   (plans.REREAD), where it measured 1.3-3.8 % faster than holding the
+//                   bits. Built with kExact on 16-byte vectors in 256 x 2 and 512 x 2
+//                   (plans.reread_choices); taken from 8192 rows of 4096 to 8192 elements
+//                   (plans.REREAD), where it measured 1.5-3.8 % faster than holding the
 //                   row (bench/results/NOTES.md, item 28).
 // Launch contract (planned by cupykern/plans.py::plan_rows): 1-D block of
 // rows_per_block * kThreadsPerRow threads (a multiple of kWarpSize, at most 1024),

@@ -566,12 +566,13 @@ def test_batch_invariance(rng, op, hidden):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("hidden", [4096, 8192])
+@pytest.mark.parametrize("dtype, hidden", [(_dtypes.bfloat16, 4096), (_dtypes.bfloat16, 8192), (_dtypes.float16, 4096),
+                                           (_dtypes.float16, 8192), (_dtypes.float32, 4096)],
+                         ids=["bf16-4096", "bf16-8192", "fp16-4096", "fp16-8192", "fp32-4096"])
 def test_rereading_rows_keeps_their_bits(rng, dtype, hidden):
-    """From plans.REREAD's 8192 rows rms_norm reads each row again from L2 (kReread): the
-    reference's values, into a poisoned output, and the same bytes as the layout that
-    holds the row (4 or 8 leaves a thread, overridden), as one row alone (the decode
+    """From plans.REREAD's 8192 rows rms_norm reads each row again from L2 (kReread; 256 x 2
+    and 512 x 2): the reference's values, into a poisoned output, and the same bytes as the
+    layout that holds the row (4 leaves a thread, overridden), as one row alone (the decode
     layout) and as the call in place (out is x: pass 2 reads x before it writes it)."""
     rows = plans.REREAD["rms_norm"][0]
     x, w = _rms_inputs(rng, rows, hidden, dtype)

@@ -494,19 +494,18 @@ def test_row_plan_records_the_exact_walk(op, num_rows, exact):
     assert plan.exact is exact and plan.fields()["exact"] is exact
 
 
-@pytest.mark.parametrize("dtype, hidden_size, threads, vecs", [
-    (_dtypes.bfloat16, 4096, 256, 2), (_dtypes.float16, 8192, 512, 2), (_dtypes.bfloat16, 16384, 512, 4),
-    (_dtypes.float32, 4096, 512, 2), (_dtypes.float32, 8192, 512, 4),
+@pytest.mark.parametrize("dtype, hidden_size, threads", [
+    (_dtypes.bfloat16, 4096, 256), (_dtypes.float16, 8192, 512), (_dtypes.float32, 4096, 512),
 ])
-def test_rms_norm_rereads_from_8192_rows_in_the_layout_timed(dtype, hidden_size, threads, vecs):
-    """rms_norm reads its rows again from L2 (kReread) from REREAD's 8192 rows, in 2 leaves a
-    thread up to 512 threads (4 past that), where that layout fills the row; one row short
-    it holds them in its prefill layout, and the kernel it launches is built."""
+def test_rms_norm_rereads_from_8192_rows_in_the_layout_timed(dtype, hidden_size, threads):
+    """rms_norm reads its rows again from L2 (kReread) from REREAD's 8192 rows of 4096 to
+    8192 elements, in 2 leaves a thread, where that layout fills the row; one row short it
+    holds them in its prefill layout, and the kernel it launches is built."""
     from cupykern.ops import norm
 
     fewest_rows = plans.REREAD["rms_norm"][0]
     plan = plans.plan_rows(fewest_rows, hidden_size, dtype, aligned=True, limits=H200_LIMITS, op="rms_norm")
-    assert (plan.layout.threads_per_row, plan.layout.vecs_per_thread) == (threads, vecs)
+    assert (plan.layout.threads_per_row, plan.layout.vecs_per_thread) == (threads, 2)
     assert plan.reread and plan.exact and plan.fields()["reread"] is True
     args = norm._template_args(dtype, plan)
     assert args[-2:] == (True, True) and norm.RMS_NORM.expr(*args) in families.instantiations()["norm.cu"]
@@ -515,46 +514,51 @@ def test_rms_norm_rereads_from_8192_rows_in_the_layout_timed(dtype, hidden_size,
     assert norm._template_args(dtype, short)[-1] is True  # kExact, and kReread left at its default
 
 
-@pytest.mark.parametrize("case", ["fused_add_rms_norm", "layer_norm", "unaligned", "5120 elements", "512 elements",
-                                  "override 4 leaves", "override 8 leaves"])
+@pytest.mark.parametrize("case", ["fused_add_rms_norm", "layer_norm", "unaligned", "5120 elements", "2048 elements",
+                                  "16384 elements", "fp32 2048 elements", "fp32 8192 elements", "override 4 leaves",
+                                  "override 8 leaves"])
 def test_rereading_stays_where_it_was_timed(case):
     """No kReread for the other ops, the scalar path, rows the layout does not fill (5120
-    bf16: 640 leaves), rows of fewer than REREAD's leaves, or a layout a sweep overrides
-    to other than the one timed; the override that names it rereads."""
-    n, bf16 = 16384, _dtypes.bfloat16
+    bf16: 640 leaves), rows of fewer or more elements than REREAD's (fp32 8192, whose 512 x
+    4 was not sanitized), or a layout a sweep overrides to other than the one timed; the
+    override that names it rereads."""
+    n, dtype = 16384, _dtypes.bfloat16
     op, hidden_size, aligned, overrides = "rms_norm", 4096, True, None
     if case in ("fused_add_rms_norm", "layer_norm"):
         op = case
     elif case == "unaligned":
         aligned = False
     elif case.endswith("elements"):
-        hidden_size = int(case.split()[0])
+        dtype = _dtypes.float32 if case.startswith("fp32") else dtype
+        hidden_size = int(case.split()[-2])
     else:
         overrides = {"vecs_per_thread": int(case.split()[1])}
-    plan = plans.plan_rows(n, hidden_size, bf16, aligned=aligned, limits=H200_LIMITS, op=op, overrides=overrides)
+    plan = plans.plan_rows(n, hidden_size, dtype, aligned=aligned, limits=H200_LIMITS, op=op, overrides=overrides)
     assert plan.reread is False
-    named = plans.plan_rows(n, 4096, bf16, aligned=True, limits=H200_LIMITS, op="rms_norm",
+    named = plans.plan_rows(n, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm",
                             overrides={"vecs_per_thread": 2})
     assert named.reread is True and named.origin == "override"
 
 
 def test_reread_is_built_for_its_layouts_only():
-    """The rereading kernels: the exact walk on 16-byte vectors in 256 x 2, 512 x 2 and 512 x 4,
-    rms_norm_kernel's alone (9 instantiations over the three dtypes)."""
+    """The rereading kernels: the exact walk on 16-byte vectors in 256 x 2 and 512 x 2 for
+    16-bit rows, 512 x 2 for fp32's (rows of 4096 and 8192 elements), rms_norm_kernel's
+    alone: the 5 instantiations that ran under the sanitizers."""
     from cupykern.ops import norm
 
     built = [e for e in norm.instantiations()[norm.RMS_NORM] if e.endswith(", true, true>")]
-    assert len(built) == 9 and not any(e.endswith(", false, true>") for e in norm.instantiations()[norm.RMS_NORM])
-    shapes = {(layout.threads_per_row, layout.vecs_per_thread) for d in _dtypes.DTYPES for layout in plans.row_layouts(d)
-              if True in plans.reread_choices("rms_norm", layout, True)}
-    assert shapes == {(256, 2), (512, 2), (512, 4)}
+    assert not any(e.endswith(", false, true>") for e in norm.instantiations()[norm.RMS_NORM])
+    assert sorted(built) == sorted(f"rms_norm_kernel<{t}, {p}, {w}, 2, 32, true, true>" for t, w, p in (
+        ("__nv_bfloat16", 8, 256), ("__nv_bfloat16", 8, 512), ("__half", 8, 256), ("__half", 8, 512),
+        ("float", 4, 512)))
     layout = plans.RowLayout(256, 8, 2)
     assert plans.reread_choices("fused_add_rms_norm", layout, True) == (False,)
     assert plans.reread_choices("rms_norm", layout, False) == (False,)
     assert plans.reread_choices("rms_norm", plans.RowLayout(256, 1, 2), True) == (False,)
 
 
-@pytest.mark.parametrize("value", [(8192,), (0, 512), (8192.0, 512), "8192", None])
+@pytest.mark.parametrize("value", [(8192, 4096), (0, 4096, 8192), (8192.0, 4096, 8192), (8192, 4096, True),
+                                   (8192, 8192, 4096), "8192", None])
 def test_bad_reread_constant_is_a_plan_error(monkeypatch, value):
     monkeypatch.setitem(plans.REREAD, "rms_norm", value)
     with pytest.raises(plans.PlanError, match=r"plans.REREAD\['rms_norm'\] must be"):
@@ -565,7 +569,7 @@ def test_bad_reread_table_or_thread_cap_is_a_plan_error(monkeypatch):
     monkeypatch.setattr(plans, "REREAD_MAX_THREADS_PER_ROW", 384)
     with pytest.raises(plans.PlanError, match="plans.REREAD_MAX_THREADS_PER_ROW must be one of"):
         plans.plan_rows(16384, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
-    monkeypatch.setattr(plans, "REREAD", [("rms_norm", (8192, 512))])
+    monkeypatch.setattr(plans, "REREAD", [("rms_norm", (8192, 4096, 8192))])
     with pytest.raises(plans.PlanError, match="plans.REREAD must be a dict"):
         plans.plan_rows(16384, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
 
