@@ -134,9 +134,9 @@ def _any_row_calls(dtype):
     the fewest rows of plans.REREAD and one short of them."""
     width = plans.leaf_width(dtype)
     exact_limits = {most + extra for _, most in plans.EXACT_WALK.values() if most is not None for extra in (0, 1)}
-    reread_limits = {fewest + extra for fewest, *_ in plans.REREAD.values() for extra in (-1, 0)}
+    row_limits = {plans.reread_limits(op)[0] + extra for op in plans.REREAD for extra in (-1, 0)}
     row_counts = sorted({1, plans.DECODE_MAX_ROWS, plans.DECODE_MAX_ROWS + 1, 4096, 1 << 24, *exact_limits,
-                         *reread_limits})
+                         *row_limits})
     for k in range(plans.MAX_TREE_COLUMNS.bit_length() + 1):
         short_leaves = {(3 * width << k) // 2} if k else set()
         for hidden_size in {width << k, max(1, (width << k) - 1), *short_leaves}:

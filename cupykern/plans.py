@@ -263,20 +263,23 @@ def exact_walk(op: str, layout: RowLayout, num_rows: int, hidden_size: int, dtyp
 #: registers (kReread, kernels_cu/cupykern/rms_norm_rows.cuh): {op: (fewest rows, fewest
 #: elements, most elements a row)}, in :func:`reread_layout`'s 2 leaves a thread
 #: (Inductor's 16 elements a thread for 16-bit rows) where that layout fills the row (the
-#: exact walk). Measured on the H200 (cupykern sweep, cold L2; bench/results/NOTES.md,
-#: item 28, call B): rms_norm from 8192 rows of llama-3.1-8b and -70b (4096 and 8192
-#: elements; bf16, and fp32 rows of 4096), 1.5-3.8 % faster than the prefill layout
-#: holding the row (70b bf16 at 16384 tokens 129.1 -> 125.8 us); at 4096 rows -1..+4 %, at
-#: 1024-2048 rows of 70b 3-8 % slower, where the registers' fewer resident threads still
-#: cover the latency. fp32 rows of 8192 gained 1.3-1.8 % in 512 x 4, not built: those
-#: kernels ran under no sanitizer; in 2 leaves a thread (1024 x 2) they lost 1-8 %, hence
-#: REREAD_MAX_THREADS_PER_ROW. Not the fused add: rereading its stored sum measured 0 to
-#: +1.2 % (call A).
+#: exact walk). Measured on the 132-SM H200 alone (cupykern sweep, cold L2;
+#: bench/results/NOTES.md, item 28, call B): rms_norm from 8192 rows of llama-3.1-8b and
+#: -70b (4096 and 8192 elements; bf16, and fp32 rows of 4096; fp16 untimed, the same bytes
+#: and instructions as bf16's), 1.5-3.8 % faster than the prefill layout holding the row
+#: in registers (70b bf16 at 16384 tokens 129.1 -> 125.8 us; against the fastest of every
+#: layout holding it -3.8..+0.8 %): 16-bit rows take 40-64 registers a thread holding it
+#: and 32 rereading, so more threads are resident (fp32's 512 x 2 went 31 -> 32 and gained
+#: anyway). At 4096 rows -1..+4 %, at 1024-2048 rows of 70b 3-8 % slower, where the fewer
+#: resident threads still cover the latency. fp32 rows of 8192 gained 1.3-1.8 % in 512 x
+#: 4, not built: those kernels ran under no sanitizer; in 2 leaves a thread (1024 x 2) they
+#: took 6-20 % longer, hence REREAD_MAX_THREADS_PER_ROW. Not the fused add: rereading its
+#: stored sum measured 0 to +1.2 % (call A).
 REREAD = {"rms_norm": (8192, 4096, 8192)}
 REREAD_MAX_THREADS_PER_ROW = 512
 
 
-def _reread_limits(op: str) -> tuple[int, int, int]:
+def reread_limits(op: str) -> tuple[int, int, int]:
     """REREAD[op] as (fewest rows, fewest elements, most elements), PlanError naming it
     unless three ints >= 1 with fewest elements <= most."""
     value = REREAD[op]
@@ -287,22 +290,28 @@ def _reread_limits(op: str) -> tuple[int, int, int]:
     return int(value[0]), int(value[1]), int(value[2])
 
 
+#: The ops whose kernel has a kReread pass (rms_norm_rows.cuh: not the fused add's).
+REREAD_OPS = ("rms_norm",)
+
+
 def _reread_table() -> dict:
-    if not isinstance(REREAD, dict):
-        raise PlanError(f"plans.REREAD must be a dict of op -> (fewest rows, fewest elements, most elements), "
-                        f"got {REREAD!r}")
+    """REREAD, PlanError unless a dict whose keys are ops of REREAD_OPS."""
+    if not isinstance(REREAD, dict) or not set(REREAD) <= set(REREAD_OPS):
+        raise PlanError(f"plans.REREAD must be a dict of op -> (fewest rows, fewest elements, most elements) "
+                        f"with ops of {REREAD_OPS} (the kernels built with kReread), got {REREAD!r}")
     return REREAD
 
 
 def reread_choices(op: str, layout: RowLayout, exact: bool) -> tuple[bool, ...]:
     """The kReread values ``op``'s kernel is built for in ``layout`` with kExact ``exact``:
-    (False, True) where ``layout`` is on 16-byte vectors, walks without bounds and is
-    :func:`reread_layout`'s for the row it fills, of the op's elements (:data:`REREAD`)
-    and at most REREAD_MAX_THREADS_PER_ROW threads a row, else (False,). Only rows the layout fills reread: the rows timed were such rows, and
-    the bounded walk took 49-64 registers, not 32."""
+    (False, True) where ``layout`` is on 16-byte vectors, walks without bounds, is
+    :func:`reread_layout`'s for the row it fills, of the op's elements (:data:`REREAD`),
+    and has at most REREAD_MAX_THREADS_PER_ROW threads a row; else (False,). Only rows
+    the layout fills reread: the rows timed were such rows, and the bounded walk took
+    49-64 registers, not 32."""
     if op not in _reread_table() or layout.vec_width == 1 or not exact:
         return (False,)
-    _, fewest, most = _reread_limits(op)
+    _, fewest, most = reread_limits(op)
     built = (layout.vecs_per_thread == 2 and fewest <= 2 * layout.threads_per_row * layout.vec_width <= most
              and layout.threads_per_row <= _constant("REREAD_MAX_THREADS_PER_ROW", THREADS_PER_ROW_CHOICES))
     return (False, True) if built else (False,)
@@ -312,25 +321,25 @@ def _rereads_rows(op: str | None, num_rows: int, hidden_size: int) -> bool:
     """Whether ``num_rows`` rows of ``hidden_size`` elements are where ``op`` rereads (:data:`REREAD`)."""
     if op not in _reread_table():
         return False
-    fewest_rows, fewest, most = _reread_limits(op)
+    fewest_rows, fewest, most = reread_limits(op)
     return num_rows >= fewest_rows and fewest <= hidden_size <= most
 
 
 def reread_layout(hidden_size: int, dtype, vec_width: int) -> RowLayout:
     """The layout of a rereading launch: 2 leaves a thread (a compiled layout for rows of
-    4 to 2048 leaves; :func:`reread_choices` says where the kernel is built with kReread)."""
+    2 to 2048 leaves; :func:`reread_choices` says where the kernel is built with kReread)."""
     threads = max(1, tree_columns(hidden_size, dtype) // 2)
     return RowLayout(threads, vec_width, tree_vecs_per_thread(hidden_size, dtype, threads))
 
 
-def reread(op: str, layout: RowLayout, num_rows: int, hidden_size: int, dtype) -> bool:
-    """kReread for ``op``'s launch: the rows are where it rereads (:data:`REREAD`), the
-    layout is :func:`reread_layout`'s (the one timed; other layouts hold their rows, also
-    when a sweep overrides them), it fills the row and the kernel is built with it
-    (:func:`reread_choices`)."""
+def reread(op: str, layout: RowLayout, num_rows: int, hidden_size: int, dtype, exact: bool) -> bool:
+    """kReread for ``op``'s launch with kExact ``exact``: the rows are where it rereads
+    (:data:`REREAD`), the layout is :func:`reread_layout`'s (the one timed; other layouts
+    hold their rows, also when a sweep overrides them), it fills the row and the kernel is
+    built with it (:func:`reread_choices`, which builds it with the exact walk only)."""
     return bool(_rereads_rows(op, num_rows, hidden_size)
                 and layout == reread_layout(hidden_size, dtype, layout.vec_width)
-                and layout.fills(hidden_size, dtype) and True in reread_choices(op, layout, True))
+                and layout.fills(hidden_size, dtype) and True in reread_choices(op, layout, exact))
 
 
 @dataclass(frozen=True)
@@ -543,7 +552,9 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
         threads = threads_for(prefill, _prefill_max_threads_per_row(op))
         if vec_width > 1 and _rereads_rows(op, num_rows, hidden_size):
             layout = reread_layout(hidden_size, dtype, vec_width)
-            if layout.fills(hidden_size, dtype) and True in reread_choices(op, layout, True):
+            if (layout.fills(hidden_size, dtype) and layout.threads_per_row <= limits.max_threads_per_block
+                    and op in EXACT_WALK
+                    and True in reread_choices(op, layout, exact_walk(op, layout, num_rows, hidden_size, dtype))):
                 return layout
     return RowLayout(threads, vec_width, tree_vecs_per_thread(hidden_size, dtype, threads))
 
@@ -638,13 +649,14 @@ def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: 
     ``limits.name``) is used first (origin ``"tuned"``); otherwise the heuristic
     :func:`row_layout`, which follows ``num_rows``. Every valid plan gives a row the same
     bits. ``exact`` is :func:`exact_walk`'s answer for an ``op`` of :data:`EXACT_WALK`, else
-    False (the kernel's bounded walk); ``reread`` is :func:`reread`'s (whatever chose the
-    layout: an overridden or tuned layout rereads where the heuristic's would).
+    False (the kernel's bounded walk); ``reread`` is :func:`reread`'s: only on REREAD's
+    rows in :func:`reread_layout`'s layout, whatever chose it (an overridden or tuned
+    layout that is that one rereads; any other holds its row).
     """
     plan = _plan_row_launch(num_rows, hidden_size, dtype, aligned=aligned, limits=limits, op=op, overrides=overrides)
     if op in EXACT_WALK:
         plan = replace(plan, exact=exact_walk(op, plan.layout, num_rows, hidden_size, dtype))
-    return replace(plan, reread=reread(op, plan.layout, num_rows, hidden_size, dtype))
+    return replace(plan, reread=reread(op, plan.layout, num_rows, hidden_size, dtype, plan.exact))
 
 
 def _plan_row_launch(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: DeviceLimits,

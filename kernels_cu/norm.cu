@@ -51,11 +51,14 @@
 //   kReread         rms_norm_kernel only (default false): pass 2 reads the row again from L2
 //                   (loads with evict_last, then evict_first) instead of keeping its first
 //                   round in registers, as Inductor's kernel does: fewer registers, every
-//                   thread of an SM resident. The same leaves in the same order: the same
-//                   bits. Built with kExact on 16-byte vectors in 256 x 2 and 512 x 2
-//                   (plans.reread_choices); taken from 8192 rows of 4096 to 8192 elements
-//                   (plans.REREAD), where it measured 1.5-3.8 % faster than holding the
-//                   row (bench/results/NOTES.md, item 28).
+//                   thread of an SM resident (16-bit rows; fp32's 512 x 2 gained with 31 ->
+//                   32). The same leaves in the same order: the same bits. Built with
+//                   kExact on 16-byte vectors, 16-bit in 256 x 2 and 512 x 2, fp32 in
+//                   512 x 2 (plans.reread_choices), so taken from 8192 rows of exactly
+//                   4096 or 8192 16-bit elements and 4096 fp32 ones (plans.REREAD), where
+//                   bf16 and fp32 measured 1.5-3.8 % faster than holding the row (fp16
+//                   untimed; bench/results/NOTES.md, item 28). Before sm_80 the loads
+//                   carry no hint (rows.cuh).
 // Launch contract (planned by cupykern/plans.py::plan_rows): 1-D block of
 // rows_per_block * kThreadsPerRow threads (a multiple of kWarpSize, at most 1024),
 // 1-D grid of any size (blocks walk the rows grid-stride), no dynamic shared memory.

@@ -519,9 +519,10 @@ def test_rms_norm_rereads_from_8192_rows_in_the_layout_timed(dtype, hidden_size,
                                   "override 8 leaves"])
 def test_rereading_stays_where_it_was_timed(case):
     """No kReread for the other ops, the scalar path, rows the layout does not fill (5120
-    bf16: 640 leaves), rows of fewer or more elements than REREAD's (fp32 8192, whose 512 x
-    4 was not sanitized), or a layout a sweep overrides to other than the one timed; the
-    override that names it rereads."""
+    bf16: 640 leaves), rows of fewer or more elements than REREAD's, fp32 rows of 8192
+    (reread_layout's 1024 x 2 is past REREAD_MAX_THREADS_PER_ROW; 512 x 4 was not
+    sanitized), or a layout a sweep overrides to other than the one timed; the override
+    that names it rereads."""
     n, dtype = 16384, _dtypes.bfloat16
     op, hidden_size, aligned, overrides = "rms_norm", 4096, True, None
     if case in ("fused_add_rms_norm", "layer_norm"):
@@ -538,6 +539,21 @@ def test_rereading_stays_where_it_was_timed(case):
     named = plans.plan_rows(n, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm",
                             overrides={"vecs_per_thread": 2})
     assert named.reread is True and named.origin == "override"
+
+
+def test_no_reread_without_the_exact_walk_or_past_the_block_limit(monkeypatch):
+    """The rereading kernels are built with the exact walk alone, so a row limit of
+    EXACT_WALK that turns it off turns the reread off (the layout holds its row); and a GPU
+    whose blocks hold fewer threads than reread_layout's row gets the prefill layout."""
+    from cupykern.ops import norm
+
+    small = replace(H200_LIMITS, max_threads_per_block=256)
+    plan = plans.plan_rows(16384, 8192, _dtypes.bfloat16, aligned=True, limits=small, op="rms_norm")
+    assert not plan.reread and plan.layout.threads_per_row <= 256 and plan.block_size <= 256
+    monkeypatch.setitem(plans.EXACT_WALK, "rms_norm", (8, 4096))
+    plan = plans.plan_rows(16384, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
+    assert not plan.exact and not plan.reread and plan.layout.vecs_per_thread in (4, 8)
+    assert norm.RMS_NORM.expr(*norm._template_args(_dtypes.bfloat16, plan)) in families.instantiations()["norm.cu"]
 
 
 def test_reread_is_built_for_its_layouts_only():
@@ -569,9 +585,11 @@ def test_bad_reread_table_or_thread_cap_is_a_plan_error(monkeypatch):
     monkeypatch.setattr(plans, "REREAD_MAX_THREADS_PER_ROW", 384)
     with pytest.raises(plans.PlanError, match="plans.REREAD_MAX_THREADS_PER_ROW must be one of"):
         plans.plan_rows(16384, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
-    monkeypatch.setattr(plans, "REREAD", [("rms_norm", (8192, 4096, 8192))])
-    with pytest.raises(plans.PlanError, match="plans.REREAD must be a dict"):
-        plans.plan_rows(16384, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
+    monkeypatch.setattr(plans, "REREAD_MAX_THREADS_PER_ROW", 512)
+    for table in ([("rms_norm", (8192, 4096, 8192))], {"layer_norm": (8192, 4096, 8192)}):
+        monkeypatch.setattr(plans, "REREAD", table)
+        with pytest.raises(plans.PlanError, match=r"plans.REREAD must be a dict .* with ops of \('rms_norm',\)"):
+            plans.plan_rows(16384, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
 
 
 # ----------------------------------------------------------------- device limits

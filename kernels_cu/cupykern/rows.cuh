@@ -46,24 +46,35 @@ __device__ __forceinline__ Vec<T, leaf_width<T>()> load_leaf(const T* row, int64
 // Inductor's rms_norm asks for when it reads a row twice (bench/results/NOTES.md, item 26).
 enum class Evict { kNormal, kLast, kFirst };
 
+// Both PTX forms need sm_80; below it the loads are plain ones (the same bits, no hint).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define CUPYKERN_L2_HINTS 1
+#else
+#define CUPYKERN_L2_HINTS 0
+#endif
+
 // The L2 policy operand of load_leaf_evict (unused for kNormal).
 template <Evict E>
 __device__ __forceinline__ unsigned long long l2_policy() {
   unsigned long long policy = 0;
+#if CUPYKERN_L2_HINTS
   if constexpr (E == Evict::kLast) {
     asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
   } else if constexpr (E == Evict::kFirst) {
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   }
+#endif
   return policy;
 }
 
 // load_leaf, a whole leaf on the vector path read with eviction priority E (`policy` from
-// l2_policy<E>()); a partial leaf, the scalar path and kNormal read as load_leaf does.
+// l2_policy<E>()); a partial leaf, the scalar path, kNormal and GPUs before sm_80 read
+// as load_leaf does.
 template <typename T, int kVecWidth, Evict E>
 __device__ __forceinline__ Vec<T, leaf_width<T>()> load_leaf_evict(const T* row, int64_t v, int count,
                                                                    unsigned long long policy) {
   constexpr int L = leaf_width<T>();
+#if CUPYKERN_L2_HINTS
   if constexpr (kVecWidth == L && E != Evict::kNormal) {
     if (count == L) {
       Vec<T, L> a;
@@ -79,6 +90,7 @@ __device__ __forceinline__ Vec<T, leaf_width<T>()> load_leaf_evict(const T* row,
       return a;
     }
   }
+#endif
   return load_leaf<T, kVecWidth>(row, v, count);
 }
 

@@ -1,7 +1,8 @@
 """The rereading rms_norm kernels (kReread) on small calls, for compute-sanitizer (NOTES item 28).
 
 plans.REREAD's row limit is lowered to 2 so that calls of 3 and 37 rows take the rereading
-launch (their decode layout is the rereading one for these row sizes); each call is checked
+launch (their decode layout is the rereading one for these row sizes; rows of 16384 elements,
+past REREAD's, hold theirs); each call is checked
 against the float64 reference, out of place into a fresh array and in place. Prints each
 call's plan and exits 1 if a call disagreed or none reread.
 """
@@ -13,7 +14,7 @@ import numpy as np
 import cupykern
 from cupykern import _dtypes, launcher, plans, reference, validation
 
-plans.REREAD = {"rms_norm": (2, 512)}
+plans.REREAD = {"rms_norm": (2, *plans.REREAD["rms_norm"][1:])}  # at 5d74b28, REREAD of two numbers: (2, 512)
 rng = np.random.default_rng(20261202)
 bad = rereads = 0
 for dtype in _dtypes.DTYPES:
