@@ -268,8 +268,8 @@ def exact_walk(op: str, layout: RowLayout, num_rows: int, hidden_size: int, dtyp
 #: -70b (4096 and 8192 elements; bf16, and fp32 rows of 4096; fp16 untimed, the same bytes
 #: and instructions as bf16's), 1.5-3.8 % faster than the prefill layout holding the row
 #: in registers (70b bf16 at 16384 tokens 129.1 -> 125.8 us; against the fastest of every
-#: layout holding it -3.8..+0.8 %): 16-bit rows take 40-64 registers a thread holding it
-#: and 32 rereading, so more threads are resident (fp32's 512 x 2 went 31 -> 32 and gained
+#: layout holding it -3.8..+0.8 %): on sm_90 16-bit rows take 40-64 registers a thread holding
+#: it and 32 rereading, so more threads are resident (fp32's 512 x 2 went 31 -> 32 and gained
 #: anyway). At 4096 rows -1..+4 %, at 1024-2048 rows of 70b 3-8 % slower, where the fewer
 #: resident threads still cover the latency. fp32 rows of 8192 gained 1.3-1.8 % in 512 x
 #: 4, not built: those kernels ran under no sanitizer; in 2 leaves a thread (1024 x 2) they
@@ -281,8 +281,12 @@ REREAD_MAX_THREADS_PER_ROW = 512
 
 def reread_limits(op: str) -> tuple[int, int, int]:
     """REREAD[op] as (fewest rows, fewest elements, most elements), PlanError naming it
-    unless three ints >= 1 with fewest elements <= most."""
-    value = REREAD[op]
+    unless REREAD is a dict of ops of REREAD_OPS holding ``op`` and the value is three
+    ints >= 1 with fewest elements <= most."""
+    table = _reread_table()
+    if op not in table:
+        raise PlanError(f"plans.REREAD has no entry for {op!r} (its ops: {sorted(table)})")
+    value = table[op]
     if (not isinstance(value, tuple) or len(value) != 3 or not all(_is_int(v) and v >= 1 for v in value)
             or value[1] > value[2]):
         raise PlanError(f"plans.REREAD[{op!r}] must be (fewest rows, fewest elements, most elements): ints >= 1, "
@@ -529,9 +533,11 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
     beyond while the rows' threads fill at most DECODE_FILL_SHARE[op] of the GPU's
     resident threads; PREFILL_VECS_PER_THREAD otherwise (threads_per_row = J / that, at
     most PREFILL_MAX_THREADS_PER_ROW[op], within the compiled range), but where ``op``
-    reads its rows again from L2 (:data:`REREAD`, 16-byte vectors, rows the layout
-    fills) 2 leaves a thread. Every choice computes the same tree, so the rows' bits do not
-    depend on ``num_rows``.
+    reads its rows again from L2 (:data:`REREAD`'s rows, 16-byte vectors) 2 leaves a
+    thread (:func:`reread_layout`) if that layout fills the row with the exact walk, has at
+    most REREAD_MAX_THREADS_PER_ROW and ``limits.max_threads_per_block`` threads a row
+    (:func:`reread_choices`); otherwise the prefill layout. Every choice computes the same
+    tree, so the rows' bits do not depend on ``num_rows``.
     """
     hidden_size, num_rows = _count(hidden_size, "hidden_size", 1), _count(num_rows, "num_rows", 0)
     _check_op(op)
@@ -553,7 +559,6 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
         if vec_width > 1 and _rereads_rows(op, num_rows, hidden_size):
             layout = reread_layout(hidden_size, dtype, vec_width)
             if (layout.fills(hidden_size, dtype) and layout.threads_per_row <= limits.max_threads_per_block
-                    and op in EXACT_WALK
                     and True in reread_choices(op, layout, exact_walk(op, layout, num_rows, hidden_size, dtype))):
                 return layout
     return RowLayout(threads, vec_width, tree_vecs_per_thread(hidden_size, dtype, threads))

@@ -51,8 +51,8 @@
 //   kReread         rms_norm_kernel only (default false): pass 2 reads the row again from L2
 //                   (loads with evict_last, then evict_first) instead of keeping its first
 //                   round in registers, as Inductor's kernel does: fewer registers, every
-//                   thread of an SM resident (16-bit rows; fp32's 512 x 2 gained with 31 ->
-//                   32). The same leaves in the same order: the same bits. Built with
+//                   thread of an SM resident (sm_90, 16-bit rows; fp32's 512 x 2 gained with
+//                   31 -> 32; sm_75 takes 35-39). The same leaves in the same order: the same bits. Built with
 //                   kExact on 16-byte vectors, 16-bit in 256 x 2 and 512 x 2, fp32 in
 //                   512 x 2 (plans.reread_choices), so taken from 8192 rows of exactly
 //                   4096 or 8192 16-bit elements and 4096 fp32 ones (plans.REREAD), where

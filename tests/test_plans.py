@@ -553,7 +553,13 @@ def test_no_reread_without_the_exact_walk_or_past_the_block_limit(monkeypatch):
     monkeypatch.setitem(plans.EXACT_WALK, "rms_norm", (8, 4096))
     plan = plans.plan_rows(16384, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
     assert not plan.exact and not plan.reread and plan.layout.vecs_per_thread in (4, 8)
-    assert norm.RMS_NORM.expr(*norm._template_args(_dtypes.bfloat16, plan)) in families.instantiations()["norm.cu"]
+    # An override naming the rereading layout: the bounded walk, so the kernel holds its row.
+    named = plans.plan_rows(16384, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm",
+                            overrides={"vecs_per_thread": 2})
+    assert not named.exact and not named.reread
+    built = families.instantiations()["norm.cu"]
+    for p in (plan, named):
+        assert norm.RMS_NORM.expr(*norm._template_args(_dtypes.bfloat16, p)) in built
 
 
 def test_reread_is_built_for_its_layouts_only():
@@ -590,6 +596,11 @@ def test_bad_reread_table_or_thread_cap_is_a_plan_error(monkeypatch):
         monkeypatch.setattr(plans, "REREAD", table)
         with pytest.raises(plans.PlanError, match=r"plans.REREAD must be a dict .* with ops of \('rms_norm',\)"):
             plans.plan_rows(16384, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
+        with pytest.raises(plans.PlanError, match="plans.REREAD must be a dict"):
+            plans.reread_limits("rms_norm")
+    monkeypatch.setattr(plans, "REREAD", {})
+    with pytest.raises(plans.PlanError, match="plans.REREAD has no entry for 'rms_norm'"):
+        plans.reread_limits("rms_norm")
 
 
 # ----------------------------------------------------------------- device limits
