@@ -558,8 +558,9 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
         threads = threads_for(prefill, _prefill_max_threads_per_row(op))
         if vec_width > 1 and _rereads_rows(op, num_rows, hidden_size):
             layout = reread_layout(hidden_size, dtype, vec_width)
-            if (layout.fills(hidden_size, dtype) and layout.threads_per_row <= limits.max_threads_per_block
-                    and True in reread_choices(op, layout, exact_walk(op, layout, num_rows, hidden_size, dtype))):
+            exact = exact_walk(op, layout, num_rows, hidden_size, dtype)
+            if layout.threads_per_row <= limits.max_threads_per_block and reread(
+                    op, layout, num_rows, hidden_size, dtype, exact):
                 return layout
     return RowLayout(threads, vec_width, tree_vecs_per_thread(hidden_size, dtype, threads))
 
