@@ -75,11 +75,13 @@ def _calls(model: models.ModelPreset, dtype, n: int):
         kv_cache = _c((rows, hkv, d), dtype)
         for index in (_INT32, _INT64):
             positions = _c((n,), index)
-            yield "apply_rope", dict(q=q, k=k, positions=positions, cos_sin_cache=table, is_neox=True, inplace=True)
-            if model.mrope_section is not None:  # M-RoPE prefill: (3, n) positions
-                yield "apply_rope", dict(q=q, k=k, positions=_c((3, n), index), cos_sin_cache=table, is_neox=True,
-                                         inplace=True, mrope_section=model.mrope_section,
-                                         mrope_interleaved=model.mrope_interleaved)
+            for inplace in (True, False):  # rope.cu's kInPlace: an instantiation each
+                yield "apply_rope", dict(q=q, k=k, positions=positions, cos_sin_cache=table, is_neox=True,
+                                         inplace=inplace)
+                if model.mrope_section is not None:  # M-RoPE prefill: (3, n) positions
+                    yield "apply_rope", dict(q=q, k=k, positions=_c((3, n), index), cos_sin_cache=table, is_neox=True,
+                                             inplace=inplace, mrope_section=model.mrope_section,
+                                             mrope_interleaved=model.mrope_interleaved)
             yield "qk_rms_norm_rope", dict(q=q, k=k, q_weight=_c((d,), dtype), k_weight=_c((d,), dtype),
                                            positions=positions, cos_sin_cache=table, eps=eps, is_neox=True)
             yield "rope_kv_append", dict(q=q, k=k, v=v, positions=positions, cos_sin_cache=table, k_cache=kv_cache,
@@ -200,9 +202,11 @@ def _any_rope_calls(dtype):
                 table = _c((SHORT_CACHE_ROWS, rotary_dim), table_dtype, 0 if align % table_dtype.itemsize else align)
                 positions = _c((n,), index)
                 for is_neox in (True, False):
-                    # Out of place plans as in place: its outputs are new, aligned arrays.
-                    yield "apply_rope", dict(q=q, k=k, positions=positions, cos_sin_cache=table, is_neox=is_neox,
-                                             inplace=True)
+                    # In place and out of place launch an instantiation each (rope.cu's
+                    # kInPlace); out of place plans as in place (its outputs are new, aligned).
+                    for inplace in (True, False):
+                        yield "apply_rope", dict(q=q, k=k, positions=positions, cos_sin_cache=table,
+                                                 is_neox=is_neox, inplace=inplace)
                     if k is not None:
                         weight = _c((head_dim,), dtype, align)
                         yield "qk_rms_norm_rope", dict(q=q, k=k, q_weight=weight, k_weight=weight,
@@ -211,9 +215,9 @@ def _any_rope_calls(dtype):
                 half = rotary_dim // 2
                 if half >= 3:  # M-RoPE (NeoX pairs only): sectioned and interleaved
                     section = (half - 2 * (half // 3), half // 3, half // 3)
-                    for interleaved in (False, True):
+                    for interleaved, inplace in itertools.product((False, True), (True, False)):
                         yield "apply_rope", dict(q=q, k=k, positions=_c((3, n), index), cos_sin_cache=table,
-                                                 is_neox=True, inplace=True, mrope_section=section,
+                                                 is_neox=True, inplace=inplace, mrope_section=section,
                                                  mrope_interleaved=interleaved)
 
 

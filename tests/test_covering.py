@@ -123,7 +123,8 @@ def _random_calls(rng: np.random.Generator, count: int):
                 t = int(rng.integers(0, half + 1))
                 h = int(rng.integers(0, half - t + 1))
                 yield "apply_rope", dict(q=q, k=k, positions=c((3, n), positions.dtype), cos_sin_cache=table,
-                                         is_neox=True, inplace=True, mrope_section=(t, h, half - t - h),
+                                         is_neox=True, inplace=bool(rng.random() < 0.5),
+                                         mrope_section=(t, h, half - t - h),
                                          mrope_interleaved=bool(rng.random() < 0.5))
             if k is not None:
                 weight = c((head_dim,), dtype, align)

@@ -38,8 +38,9 @@ BASE = 500000.0
 def test_rope_instantiation_count_is_bounded():
     exprs = families.instantiations()["rope.cu"]
     # steps kernels: 60 apply_rope x 3 M-RoPE layouts (NeoX only for M-RoPE: 60 + 2 x 30) + 80 qk_rms_norm_rope;
-    # wide kernels: the same x 4 heads-per-thread choices for apply_rope (480) + 80 qk_rms_norm_rope
-    assert len(exprs) == len(set(exprs)) and len(exprs) <= 760
+    # wide kernels: the same x 4 heads-per-thread choices x in place or not for apply_rope (960)
+    # + 80 qk_rms_norm_rope
+    assert len(exprs) == len(set(exprs)) and len(exprs) <= 1240
     spaces = rope_ops.instantiations()
     assert sorted(exprs) == sorted(e for space in spaces.values() for e in space)
 
@@ -314,7 +315,8 @@ def test_apply_rope_launch_in_place(is_neox):
     # the wide layout (plans.ROPE_LAYOUT), 2 heads a thread at decode sizes
     assert launch.template is rope_ops.APPLY_ROPE_WIDE and launch.plan == plan and plan.vec_width == 8
     assert plan.heads_per_thread == plans.ROPE_WIDE_DECODE_HEADS_PER_THREAD
-    assert launch.template_args == ("__nv_bfloat16", "float", "long long", is_neox, 8, 0, plan.heads_per_thread)
+    # ... in its in-place instantiation (the last argument, kInPlace)
+    assert launch.template_args == ("__nv_bfloat16", "float", "long long", is_neox, 8, 0, plan.heads_per_thread, True)
     assert launch.pointers == ("q", "k", "q", "k", "positions", "cos_sin_cache")
     assert launch.allocate == () and launch.returns == ("q", "k")
     assert launch.scalars == (4, 8, 2, 128, 128, 64, 1, 8 * 128, 128, 2 * 128, 128, 8 * 128, 128, 2 * 128, 128, 128,
@@ -359,6 +361,8 @@ def test_apply_rope_out_of_place_allocates_q_out_and_k_out():
     # The inputs keep their strides; the new outputs are C-contiguous; the last flag says "copy the tail".
     assert launch.scalars[7:15] == (1536, 128, 1536, 128, 8 * 128, 128, 2 * 128, 128)
     assert launch.scalars[19] == 1
+    # The wide kernel's out-of-place instantiation (kInPlace false).
+    assert launch.template is rope_ops.APPLY_ROPE_WIDE and launch.template_args[-1] is False
     # k None: only q_out is allocated, k_out is returned as None.
     alone = _apply(k=None, inplace=False)
     assert alone.allocate == (("q_out", (4, 8, 128), BF16),) and alone.returns == ("q_out", "k_out")

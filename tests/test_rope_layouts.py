@@ -168,8 +168,8 @@ def test_wide_kernels_in_the_planned_shape_do_not_spill(dtype, num_tokens, fused
         exprs = [rope_ops.QK_RMS_NORM_ROPE_WIDE.expr(*lead, neox, plan.vec_width, plan.threads_per_head)
                  for neox in (True, False)]
     else:
-        exprs = [rope_ops.APPLY_ROPE_WIDE.expr(*lead, neox, plan.vec_width, layout, plan.heads_per_thread)
-                 for neox, layout in ((True, 0), (False, 0), (True, 1), (True, 2))]
+        exprs = [rope_ops.APPLY_ROPE_WIDE.expr(*lead, neox, plan.vec_width, layout, plan.heads_per_thread, in_place)
+                 for neox, layout in ((True, 0), (False, 0), (True, 1), (True, 2)) for in_place in (True, False)]
     spills = jit.nvrtc_spills("rope.cu", exprs, "90")
     assert not any(spills.values()), {e: n for e, n in spills.items() if n}
 
@@ -177,7 +177,8 @@ def test_wide_kernels_in_the_planned_shape_do_not_spill(dtype, num_tokens, fused
 def test_every_planned_wide_instantiation_is_enumerated(monkeypatch):
     exprs = set(rope_ops.instantiations()[rope_ops.APPLY_ROPE_WIDE])
     for heads in plans.ROPE_WIDE_HEADS_CHOICES:
-        assert rope_ops.APPLY_ROPE_WIDE.expr("__nv_bfloat16", "float", "int", False, 1, 0, heads) in exprs
+        for in_place in (True, False):
+            assert rope_ops.APPLY_ROPE_WIDE.expr("__nv_bfloat16", "float", "int", False, 1, 0, heads, in_place) in exprs
     assert len(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE_WIDE]) == \
         len(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE])
 

@@ -34,7 +34,8 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
     """Every instantiation: dtype x cache dtype x position type x is_neox x vector width
     (x threads per head for qk_rms_norm_rope; x M-RoPE layout for apply_rope, the M-RoPE
     layouts with the NeoX pairing only), of the "steps" kernels and of the wide ones
-    (apply_rope's also x heads per thread, plans.ROPE_WIDE_HEADS_CHOICES)."""
+    (apply_rope's also x heads per thread, plans.ROPE_WIDE_HEADS_CHOICES, x in place or
+    not)."""
     spaces: dict[KernelTemplate, list[str]] = {APPLY_ROPE: [], QK_RMS_NORM_ROPE: [], APPLY_ROPE_WIDE: [],
                                                QK_RMS_NORM_ROPE_WIDE: []}
     for d in _dtypes.DTYPES:
@@ -46,7 +47,9 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
                         for layout in (MROPE_LAYOUTS if neox else (MROPE_NONE,)):
                             spaces[APPLY_ROPE].append(APPLY_ROPE.expr(*lead, w, layout))
                             for heads in plans.rope_wide_heads_choices():
-                                spaces[APPLY_ROPE_WIDE].append(APPLY_ROPE_WIDE.expr(*lead, w, layout, heads))
+                                for in_place in (True, False):
+                                    spaces[APPLY_ROPE_WIDE].append(
+                                        APPLY_ROPE_WIDE.expr(*lead, w, layout, heads, in_place))
                     for w in plans.rope_vec_widths(d, fused_norm=True):
                         for g in (plans.ROPE_NORM_THREADS_PER_HEAD if w > 1 else (32,)):
                             spaces[QK_RMS_NORM_ROPE].append(QK_RMS_NORM_ROPE.expr(*lead, w, g))
@@ -258,7 +261,8 @@ def _prepare_apply_rope(a: launcher.Args) -> launcher.Launch:
     targs = (_dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype), POSITION_TYPES[positions.dtype], is_neox,
              plan.vec_width, layout)
     return launcher.Launch(
-        *((APPLY_ROPE_WIDE, (*targs, plan.heads_per_thread)) if plan.heads_per_thread else (APPLY_ROPE, targs)), plan,
+        *((APPLY_ROPE_WIDE, (*targs, plan.heads_per_thread, inplace)) if plan.heads_per_thread
+          else (APPLY_ROPE, targs)), plan,
         pointers=(*names, "q", "k", "positions", "cos_sin_cache"),
         scalars=(*sizes,
                  *map(np.int32, (plan.threads_per_head, plan.head_slots, plan.tokens_per_block, 0 if inplace else 1)),
