@@ -461,10 +461,10 @@ constexpr int rope_wide_min_blocks() {
 // kInPlace: q_out is q and k_out is k, with their strides (apply_rope(inplace=True); the
 // out arguments and copy_unrotated are then not read). Its own instantiation: the
 // output addresses are the input ones, and the out-of-place branches (the invalid
-// token's copy, the pass-through dims) are not compiled; with the head index in 32
-// bits, llama-3.1-8b / -70b bf16 took 3.8 % less at 16384 tokens and 0.05-0.17 us
-// less at 1-64 tokens, as fast as the hand-written kernel of the same structure
-// (bench/results/NOTES.md, item 30).
+// token's copy, the pass-through dims) are not compiled. With the head index in 32
+// bits, llama-3.1-8b / -70b bf16 in place took 3.1 / 2.6 % less at 16384 tokens and
+// 0.08-0.15 us less at 1-64 tokens, within 0.6 / 1.5 % of a hand-written kernel of the
+// same structure (bench/results/NOTES.md, item 30).
 template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidth, int kMropeLayout,
           int kHeadsPerThread, bool kInPlace>
 __global__ void __launch_bounds__(kRopeMaxBlockSize, rope_wide_min_blocks<kHeadsPerThread, kMropeLayout>()) apply_rope_wide_kernel(
