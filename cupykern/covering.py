@@ -1,7 +1,7 @@
 """The covering set: the few kernel instantiations a first run compiles instead of all.
 
 ``cupykern.families.instantiations()`` is the full cross product the ops can launch
-(dtype x layout x variant: 5490 name expressions at b3624f0, most in norm.cu and quant.cu), which
+(dtype x layout x variant: 5970 name expressions at c9b4c0e, most in norm.cu, quant.cu and rope.cu), which
 takes minutes to compile with NVRTC. :func:`instantiations` picks a subset of it that
 still compiles every line a user's first call can reach:
 
@@ -191,8 +191,8 @@ def _any_rope_calls(dtype):
     int32 and int64 positions, a float32 or ``dtype`` cos/sin table, decode and prefill
     token counts; q, k and the table 16-byte aligned or 8, 4 or 2 bytes off: narrower
     vectors), and M-RoPE's two layouts on each of them.
-    Position dtype and pairing change the instantiation only; alignment, head sizes and
-    counts and num_tokens the plan."""
+    Position dtype, pairing and in place or not change the instantiation only; alignment,
+    head sizes and counts and num_tokens the plan."""
     aligns = (0, 8, 4, 2) if np.dtype(dtype).itemsize == 2 else (0, 8, 4)
     for (head_dim, rotary_dim), (hq, hkv), align in itertools.product(ANY_ROPE_HEADS, ANY_ROPE_HEAD_COUNTS, aligns):
         for n in (1, 4096):  # the decode and prefill plans (plans.ROPE_MIN_TOKENS_PER_SM)
@@ -264,8 +264,9 @@ def planned(presets=None, dtypes=_dtypes.DTYPES, num_tokens=NUM_TOKENS, limits=p
 
 
 #: The any-size enumerations and the sources whose kernels their calls launch (a test
-#: holds each to its sources): RoPE's takes most of heuristic_picks' time (about 13 of
-#: 20 s on one core), so a caller that needs the picks of other sources skips it.
+#: holds each to its sources): RoPE's takes most of heuristic_picks' time (about 14 of
+#: 18 s on one core: apply_rope is planned in place and out of place, an instantiation
+#: each), so a caller that needs the picks of other sources skips it.
 ANY_SIZE_CALLS = ((_any_row_calls, ("norm.cu", "softmax.cu", "row_reduce.cu", "quant.cu")),
                   (_any_gated_calls, ("activation.cu", "quant.cu")),
                   (_any_rope_calls, ("rope.cu",)))

@@ -43,9 +43,10 @@
 // c[i] = cache[positions[row(i), token], i], s[i] likewise. A token is rotated only if
 // all three of its positions are in range (else it is left as above).
 // Mutates: apply_rope writes q_out/k_out (they are q/k in place, where only dims
-// [0, rotary_dim) are written; out of place, copy_unrotated = 1 and every dim is
-// written). qk_rms_norm_rope writes every dim of q and k in place. Each element is
-// read and written by the same thread, so in-place use is race-free.
+// [0, rotary_dim) are written; out of place, copy_unrotated = 1 (the wide kernel:
+// kInPlace = false) and every dim is written). qk_rms_norm_rope writes every dim of q
+// and k in place. Each element is read and written by the same thread, so in-place use
+// is race-free.
 //
 // Work split: a "unit" is kVecWidth pairs of one head: two vectors of kVecWidth
 // elements (NeoX: at i and i + rotary_dim/2; GPT-J: 2 * kVecWidth adjacent elements)
@@ -459,12 +460,12 @@ constexpr int rope_wide_min_blocks() {
 
 // kHeadsPerThread: heads a thread holds at once (cupykern/plans.py::ROPE_WIDE_HEADS_CHOICES).
 // kInPlace: q_out is q and k_out is k, with their strides (apply_rope(inplace=True); the
-// out arguments and copy_unrotated are then not read). Its own instantiation: the
-// output addresses are the input ones, and the out-of-place branches (the invalid
-// token's copy, the pass-through dims) are not compiled. With the head index in 32
-// bits, llama-3.1-8b / -70b bf16 in place took 3.1 / 2.6 % less at 16384 tokens and
-// 0.08-0.15 us less at 1-64 tokens, within 0.6 / 1.5 % of a hand-written kernel of the
-// same structure (bench/results/NOTES.md, item 30).
+// out arguments are then not read; copy_unrotated never is, kInPlace stands for it).
+// Its own instantiation: the output addresses are the input ones, and the out-of-place
+// branches (the invalid token's copy, the pass-through dims) are not compiled. With the
+// head index in 32 bits, llama-3.1-8b / -70b bf16 in place took 3.1 / 2.6 % less at
+// 16384 tokens and 0.08-0.15 us less at 1-64 tokens, within 0.6 / 1.5 % of a
+// hand-written kernel of the same structure (bench/results/NOTES.md, item 30).
 template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidth, int kMropeLayout,
           int kHeadsPerThread, bool kInPlace>
 __global__ void __launch_bounds__(kRopeMaxBlockSize, rope_wide_min_blocks<kHeadsPerThread, kMropeLayout>()) apply_rope_wide_kernel(
@@ -502,10 +503,17 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, rope_wide_min_blocks<kHeads
     T* q_out_tok = q_out + token * q_out_token_stride;
     T* k_out_tok = k_out + token * k_out_token_stride;
 
-    // Head h's input (h < num_q_heads + num_kv_heads < 2^31, checked in Python).
+    // Head h's input and output (h < num_q_heads + num_kv_heads < 2^31, checked in
+    // Python). In place the output is the input: q and k are declared const only
+    // because the out-of-place instantiation reads them.
     auto head_in = [&](int h) -> const T* {
       return h < num_q_heads ? q_tok + static_cast<int64_t>(h) * q_head_stride
                              : k_tok + static_cast<int64_t>(h - num_q_heads) * k_head_stride;
+    };
+    auto head_out = [&](int h) -> T* {
+      if constexpr (kInPlace) return const_cast<T*>(head_in(h));
+      return h < num_q_heads ? q_out_tok + static_cast<int64_t>(h) * q_out_head_stride
+                             : k_out_tok + static_cast<int64_t>(h - num_q_heads) * k_out_head_stride;
     };
 
     // One unit a lane, every head of the token in this one round (launch contract):
@@ -544,12 +552,8 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, rope_wide_min_blocks<kHeads
     for (int j = 0; j < kMaxHeads; ++j) {
       const int h = th.slot + j * head_slots;
       if (h >= num_heads) break;
-      T* out;
-      if constexpr (kInPlace) {
-        out = const_cast<T*>(head_in(h));
-      } else {
-        out = h < num_q_heads ? q_out_tok + static_cast<int64_t>(h) * q_out_head_stride
-                              : k_out_tok + static_cast<int64_t>(h - num_q_heads) * k_out_head_stride;
+      T* out = head_out(h);
+      if constexpr (!kInPlace) {
         if (!valid) {  // copied unchanged
           store_vec<T, kVecWidth>(out + lo, va[j]);
           store_vec<T, kVecWidth>(out + hi, vb[j]);

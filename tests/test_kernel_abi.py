@@ -6,7 +6,8 @@ nothing on the GPU says so. These kernels take a mix of 32- and 64-bit sizes and
 (bench/results/NOTES.md, items 19-20). CPU only: the parameter list is read from the PTX
 NVRTC makes of the planned instantiation, with the options CuPy uses. The ops: the row
 and gated families this applies to, softmax and row_reduce, and RoPE, whose kernels take
-the longest lists (apply_rope's both kernels, with and without M-RoPE).
+the longest lists (apply_rope's both kernels, with and without M-RoPE, the wide one in
+place and out of place).
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def _values(op: str, num_tokens: int, hidden: int, dtype, q_heads: int = 32) -> 
 def _launches():
     """One launch per (op, instantiation): decode and prefill sizes, 16-bit and fp32
     (llama-3.1-8b's shapes: 4096 wide, 32 + 8 heads of 128); apply_rope also with 512 q
-    heads (past the wide kernel's heads) and with M-RoPE sections."""
+    heads (past the wide kernel's heads), with M-RoPE sections, and in place (its own
+    instantiation of the wide kernel) as well as out of place."""
     seen = {}
 
     def add(op, values):
@@ -64,6 +66,11 @@ def _launches():
             for dtype in (BF16, F32):
                 for num_tokens in (1, 4096):
                     add(op, _values(op, num_tokens, 4096, dtype))
+                    if op == "apply_rope":
+                        add(op, {**_values(op, num_tokens, 4096, dtype), "inplace": True})
+                        add(op, {**_values(op, num_tokens, 4096, dtype), "inplace": True,
+                                 "positions": contiguous((3, num_tokens), np.dtype(np.int64)),
+                                 "mrope_section": (16, 24, 24)})
         for num_tokens in (1, 64):
             add("apply_rope", _values("apply_rope", num_tokens, 4096, BF16, q_heads=512))
             add("apply_rope", {**_values("apply_rope", num_tokens, 4096, BF16),

@@ -358,7 +358,8 @@ def test_apply_rope_out_of_place_allocates_q_out_and_k_out():
     assert launch.pointers == ("q_out", "k_out", "q", "k", "positions", "cos_sin_cache")
     assert launch.allocate == (("q_out", (4, 8, 128), F16), ("k_out", (4, 2, 128), F16))
     assert launch.returns == ("q_out", "k_out")
-    # The inputs keep their strides; the new outputs are C-contiguous; the last flag says "copy the tail".
+    # The inputs keep their strides; the new outputs are C-contiguous; the last flag says "copy the tail"
+    # (to the steps kernel; the wide one reads kInPlace instead).
     assert launch.scalars[7:15] == (1536, 128, 1536, 128, 8 * 128, 128, 2 * 128, 128)
     assert launch.scalars[19] == 1
     # The wide kernel's out-of-place instantiation (kInPlace false).

@@ -280,15 +280,16 @@ def test_apply_rope_layouts_give_the_same_bytes(dtype, is_neox, num_tokens, head
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("inplace", [True, False], ids=["inplace", "out_of_place"])
 @pytest.mark.parametrize("interleaved", [False, True], ids=["sectioned", "interleaved"])
 @pytest.mark.parametrize("num_tokens", [1, 600])
-def test_mrope_layouts_give_the_same_bytes(interleaved, num_tokens):
+def test_mrope_layouts_give_the_same_bytes(interleaved, num_tokens, inplace):
     def make():
         return _inputs(5, num_tokens, 28, 4, 128, 128, BF16, np.float32, np.int64, mrope=True, bad=True)
 
     section = (24, 20, 20) if interleaved else (16, 24, 24)
-    _assert_same(_bytes_under_layouts(make, lambda i: _apply(i, mrope_section=section,
-                                                             mrope_interleaved=interleaved)))
+    _assert_same(_bytes_under_layouts(make, lambda i: (*_apply(i, mrope_section=section, mrope_interleaved=interleaved,
+                                                               inplace=inplace), i["q"], i["k"])))
 
 
 @pytest.mark.gpu
