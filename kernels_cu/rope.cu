@@ -562,7 +562,9 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, rope_wide_min_blocks<kHeads
       }
       rotate_and_store<kIsNeox>(out, lo, hi, va[j], vb[j], c, s);
     }
-    // Out of place: copy the dims past rotary_dim (in place they are not touched).
+    // Out of place: copy the dims past rotary_dim (in place they are not touched). Its
+    // addresses spelled out as when item 30 timed it: head_in / head_out here changed
+    // the out-of-place machine code (not timed).
     if (!kInPlace && pass_vecs > 0) {
       for (int64_t h = th.slot; h < num_heads; h += head_slots) {
         const bool is_q = h < num_q_heads;
