@@ -390,6 +390,11 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+def _pow2_floor(n: int) -> int:
+    """The largest power of two <= n (n >= 1)."""
+    return 1 << (n.bit_length() - 1)
+
+
 def row_layouts(dtype) -> list[RowLayout]:
     """Every layout the row kernels are compiled for, for one storage dtype."""
     return [RowLayout(t, v, n) for t in THREADS_PER_ROW_CHOICES for v in sorted({1, _dtypes.vec_width(dtype)})
@@ -523,6 +528,17 @@ def _resident_threads(limits: DeviceLimits) -> int:
         raise PlanError(str(exc)) from None
 
 
+def _row_threads_cap(limits: DeviceLimits) -> int:
+    """The most threads a row may take on ``limits``: its max_threads_per_block (PlanError
+    naming it unless an int >= 1) within MAX_BLOCK_SIZE, rounded down to a power of two
+    (THREADS_PER_ROW_CHOICES are powers of two)."""
+    try:
+        most = _count(limits.max_threads_per_block, "limits.max_threads_per_block", 1)
+    except ValueError as exc:
+        raise PlanError(str(exc)) from None
+    return _pow2_floor(min(MAX_BLOCK_SIZE, most))
+
+
 def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str | None = None,
                limits: DeviceLimits = H200_LIMITS) -> RowLayout:
     """Heuristic layout for ``num_rows`` rows of ``hidden_size`` elements of ``dtype`` on a
@@ -536,8 +552,10 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
     reads its rows again from L2 (:data:`REREAD`'s rows, 16-byte vectors) 2 leaves a
     thread (:func:`reread_layout`) if that layout fills the row with the exact walk, has at
     most REREAD_MAX_THREADS_PER_ROW and ``limits.max_threads_per_block`` threads a row
-    (:func:`reread_choices`); otherwise the prefill layout. Every choice computes the same
-    tree, so the rows' bits do not depend on ``num_rows``.
+    (:func:`reread_choices`); otherwise the prefill layout. No layout takes more threads a
+    row than ``limits.max_threads_per_block`` (a row whose leaves need more raises
+    PlanError in :func:`validate`). Every choice computes the same tree, so the rows' bits
+    do not depend on ``num_rows``.
     """
     hidden_size, num_rows = _count(hidden_size, "hidden_size", 1), _count(num_rows, "num_rows", 0)
     _check_op(op)
@@ -546,20 +564,22 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
                        for name in ("DECODE_VECS_PER_THREAD", "PREFILL_VECS_PER_THREAD"))
     vec_width = _dtypes.vec_width(dtype) if aligned else 1
     columns = tree_columns(hidden_size, dtype)
-    # Never fewer threads than the compiled leaves a thread allow, whatever the cap.
+    resident = _resident_threads(limits)
+    # Never fewer threads than the compiled leaves a thread allow, whatever the cap; never
+    # more than a block of the device holds.
     fewest = max(1, columns // max(VECS_PER_THREAD_CHOICES))
+    block_cap = _row_threads_cap(limits)
 
     def threads_for(per_thread: int, most: int) -> int:
-        return min(MAX_BLOCK_SIZE, max(fewest, min(most, columns // per_thread)))
+        return min(block_cap, max(fewest, min(most, columns // per_thread)))
 
     threads = threads_for(decode, _decode_max_threads_per_row(op))
-    resident = _resident_threads(limits)
     if num_rows > decode_rows and num_rows * threads > _decode_fill_share(op) * resident:
         threads = threads_for(prefill, _prefill_max_threads_per_row(op))
         if vec_width > 1 and _rereads_rows(op, num_rows, hidden_size):
             layout = reread_layout(hidden_size, dtype, vec_width)
             exact = exact_walk(op, layout, num_rows, hidden_size, dtype)
-            if layout.threads_per_row <= limits.max_threads_per_block and reread(
+            if layout.threads_per_row <= block_cap and reread(
                     op, layout, num_rows, hidden_size, dtype, exact):
                 return layout
     return RowLayout(threads, vec_width, tree_vecs_per_thread(hidden_size, dtype, threads))

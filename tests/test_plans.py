@@ -562,6 +562,33 @@ def test_no_reread_without_the_exact_walk_or_past_the_block_limit(monkeypatch):
         assert norm.RMS_NORM.expr(*norm._template_args(_dtypes.bfloat16, p)) in built
 
 
+@pytest.mark.parametrize("max_threads_per_block", [512, 256, 64])
+def test_row_plans_respect_a_smaller_block_limit(max_threads_per_block):
+    """A GPU whose blocks hold fewer threads than the layout row_layout would pick gets a
+    narrower layout of the same tree (helper 46 found 512- and 1024-thread rows planned for
+    a 256-thread device, refused by validate): every row op plans every size within the
+    limit, and on blocks of at least 256 threads refuses none."""
+    small = replace(H200_LIMITS, max_threads_per_block=max_threads_per_block)
+    for op in ("rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "row_reduce"):
+        for dtype in (_dtypes.bfloat16, np.dtype(np.float32)):
+            for hidden in (1000, 4096, 8192, 16384, 131072):
+                for rows in (1, 64, 1024, 16384):
+                    try:
+                        plan = plans.plan_rows(rows, hidden, dtype, aligned=True, limits=small, op=op)
+                    except plans.PlanError:
+                        assert max_threads_per_block < 256, (op, hidden, rows)
+                        continue
+                    assert plan.block_size <= max_threads_per_block, (op, hidden, rows, plan)
+                    assert plan.layout.threads_per_row in plans.tree_threads_per_row(hidden, dtype)
+
+
+def test_row_plans_refuse_a_bad_block_limit():
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(plans.PlanError, match="limits.max_threads_per_block"):
+            plans.row_layout(4096, _dtypes.bfloat16, True, num_rows=1,
+                             limits=replace(H200_LIMITS, max_threads_per_block=bad))
+
+
 def test_reread_is_built_for_its_layouts_only():
     """The rereading kernels: the exact walk on 16-byte vectors in 256 x 2 and 512 x 2 for
     16-bit rows, 512 x 2 for fp32's (rows of 4096 and 8192 elements), rms_norm_kernel's
