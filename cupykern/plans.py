@@ -521,9 +521,13 @@ def _resident_threads(limits: DeviceLimits) -> int:
     one divide)."""
     if not isinstance(limits, DeviceLimits):
         raise TypeError(f"limits: expected a plans.DeviceLimits, got {type(limits).__name__}")
+    return _limit(limits, "sm_count") * _limit(limits, "max_threads_per_sm")
+
+
+def _limit(limits: DeviceLimits, field: str) -> int:
+    """limits.<field> as an int, PlanError naming it unless an int >= 1."""
     try:
-        return (_count(limits.sm_count, "limits.sm_count", 1)
-                * _count(limits.max_threads_per_sm, "limits.max_threads_per_sm", 1))
+        return _count(getattr(limits, field), f"limits.{field}", 1)
     except ValueError as exc:
         raise PlanError(str(exc)) from None
 
@@ -532,11 +536,7 @@ def _row_threads_cap(limits: DeviceLimits) -> int:
     """The most threads a row may take on ``limits``: its max_threads_per_block (PlanError
     naming it unless an int >= 1) within MAX_BLOCK_SIZE, rounded down to a power of two
     (THREADS_PER_ROW_CHOICES are powers of two)."""
-    try:
-        most = _count(limits.max_threads_per_block, "limits.max_threads_per_block", 1)
-    except ValueError as exc:
-        raise PlanError(str(exc)) from None
-    return _pow2_floor(min(MAX_BLOCK_SIZE, most))
+    return _pow2_floor(min(MAX_BLOCK_SIZE, _limit(limits, "max_threads_per_block")))
 
 
 def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str | None = None,
