@@ -162,9 +162,13 @@ ANY_ROPE_HEADS = ((32, 32), (64, 64), (64, 32), (72, 72), (80, 80), (80, 40), (8
                   (128, 128), (128, 64), (128, 32), (240, 96), (256, 256), (256, 128), (288, 120), (296, 272), (6, 6))
 
 #: (num_q_heads, num_kv_heads) of RoPE: q alone, MHA, GQA from 8 to 128 q heads, counts
-#: that are no multiple of the wide kernel's head slots, and a count past what one round
-#: of a token's threads holds (the steps kernel).
-ANY_ROPE_HEAD_COUNTS = ((8, 0), (16, 16), (28, 3), (32, 8), (64, 8), (128, 8), (192, 0), (192, 8))
+#: that are no multiple of the wide kernel's head slots, a count past what one round of a
+#: token's threads holds (the steps kernel), and for each of qk_rms_norm_rope's row groups
+#: of 8, 16 and 32 lanes a count that each of its heads-a-thread choices is the fewest to
+#: hold in one round (16 / 23 / 31 heads with 32 lanes, 32 / 40 / 56 with 16, 40 / 72 /
+#: 120 with 8).
+ANY_ROPE_HEAD_COUNTS = ((8, 0), (12, 4), (16, 16), (20, 3), (28, 3), (32, 8), (48, 8), (64, 8), (112, 8), (128, 8),
+                        (192, 0), (192, 8))
 
 
 def _any_gated_calls(dtype):

@@ -962,8 +962,9 @@ ROPE_WIDE_HEADS_CHOICES = (2, 3, 4, 5)
 ROPE_WIDE_HEADS_PER_THREAD = 2
 ROPE_WIDE_NORM_HEADS_PER_THREAD = 4
 ROPE_WIDE_DECODE_HEADS_PER_THREAD = 2
-#: qk_rms_norm_rope_wide_kernel's largest heads_per_thread (rope.cu::kRopeWideMaxHeads).
-ROPE_WIDE_MAX_HEADS = 4
+#: kHeadsPerThread choices of qk_rms_norm_rope_wide_kernel (compiled for each; 2 to 4
+#: heads fit its 128 registers without a spill, rope.cu::kQkWideMinBlocksPerSm).
+ROPE_WIDE_NORM_HEADS_CHOICES = (2, 3, 4)
 #: The wide layout's grid, apply_rope and qk_rms_norm_rope: 0 = a block per group of
 #: tokens_per_block tokens (the hardware hands out blocks as others finish); n >= 1 = at
 #: most n waves of resident blocks (ROPE_WIDE_BLOCKS_PER_SM an SM), walking the tokens
@@ -1058,11 +1059,11 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     wide = rope_wide(fused_norm, units, (head_dim - rotary_dim) // vec_width, threads_per_head)
     if wide:
         heads_per_thread, max_blocks = _rope_wide_constants(few_tokens, fused_norm, limits)
-        if not fused_norm:
+        if fused_norm:
+            heads_per_thread = _rope_norm_heads(num_heads, threads_per_head, heads_per_thread)
+        else:
             heads_per_thread = _rope_apply_heads(num_heads, threads_per_head, heads_per_thread, few_tokens)
-            wide = heads_per_thread > 0
-        elif few_tokens:
-            heads_per_thread = _rope_decode_heads(num_heads, threads_per_head, heads_per_thread)
+        wide = heads_per_thread > 0
     if not wide:
         heads_per_thread, max_blocks = (1 if few_tokens else steps_heads), 0
     head_slots = max(1, min(-(-num_heads // heads_per_thread), ROPE_MAX_BLOCK_SIZE // threads_per_head))
@@ -1093,17 +1094,15 @@ def rope_wide(fused_norm: bool, units: int, pass_vecs: int, threads_per_head: in
 
 
 def rope_wide_heads_choices(fused_norm: bool = False) -> tuple[int, ...]:
-    """Heads a thread of the wide kernels may hold: qk_rms_norm_rope's launch argument
-    1 .. ROPE_WIDE_MAX_HEADS, or apply_rope's compiled kHeadsPerThread choices,
-    ROPE_WIDE_HEADS_CHOICES (ValueError naming it unless a non-empty ascending tuple of
-    distinct ints 1 .. 8)."""
-    if fused_norm:
-        return tuple(range(1, ROPE_WIDE_MAX_HEADS + 1))
-    choices = ROPE_WIDE_HEADS_CHOICES
+    """Heads a thread of the wide kernels may hold, the kHeadsPerThread choices compiled:
+    ROPE_WIDE_HEADS_CHOICES (apply_rope) or ROPE_WIDE_NORM_HEADS_CHOICES
+    (qk_rms_norm_rope); PlanError naming it unless a non-empty ascending tuple of distinct
+    ints 1 .. 8."""
+    name = "ROPE_WIDE_NORM_HEADS_CHOICES" if fused_norm else "ROPE_WIDE_HEADS_CHOICES"
+    choices = globals()[name]
     if (not isinstance(choices, tuple) or not choices or not all(_is_int(h) and 1 <= h <= 8 for h in choices)
             or list(choices) != sorted(set(choices))):
-        raise PlanError(f"plans.ROPE_WIDE_HEADS_CHOICES must be a non-empty ascending tuple of distinct ints "
-                         f"1 .. 8, got {choices!r}")
+        raise PlanError(f"plans.{name} must be a non-empty ascending tuple of distinct ints 1 .. 8, got {choices!r}")
     return tuple(int(h) for h in choices)
 
 
@@ -1114,14 +1113,15 @@ def _rope_one_round_heads(num_heads: int, threads_per_head: int, fewest: int, fu
             if h >= fewest and -(-num_heads // h) * threads_per_head <= ROPE_MAX_BLOCK_SIZE]
 
 
-def _rope_decode_heads(num_heads: int, threads_per_head: int, heads_per_thread: int) -> int:
-    """qk_rms_norm_rope's heads a thread at decode sizes: ``heads_per_thread`` (the
-    constant), raised to the fewest choice that gives every head of a token a slot in one
-    block, so that no thread walks a second round of heads (one more position -> cos/sin
-    -> q/k chain: llama-3.1-70b's 64 + 8 heads took 32 slots of 2 heads and 3.5 us a call
-    at one token, against 2.5 us for llama-3.1-8b's 32 + 8 in 20 slots;
-    bench/results/NOTES.md, item 16). Unchanged where no choice fits."""
-    return min(_rope_one_round_heads(num_heads, threads_per_head, heads_per_thread, True), default=heads_per_thread)
+def _rope_norm_heads(num_heads: int, threads_per_head: int, heads_per_thread: int) -> int:
+    """Heads a thread of qk_rms_norm_rope_wide_kernel holds, 0 if none fits its launch
+    contract (the steps kernel then): the fewest compiled choice >= ``heads_per_thread``
+    (the constant of the batch size) that gives every head of a token a slot in one block.
+    One round, as apply_rope: a second round of heads is one more position -> cos/sin ->
+    q/k chain (llama-3.1-70b's 64 + 8 heads took 32 slots of 2 heads and 3.5 us a call at
+    one token, against 2.5 us for llama-3.1-8b's 32 + 8 in 20 slots; bench/results/NOTES.md,
+    item 16)."""
+    return min(_rope_one_round_heads(num_heads, threads_per_head, heads_per_thread, True), default=0)
 
 
 def _rope_apply_heads(num_heads: int, threads_per_head: int, fewest: int, few_tokens: bool) -> int:
@@ -1152,7 +1152,7 @@ def _rope_wide_constants(few_tokens: bool, fused_norm: bool, limits: DeviceLimit
     """(heads per thread, most blocks or 0 for no cap) of the wide kernels. Every constant
     the op reads is checked at every batch size (a bad one never waits for the batch that
     reads it, and never makes a plan): heads per thread as compiled (apply_rope:
-    ROPE_WIDE_HEADS_CHOICES; qk_rms_norm_rope: 1 .. ROPE_WIDE_MAX_HEADS), waves >= 0,
+    ROPE_WIDE_HEADS_CHOICES; qk_rms_norm_rope: ROPE_WIDE_NORM_HEADS_CHOICES), waves >= 0,
     blocks per SM >= 1."""
     allowed = rope_wide_heads_choices(fused_norm)
     prefill_heads, decode_heads = (

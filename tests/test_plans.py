@@ -367,9 +367,9 @@ def test_rope_plan_without_overrides():
 def test_rope_decode_plans_give_every_head_a_slot_in_one_round(fused_norm, num_heads):
     """At decode sizes the wide layout raises heads_per_thread to the fewest compiled choice
     that fits every head of a token in one block (llama-3.1-70b's 64 + 8 heads took a second
-    round with 2 a thread); where none fits, qk_rms_norm_rope keeps the constant and
-    apply_rope takes the steps kernel (its wide kernel holds one round only)."""
-    allowed = tuple(range(1, plans.ROPE_WIDE_MAX_HEADS + 1)) if fused_norm else plans.ROPE_WIDE_HEADS_CHOICES
+    round with 2 a thread); where none fits, both take the steps kernel (their wide kernels
+    hold one round only)."""
+    allowed = plans.ROPE_WIDE_NORM_HEADS_CHOICES if fused_norm else plans.ROPE_WIDE_HEADS_CHOICES
     for num_tokens in (1, 64):
         plan = plans.plan_rope(num_tokens, num_heads, 128, 128, _dtypes.bfloat16, max_vec_width=8,
                                fused_norm=fused_norm, limits=H200_LIMITS)
@@ -379,8 +379,8 @@ def test_rope_decode_plans_give_every_head_a_slot_in_one_round(fused_norm, num_h
             assert plan.heads_per_thread == min(fits)
             assert plan.head_slots * plan.heads_per_thread >= num_heads  # one round
         else:
-            assert plan.heads_per_thread == (plans.ROPE_WIDE_DECODE_HEADS_PER_THREAD if fused_norm else 0)
-    examples = {(72, False): 3, (72, True): 3, (40, False): 2, (136, False): 5, (200, False): 0}
+            assert plan.heads_per_thread == 0
+    examples = {(72, False): 3, (72, True): 3, (40, False): 2, (136, False): 5, (200, False): 0, (136, True): 0}
     if (num_heads, fused_norm) in examples:
         plan = plans.plan_rope(1, num_heads, 128, 128, _dtypes.bfloat16, max_vec_width=8, fused_norm=fused_norm,
                                limits=H200_LIMITS)

@@ -152,7 +152,7 @@ def test_steps_heads_per_thread_is_checked_by_name(monkeypatch):
 
 
 def test_legal_wide_constants_still_plan(monkeypatch):
-    # qk_rms_norm_rope's wide kernel takes any 1 .. ROPE_WIDE_MAX_HEADS heads (a launch argument)
+    # qk_rms_norm_rope's wide kernel takes any of ROPE_WIDE_NORM_HEADS_CHOICES that fits one round
     monkeypatch.setattr(plans, "ROPE_WIDE_NORM_HEADS_PER_THREAD", 3)
     assert _plan(16384, fused_norm=True).heads_per_thread == 3
     monkeypatch.setattr(plans, "ROPE_WIDE_GRID_WAVES", 2**40)  # more waves than blocks: a block per group
@@ -165,8 +165,8 @@ def test_wide_kernels_in_the_planned_shape_do_not_spill(dtype, num_tokens, fused
     plan = _plan(num_tokens, dtype=dtype, fused_norm=fused_norm)
     lead = (_dtypes.c_type(dtype), "float", "long long")
     if fused_norm:
-        exprs = [rope_ops.QK_RMS_NORM_ROPE_WIDE.expr(*lead, neox, plan.vec_width, plan.threads_per_head)
-                 for neox in (True, False)]
+        exprs = [rope_ops.QK_RMS_NORM_ROPE_WIDE.expr(*lead, neox, plan.vec_width, plan.threads_per_head,
+                                                     plan.heads_per_thread) for neox in (True, False)]
     else:
         exprs = [rope_ops.APPLY_ROPE_WIDE.expr(*lead, neox, plan.vec_width, layout, plan.heads_per_thread, in_place)
                  for neox, layout in ((True, 0), (False, 0), (True, 1), (True, 2)) for in_place in (True, False)]
@@ -180,7 +180,10 @@ def test_every_planned_wide_instantiation_is_enumerated(monkeypatch):
         for in_place in (True, False):
             assert rope_ops.APPLY_ROPE_WIDE.expr("__nv_bfloat16", "float", "int", False, 1, 0, heads, in_place) in exprs
     assert len(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE_WIDE]) == \
-        len(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE])
+        len(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE]) * len(plans.ROPE_WIDE_NORM_HEADS_CHOICES)
+    qk_exprs = set(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE_WIDE])
+    for heads in plans.ROPE_WIDE_NORM_HEADS_CHOICES:
+        assert rope_ops.QK_RMS_NORM_ROPE_WIDE.expr("__nv_bfloat16", "float", "int", False, 8, 8, heads) in qk_exprs
 
 
 # ----------------------------------------------------------------- GPU: same bytes under every layout

@@ -34,8 +34,8 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
     """Every instantiation: dtype x cache dtype x position type x is_neox x vector width
     (x threads per head for qk_rms_norm_rope; x M-RoPE layout for apply_rope, the M-RoPE
     layouts with the NeoX pairing only), of the "steps" kernels and of the wide ones
-    (apply_rope's also x heads per thread, plans.ROPE_WIDE_HEADS_CHOICES, x in place or
-    not)."""
+    (x heads per thread, plans.ROPE_WIDE_HEADS_CHOICES / ROPE_WIDE_NORM_HEADS_CHOICES;
+    apply_rope's also x in place or not)."""
     spaces: dict[KernelTemplate, list[str]] = {APPLY_ROPE: [], QK_RMS_NORM_ROPE: [], APPLY_ROPE_WIDE: [],
                                                QK_RMS_NORM_ROPE_WIDE: []}
     for d in _dtypes.DTYPES:
@@ -53,7 +53,8 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
                     for w in plans.rope_vec_widths(d, fused_norm=True):
                         for g in (plans.ROPE_NORM_THREADS_PER_HEAD if w > 1 else (32,)):
                             spaces[QK_RMS_NORM_ROPE].append(QK_RMS_NORM_ROPE.expr(*lead, w, g))
-                            spaces[QK_RMS_NORM_ROPE_WIDE].append(QK_RMS_NORM_ROPE_WIDE.expr(*lead, w, g))
+                            for heads in plans.rope_wide_heads_choices(fused_norm=True):
+                                spaces[QK_RMS_NORM_ROPE_WIDE].append(QK_RMS_NORM_ROPE_WIDE.expr(*lead, w, g, heads))
     return spaces
 
 
@@ -289,17 +290,16 @@ def _prepare_qk_rms_norm_rope(a: launcher.Args) -> launcher.Launch:
     plan = plans.plan_rope(qh.num_tokens, qh.num_heads + kh.num_heads, qh.head_dim, rotary_dim, q.dtype,
                            max_vec_width=max_vec, fused_norm=True, limits=a.limits, overrides=a.overrides,
                            op="qk_rms_norm_rope")
-    wide = plan.heads_per_thread > 0
+    targs = (_dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype), POSITION_TYPES[positions.dtype], is_neox,
+             plan.vec_width, plan.threads_per_head)
     return launcher.Launch(
-        QK_RMS_NORM_ROPE_WIDE if wide else QK_RMS_NORM_ROPE,
-        (_dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype), POSITION_TYPES[positions.dtype],
-         is_neox, plan.vec_width, plan.threads_per_head), plan,
+        *((QK_RMS_NORM_ROPE_WIDE, (*targs, plan.heads_per_thread)) if plan.heads_per_thread
+          else (QK_RMS_NORM_ROPE, targs)), plan,
         pointers=("q", "k", "q_weight", "k_weight", "positions", "cos_sin_cache"),
         scalars=(*map(np.int64, (qh.num_tokens, qh.num_heads, kh.num_heads, qh.head_dim, rotary_dim, cache.shape[0],
                                  pos_stride, qh.token_stride, qh.head_stride, kh.token_stride, kh.head_stride,
                                  cache_stride)),
-                 eps, np.int32(plan.head_slots), np.int32(plan.tokens_per_block),
-                 *((np.int32(plan.heads_per_thread),) if wide else ())),
+                 eps, np.int32(plan.head_slots), np.int32(plan.tokens_per_block)),
         returns=("q", "k"), disjoint=_qk_disjoint(qh, kh))
 
 

@@ -14,12 +14,17 @@ position -> cos/sin chain, a block per tokens_per_block tokens. Knobs:
   MINB   __launch_bounds__ minimum blocks of 256 threads an SM (1: no register cap; 2: 128)
   grid   "block" (a block per tokens_per_block tokens) or "w2" (2 x resident blocks,
          grid-stride, the library's ROPE_WIDE_NORM_GRID_WAVES)
+Beside them: "old", 9e2a362's library kernel (qk_old_wide_9e2a362.cuh: heads a thread a
+launch argument, weights loaded beside the stores) launched as 9e2a362's plan_rope
+launched it; "lib", the library of the tree that runs this, under plan constants LIB_PLANS
+(heads a thread at prefill, grid waves). Bits: every kernel against 9e2a362's.
 """
 import json, os
 os.environ.setdefault("CUPYKERN_CACHE_DIR", "/tmp/ck-user")
 import cupy as cp, numpy as np
 import ml_dtypes
 import cupykern
+from cupykern import jit, launcher, plans
 from cupykern.timing import time_cold, time_graph, copy_bandwidth
 from cupykern.registry.rope import _host_cache
 
@@ -125,6 +130,31 @@ for nm in NAMES:
     f = mod.get_function(nm)
     res["kernels"][nm] = {"regs": f.num_regs, "local": f.local_size_bytes}
     print(nm, f.num_regs, "regs", f.local_size_bytes, "local", flush=True)
+HERE = os.path.dirname(os.path.abspath(__file__))
+OLD_SRC = jit.source("rope.cu") + open(os.path.join(HERE, "qk_old_wide_9e2a362.cuh")).read()
+OLD_NAMES = ["qk_old_wide_kernel<__nv_bfloat16, float, long long, true, 8, 8>"]
+old_mod = cp.RawModule(code=OLD_SRC, options=jit.COMPILE_OPTIONS, name_expressions=OLD_NAMES)
+old_kernel = old_mod.get_function(OLD_NAMES[0])
+res["kernels"]["old"] = {"regs": old_kernel.num_regs, "local": old_kernel.local_size_bytes}
+print("old", old_kernel.num_regs, "regs", flush=True)
+
+
+def old_plan(n, nh):
+    """9e2a362's plan_rope for qk_rms_norm_rope, bf16 head_dim 128 (8 lanes a head): (heads a
+    thread, head_slots, tokens_per_block, grid)."""
+    if n < 4 * SMS:  # decode: the fewest of 2..4 heads that fits one round
+        h = next(h for h in (2, 3, 4) if -(-nh // h) * 8 <= 256)
+    else:
+        h = 4
+    slots = -(-nh // h)
+    tpb = max(1, min(256 // (slots * 8), -(-n // SMS)))
+    return h, slots, tpb, min(-(-n // tpb), 2 * 2 * SMS)
+
+
+#: Library plan constants timed: (prefill heads a thread, grid waves).
+LIB_PLANS = {"lib": {}, "lib w0": {"ROPE_WIDE_NORM_GRID_WAVES": 0},
+             "lib h3 w0": {"ROPE_WIDE_NORM_HEADS_PER_THREAD": 3, "ROPE_WIDE_NORM_GRID_WAVES": 0},
+             "lib h3": {"ROPE_WIDE_NORM_HEADS_PER_THREAD": 3}}
 cache = cp.asarray(_host_cache(128))
 EPS = 1e-6
 SIZES = [int(x) for x in os.environ.get("SIZES", "1,16,64,256,1024,4096,16384").split(",")]
@@ -137,8 +167,12 @@ for model, nq, nk in (("8b", 32, 8), ("70b", 64, 8)):
         q0 = cp.asarray(rng.standard_normal((n, nq, 128)).astype(bf))
         k0 = cp.asarray(rng.standard_normal((n, nk, 128)).astype(bf))
         nbytes = 2 * (q0.nbytes + k0.nbytes) + n * 512 + n * 8
+        oh, oslots, otpb, ogrid = old_plan(n, nh)
+        oargs = (pos, cache, *map(np.int64, (n, nq, nk, 128, 128, cache.shape[0], 1, nq * 128, 128, nk * 128, 128,
+                                             128)), np.float32(EPS), np.int32(oslots), np.int32(otpb), np.int32(oh))
+        oblock = -(-oslots * 8 * otpb // 32) * 32
         q, k = q0.copy(), k0.copy()
-        cupykern.qk_rms_norm_rope(q, k, qw, kw, pos, cache, EPS, check_positions=False)
+        old_kernel((ogrid,), (oblock,), (q, k, qw, kw, *oargs))
         want_q, want_k = q.view(cp.uint16).copy(), k.view(cp.uint16).copy()
 
         def record(name, fn, extra):
@@ -152,7 +186,23 @@ for model, nq, nk in (("8b", 32, 8), ("70b", 64, 8)):
             print(f"{model:3s} n={n:5d} {name:26s} {t.median_us:8.2f} us {pct:5.1f} % {extra}", flush=True)
 
         q, k = q0.copy(), k0.copy()
-        record("lib", lambda: cupykern.qk_rms_norm_rope(q, k, qw, kw, pos, cache, EPS, check_positions=False), {})
+        record("old", lambda: old_kernel((ogrid,), (oblock,), (q, k, qw, kw, *oargs)),
+               {"heads": oh, "block": oblock, "grid": ogrid, "tokens_per_block": otpb})
+        saved = {name: getattr(plans, name) for c in LIB_PLANS.values() for name in c}
+        for lname, consts in LIB_PLANS.items():
+            if n < 4 * SMS and consts:
+                continue  # the constants are prefill ones
+            for name, value in {**saved, **consts}.items():
+                setattr(plans, name, value)
+            launcher.clear_caches()
+            qc, kc = q0.copy(), k0.copy()
+            cupykern.qk_rms_norm_rope(qc, kc, qw, kw, pos, cache, EPS, check_positions=False)
+            ok = bool((qc.view(cp.uint16) == want_q).all() and (kc.view(cp.uint16) == want_k).all())
+            record(lname, lambda: cupykern.qk_rms_norm_rope(q, k, qw, kw, pos, cache, EPS, check_positions=False),
+                   {"bitwise_ok": ok})
+        for name, value in saved.items():
+            setattr(plans, name, value)
+        launcher.clear_caches()
         for h in HEADS[model]:
             slots = -(-nh // h)
             tpt = slots * 8
