@@ -197,12 +197,14 @@ def _count(value, name: str, lowest: int) -> int:
     return int(value)
 
 
-def _constant(name: str, allowed=None, lowest: int = 1) -> int:
+def _constant(name: str, allowed=None, lowest: int = 1, allowed_by: str = "") -> int:
     """The plan constant ``name`` of this module (read now, so a sweep or test may set it),
-    ValueError naming it unless an int (not a bool) in ``allowed`` (or >= ``lowest``)."""
+    ValueError naming it unless an int (not a bool) in ``allowed`` (or >= ``lowest``);
+    ``allowed_by`` names the constant that lists ``allowed``, if one does."""
     value = globals()[name]
     if not _is_int(value) or (value not in allowed if allowed is not None else value < lowest):
-        want = f"one of {tuple(allowed)}" if allowed is not None else f"an int >= {lowest}"
+        listed = f"plans.{allowed_by} " if allowed_by else ""
+        want = f"one of {listed}{tuple(allowed)}" if allowed is not None else f"an int >= {lowest}"
         raise PlanError(f"plans.{name} must be {want}, got {value!r}")
     return int(value)
 
@@ -954,8 +956,9 @@ ROPE_WIDE_HEADS_CHOICES = (2, 3, 4, 5)
 #: ROPE_WIDE_HEADS_PER_THREAD up whose block is fullest (_rope_apply_heads); at decode
 #: sizes (fewer than ROPE_MIN_TOKENS_PER_SM tokens per SM: more threads on the few
 #: tokens) both ops take the fewest choice from ROPE_WIDE_DECODE_HEADS_PER_THREAD up that
-#: gives every head of a token a slot in one block; qk_rms_norm_rope at prefill sizes
-#: holds ROPE_WIDE_NORM_HEADS_PER_THREAD. Measured (bench_rope.py --variants, llama-3.1-8b
+#: gives every head of a token a slot in one block; qk_rms_norm_rope at prefill sizes the
+#: fewest from ROPE_WIDE_NORM_HEADS_PER_THREAD up that does. Where none does, the steps
+#: kernel (the wide kernels hold one round of heads only). Measured (bench_rope.py --variants, llama-3.1-8b
 #: bf16, H200, cold L2, bench/results/NOTES.md item 15): qk_rms_norm_rope 110 us with 4
 #: against 135 us with 2 at 16,384 tokens; at 1-64 tokens 2 heads beat 4 (2.1 against
 #: 2.3 us).
@@ -1084,8 +1087,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
 def rope_wide(fused_norm: bool, units: int, pass_vecs: int, threads_per_head: int) -> bool:
     """Whether plan_rope may take the wide kernels: ROPE_LAYOUT is "wide" and each lane
     holds at most one unit (qk_rms_norm_rope: and one pass-through vector) of a head, as
-    the wide kernels keep them in registers. apply_rope also needs its heads to fit one
-    round (:func:`_rope_apply_heads`)."""
+    the wide kernels keep them in registers. Both also need a token's heads to fit one
+    round (:func:`_rope_apply_heads`, :func:`_rope_norm_heads`)."""
     if ROPE_LAYOUT not in ("wide", "steps"):
         raise PlanError(f"ROPE_LAYOUT must be 'wide' or 'steps', got {ROPE_LAYOUT!r}")
     if ROPE_LAYOUT != "wide":
@@ -1097,12 +1100,14 @@ def rope_wide_heads_choices(fused_norm: bool = False) -> tuple[int, ...]:
     """Heads a thread of the wide kernels may hold, the kHeadsPerThread choices compiled:
     ROPE_WIDE_HEADS_CHOICES (apply_rope) or ROPE_WIDE_NORM_HEADS_CHOICES
     (qk_rms_norm_rope); PlanError naming it unless a non-empty ascending tuple of distinct
-    ints 1 .. 8."""
-    name = "ROPE_WIDE_NORM_HEADS_CHOICES" if fused_norm else "ROPE_WIDE_HEADS_CHOICES"
+    ints 1 .. 8 (1 .. 4 for qk_rms_norm_rope, whose kernel spills past 4 at its 128
+    registers)."""
+    name, most = ("ROPE_WIDE_NORM_HEADS_CHOICES", 4) if fused_norm else ("ROPE_WIDE_HEADS_CHOICES", 8)
     choices = globals()[name]
-    if (not isinstance(choices, tuple) or not choices or not all(_is_int(h) and 1 <= h <= 8 for h in choices)
+    if (not isinstance(choices, tuple) or not choices or not all(_is_int(h) and 1 <= h <= most for h in choices)
             or list(choices) != sorted(set(choices))):
-        raise PlanError(f"plans.{name} must be a non-empty ascending tuple of distinct ints 1 .. 8, got {choices!r}")
+        raise PlanError(f"plans.{name} must be a non-empty ascending tuple of distinct ints 1 .. {most}, "
+                        f"got {choices!r}")
     return tuple(int(h) for h in choices)
 
 
@@ -1155,9 +1160,10 @@ def _rope_wide_constants(few_tokens: bool, fused_norm: bool, limits: DeviceLimit
     ROPE_WIDE_HEADS_CHOICES; qk_rms_norm_rope: ROPE_WIDE_NORM_HEADS_CHOICES), waves >= 0,
     blocks per SM >= 1."""
     allowed = rope_wide_heads_choices(fused_norm)
-    prefill_heads, decode_heads = (
-        _constant(name, allowed) for name in ("ROPE_WIDE_NORM_HEADS_PER_THREAD" if fused_norm
-                                              else "ROPE_WIDE_HEADS_PER_THREAD", "ROPE_WIDE_DECODE_HEADS_PER_THREAD"))
+    listed_by = "ROPE_WIDE_NORM_HEADS_CHOICES" if fused_norm else "ROPE_WIDE_HEADS_CHOICES"
+    prefill_name = "ROPE_WIDE_NORM_HEADS_PER_THREAD" if fused_norm else "ROPE_WIDE_HEADS_PER_THREAD"
+    prefill_heads, decode_heads = (_constant(name, allowed, allowed_by=listed_by)
+                                   for name in (prefill_name, "ROPE_WIDE_DECODE_HEADS_PER_THREAD"))
     waves = _constant("ROPE_WIDE_NORM_GRID_WAVES" if fused_norm else "ROPE_WIDE_GRID_WAVES", lowest=0)
     blocks_per_sm = _constant("ROPE_WIDE_BLOCKS_PER_SM")
     return (decode_heads if few_tokens else prefill_heads), waves * blocks_per_sm * limits.sm_count

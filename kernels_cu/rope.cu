@@ -435,8 +435,8 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize) qk_rms_norm_rope_kernel(
 // for all of them, then they are stored. The kernels above rotate one head (16-byte
 // vectors) or two (8-byte) between stores, so a thread walking 4 heads waited out
 // position -> cos/sin -> 4 x (q/k load -> store) per token, with 32 bytes in flight; here
-// it is position -> cos/sin, with the q/k loads (up to 160 bytes a thread) overlapping
-// that chain. Same per-element expressions (rotate_pairs, the same sum-of-squares order
+// it is position -> cos/sin, with the q/k loads (up to 160 bytes a thread for apply_rope,
+// 192 for qk_rms_norm_rope) overlapping that chain. Same per-element expressions (rotate_pairs, the same sum-of-squares order
 // and row group), so the bits are those of the kernels above.
 // Launch contract as above, narrower (cupykern/plans.py::plan_rope keeps it): one round
 // of heads a token (kHeadsPerThread * head_slots >= num_q_heads + num_kv_heads), and

@@ -95,16 +95,31 @@ def test_bad_layout_constants_are_refused(monkeypatch, name, value):
         _plan(16384)
 
 
+@pytest.mark.parametrize("fused_norm", [False, True])
 @pytest.mark.parametrize("value", [(), (2, 2), (4, 2), (0,), (9,), (2.0, 4), "2", None, [2, 4], (True, 2)])
-def test_bad_heads_choices_are_refused_by_name(monkeypatch, value):
-    """ROPE_WIDE_HEADS_CHOICES lists the compiled kHeadsPerThread: (0,) divided by zero, (2.0, 4)
-    planned float slots and (2, 2) listed every instantiation twice (helper-24)."""
-    monkeypatch.setattr(plans, "ROPE_WIDE_HEADS_CHOICES", value)
+def test_bad_heads_choices_are_refused_by_name(monkeypatch, value, fused_norm):
+    """ROPE_WIDE_HEADS_CHOICES / ROPE_WIDE_NORM_HEADS_CHOICES list the compiled kHeadsPerThread:
+    (0,) divided by zero, (2.0, 4) planned float slots and (2, 2) listed every instantiation
+    twice (helper-24)."""
+    name = "ROPE_WIDE_NORM_HEADS_CHOICES" if fused_norm else "ROPE_WIDE_HEADS_CHOICES"
+    monkeypatch.setattr(plans, name, value)
     for n in (1, 16384):
-        with pytest.raises(ValueError, match="ROPE_WIDE_HEADS_CHOICES"):
-            _plan(n)
-    with pytest.raises(ValueError, match="ROPE_WIDE_HEADS_CHOICES"):
+        with pytest.raises(ValueError, match=name):
+            _plan(n, fused_norm=fused_norm)
+    with pytest.raises(ValueError, match=name):
         rope_ops.instantiations()
+
+
+def test_norm_heads_choices_stay_within_the_register_budget(monkeypatch):
+    """qk_rms_norm_rope_wide_kernel spills past 4 heads a thread at its 128 registers (5: 88
+    bytes, bf16): the choices are refused above 4, and a constant outside them names both."""
+    monkeypatch.setattr(plans, "ROPE_WIDE_NORM_HEADS_CHOICES", (2, 5))
+    with pytest.raises(ValueError, match=r"ROPE_WIDE_NORM_HEADS_CHOICES must be .* 1 \.\. 4"):
+        _plan(16384, fused_norm=True)
+    monkeypatch.setattr(plans, "ROPE_WIDE_NORM_HEADS_CHOICES", (2, 3))
+    with pytest.raises(ValueError, match=r"ROPE_WIDE_NORM_HEADS_PER_THREAD must be one of "
+                                         r"plans.ROPE_WIDE_NORM_HEADS_CHOICES \(2, 3\), got 4"):
+        _plan(16384, fused_norm=True)
 
 
 def test_steps_constant_is_read_at_every_shape(monkeypatch):
@@ -311,3 +326,21 @@ def test_qk_rms_norm_rope_layouts_give_the_same_bytes(dtype, is_neox, num_tokens
                        bad=variant == "bad_positions")
 
     _assert_same(_bytes_under_layouts(make, lambda i: _qk(i, is_neox)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_tokens", [1, 600])
+@pytest.mark.parametrize("num_q_heads, num_kv_heads, head_dim", [
+    (20, 3, 128),   # 3 heads a thread at decode (23 heads, 8 lanes: 12 slots of 2 do not fit), a partly filled round
+    (64, 8, 128),   # llama-3.1-70b: 3 heads a thread at decode, 4 at prefill (18 slots)
+    (28, 3, 256),   # 16 lanes a head: 3 at decode, 4 at prefill
+    (8, 2, 512),    # 32 lanes a head (16-byte vectors)
+])
+def test_qk_rms_norm_rope_head_counts_give_the_same_bytes(num_q_heads, num_kv_heads, head_dim, num_tokens):
+    """The wide kernel's heads-a-thread choices, q and k heads mixed in one thread's round and
+    a last round only partly filled give the steps kernel's bytes (helper 51's review)."""
+    def make():
+        return _inputs(head_dim + num_q_heads, num_tokens, num_q_heads, num_kv_heads, head_dim, head_dim, BF16,
+                       np.float32, np.int64, bad=True)
+
+    _assert_same(_bytes_under_layouts(make, lambda i: _qk(i, True)))
