@@ -952,18 +952,17 @@ ROPE_MIN_TOKENS_PER_SM = 4
 ROPE_LAYOUT = "wide"
 #: kHeadsPerThread choices of apply_rope_wide_kernel (compiled for each).
 ROPE_WIDE_HEADS_CHOICES = (2, 3, 4, 5)
-#: The wide layout's heads per thread: apply_rope at prefill sizes takes the choice from
-#: ROPE_WIDE_HEADS_PER_THREAD up whose block is fullest (_rope_apply_heads); at decode
-#: sizes (fewer than ROPE_MIN_TOKENS_PER_SM tokens per SM: more threads on the few
-#: tokens) both ops take the fewest choice from ROPE_WIDE_DECODE_HEADS_PER_THREAD up that
-#: gives every head of a token a slot in one block; qk_rms_norm_rope at prefill sizes the
-#: fewest from ROPE_WIDE_NORM_HEADS_PER_THREAD up that does. Where none does, the steps
-#: kernel (the wide kernels hold one round of heads only). Measured (bench_rope.py --variants, llama-3.1-8b
-#: bf16, H200, cold L2, bench/results/NOTES.md item 15): qk_rms_norm_rope 110 us with 4
-#: against 135 us with 2 at 16,384 tokens; at 1-64 tokens 2 heads beat 4 (2.1 against
-#: 2.3 us).
+#: The wide layout's heads per thread (_rope_wide_heads): at prefill sizes each op takes
+#: the choice from ROPE_WIDE_HEADS_PER_THREAD (apply_rope) / ROPE_WIDE_NORM_HEADS_PER_THREAD
+#: (qk_rms_norm_rope) up whose block is fullest; at decode sizes (fewer than
+#: ROPE_MIN_TOKENS_PER_SM tokens per SM: more threads on the few tokens) the fewest from
+#: ROPE_WIDE_DECODE_HEADS_PER_THREAD up; either among the choices that give every head of
+#: a token a slot in one block, else the steps kernel (the wide kernels hold one round of
+#: heads only). Measured (bench_rope.py --variants, llama-3.1-8b bf16, H200, cold L2,
+#: bench/results/NOTES.md item 15): qk_rms_norm_rope 110 us with 4 against 135 us with 2
+#: at 16,384 tokens; at 1-64 tokens 2 heads beat 4 (2.1 against 2.3 us).
 ROPE_WIDE_HEADS_PER_THREAD = 2
-ROPE_WIDE_NORM_HEADS_PER_THREAD = 4
+ROPE_WIDE_NORM_HEADS_PER_THREAD = 3
 ROPE_WIDE_DECODE_HEADS_PER_THREAD = 2
 #: kHeadsPerThread choices of qk_rms_norm_rope_wide_kernel (compiled for each; 2 to 4
 #: heads fit its 128 registers without a spill, rope.cu::kQkWideMinBlocksPerSm).
@@ -1062,10 +1061,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     wide = rope_wide(fused_norm, units, (head_dim - rotary_dim) // vec_width, threads_per_head)
     if wide:
         heads_per_thread, max_blocks = _rope_wide_constants(few_tokens, fused_norm, limits)
-        if fused_norm:
-            heads_per_thread = _rope_norm_heads(num_heads, threads_per_head, heads_per_thread)
-        else:
-            heads_per_thread = _rope_apply_heads(num_heads, threads_per_head, heads_per_thread, few_tokens)
+        heads_per_thread = _rope_wide_heads(num_heads, threads_per_head, heads_per_thread, few_tokens, fused_norm)
         wide = heads_per_thread > 0
     if not wide:
         heads_per_thread, max_blocks = (1 if few_tokens else steps_heads), 0
@@ -1088,7 +1084,7 @@ def rope_wide(fused_norm: bool, units: int, pass_vecs: int, threads_per_head: in
     """Whether plan_rope may take the wide kernels: ROPE_LAYOUT is "wide" and each lane
     holds at most one unit (qk_rms_norm_rope: and one pass-through vector) of a head, as
     the wide kernels keep them in registers. Both also need a token's heads to fit one
-    round (:func:`_rope_apply_heads`, :func:`_rope_norm_heads`)."""
+    round (:func:`_rope_wide_heads`)."""
     if ROPE_LAYOUT not in ("wide", "steps"):
         raise PlanError(f"ROPE_LAYOUT must be 'wide' or 'steps', got {ROPE_LAYOUT!r}")
     if ROPE_LAYOUT != "wide":
@@ -1118,28 +1114,20 @@ def _rope_one_round_heads(num_heads: int, threads_per_head: int, fewest: int, fu
             if h >= fewest and -(-num_heads // h) * threads_per_head <= ROPE_MAX_BLOCK_SIZE]
 
 
-def _rope_norm_heads(num_heads: int, threads_per_head: int, heads_per_thread: int) -> int:
-    """Heads a thread of qk_rms_norm_rope_wide_kernel holds, 0 if none fits its launch
-    contract (the steps kernel then): the fewest compiled choice >= ``heads_per_thread``
-    (the constant of the batch size) that gives every head of a token a slot in one block.
-    One round, as apply_rope: a second round of heads is one more position -> cos/sin ->
-    q/k chain (llama-3.1-70b's 64 + 8 heads took 32 slots of 2 heads and 3.5 us a call at
-    one token, against 2.5 us for llama-3.1-8b's 32 + 8 in 20 slots; bench/results/NOTES.md,
-    item 16)."""
-    return min(_rope_one_round_heads(num_heads, threads_per_head, heads_per_thread, True), default=0)
-
-
-def _rope_apply_heads(num_heads: int, threads_per_head: int, fewest: int, few_tokens: bool) -> int:
-    """Heads a thread of apply_rope_wide_kernel holds, 0 if none fits its launch contract
-    (every head of a token in one round; the steps kernel then). Among the compiled
-    choices >= ``fewest`` that fit: at decode sizes the fewest (more threads on the few
-    tokens); above, the one whose block of whole tokens rotates a head in the largest
-    share of its thread x head slots (ties: more heads, more bytes in flight a thread).
-    Measured (each choice alone, bench/results/NOTES.md item 17, H200, bf16, 16384
-    tokens): llama-3.1-8b's 40 heads at 2 / 3 / 4 / 5 heads a thread (block share 0.62 /
-    0.83 / 0.94 / 1.0) reached 76 / 73 / 80 / 86 % of copy; llama-3.1-70b's 72 at 3 / 4 /
-    5 69 / 79 / 85 % (rule: 5 for both)."""
-    fitting = _rope_one_round_heads(num_heads, threads_per_head, fewest, False)
+def _rope_wide_heads(num_heads: int, threads_per_head: int, fewest: int, few_tokens: bool,
+                     fused_norm: bool) -> int:
+    """Heads a thread of the wide kernels holds, 0 if none fits their launch contract
+    (every head of a token in one round: a second round is one more position -> cos/sin ->
+    q/k chain; the steps kernel then). Among the compiled choices >= ``fewest`` that fit:
+    at decode sizes the fewest (more threads on the few tokens); above, the one whose
+    block of whole tokens holds a head in the largest share of its thread x head slots
+    (ties: more heads, more bytes in flight a thread). Measured (H200, bf16, 16384
+    tokens, bench/results/NOTES.md): apply_rope (item 17, each choice alone),
+    llama-3.1-8b's 40 heads at 2 / 3 / 4 / 5 heads a thread (block share 0.62 / 0.83 /
+    0.94 / 1.0) reached 76 / 73 / 80 / 86 % of copy, llama-3.1-70b's 72 at 3 / 4 / 5 69 /
+    79 / 85 % (rule: 5 for both); qk_rms_norm_rope (item 31), 8b at 3 / 4 (0.83 / 0.94)
+    76 / 80 %, 70b at 3 / 4 (0.75 / 0.56) 76 / 65 % (rule: 4 and 3)."""
+    fitting = _rope_one_round_heads(num_heads, threads_per_head, fewest, fused_norm)
     if not fitting:
         return 0
     if few_tokens:

@@ -36,9 +36,10 @@ def _plan(num_tokens, head_dim=128, rotary_dim=128, dtype=BF16, fused_norm=False
 @pytest.mark.parametrize("fused_norm", [False, True])
 def test_wide_is_the_default_with_heads_by_batch_size(fused_norm):
     assert plans.ROPE_LAYOUT == "wide"
-    # qk_rms_norm_rope: its constant; apply_rope: the fullest block of one round (40 heads: 5 a thread)
-    prefill_heads = plans.ROPE_WIDE_NORM_HEADS_PER_THREAD if fused_norm else 5
-    assert plans.ROPE_WIDE_NORM_HEADS_PER_THREAD == 4
+    # The fullest block of one round, from each op's constant up (40 heads: 5 a thread for
+    # apply_rope, 4 for qk_rms_norm_rope, whose choices end at 4)
+    prefill_heads = 4 if fused_norm else 5
+    assert plans.ROPE_WIDE_NORM_HEADS_PER_THREAD == 3
     assert _plan(16384, fused_norm=fused_norm).heads_per_thread == prefill_heads
     assert _plan(4096, fused_norm=fused_norm).heads_per_thread == prefill_heads
     assert _plan(1, fused_norm=fused_norm).heads_per_thread == plans.ROPE_WIDE_DECODE_HEADS_PER_THREAD == 2
@@ -116,9 +117,9 @@ def test_norm_heads_choices_stay_within_the_register_budget(monkeypatch):
     monkeypatch.setattr(plans, "ROPE_WIDE_NORM_HEADS_CHOICES", (2, 5))
     with pytest.raises(ValueError, match=r"ROPE_WIDE_NORM_HEADS_CHOICES must be .* 1 \.\. 4"):
         _plan(16384, fused_norm=True)
-    monkeypatch.setattr(plans, "ROPE_WIDE_NORM_HEADS_CHOICES", (2, 3))
+    monkeypatch.setattr(plans, "ROPE_WIDE_NORM_HEADS_CHOICES", (2, 4))
     with pytest.raises(ValueError, match=r"ROPE_WIDE_NORM_HEADS_PER_THREAD must be one of "
-                                         r"plans.ROPE_WIDE_NORM_HEADS_CHOICES \(2, 3\), got 4"):
+                                         r"plans.ROPE_WIDE_NORM_HEADS_CHOICES \(2, 4\), got 3"):
         _plan(16384, fused_norm=True)
 
 
@@ -167,9 +168,11 @@ def test_steps_heads_per_thread_is_checked_by_name(monkeypatch):
 
 
 def test_legal_wide_constants_still_plan(monkeypatch):
-    # qk_rms_norm_rope's wide kernel takes any of ROPE_WIDE_NORM_HEADS_CHOICES that fits one round
-    monkeypatch.setattr(plans, "ROPE_WIDE_NORM_HEADS_PER_THREAD", 3)
-    assert _plan(16384, fused_norm=True).heads_per_thread == 3
+    # qk_rms_norm_rope's constant may be any of ROPE_WIDE_NORM_HEADS_CHOICES (40 heads: 4 fills
+    # the block best from 2 or 3 up, and 4 is the only choice from 4 up)
+    for fewest in plans.ROPE_WIDE_NORM_HEADS_CHOICES:
+        monkeypatch.setattr(plans, "ROPE_WIDE_NORM_HEADS_PER_THREAD", fewest)
+        assert _plan(16384, fused_norm=True).heads_per_thread == 4
     monkeypatch.setattr(plans, "ROPE_WIDE_GRID_WAVES", 2**40)  # more waves than blocks: a block per group
     assert _plan(16384).grid[0] == -(-16384 // _plan(16384).tokens_per_block)
 
