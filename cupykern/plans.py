@@ -960,7 +960,8 @@ ROPE_WIDE_HEADS_CHOICES = (2, 3, 4, 5)
 #: a token a slot in one block, else the steps kernel (the wide kernels hold one round of
 #: heads only). Measured (bench_rope.py --variants, llama-3.1-8b bf16, H200, cold L2,
 #: bench/results/NOTES.md item 15): qk_rms_norm_rope 110 us with 4 against 135 us with 2
-#: at 16,384 tokens; at 1-64 tokens 2 heads beat 4 (2.1 against 2.3 us).
+#: at 16,384 tokens; at 1-64 tokens 2 heads beat 4 (2.1 against 2.3 us). In one round
+#: (item 31): 8b 4 heads (101 us) over 3 (106), 70b 3 (189 us) over 4 (219).
 ROPE_WIDE_HEADS_PER_THREAD = 2
 ROPE_WIDE_NORM_HEADS_PER_THREAD = 3
 ROPE_WIDE_DECODE_HEADS_PER_THREAD = 2
