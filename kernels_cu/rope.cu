@@ -585,7 +585,9 @@ constexpr int kQkWideMinBlocksPerSm = 2;
 // unit's then its pass-through vector's, in the order of the kernel above. Every head of
 // a token in one round (kHeadsPerThread * head_slots >= num_q_heads + num_kv_heads), as
 // apply_rope_wide_kernel. The lane's weight vectors are loaded once, before the token
-// walk. All threads run the same token iterations for the shuffles.
+// walk (ptxas keeps them in a 64-byte stack frame, as `wa` binds a reference to one of
+// two: bench/results/NOTES.md item 31, Open). All threads run the same token iterations
+// for the shuffles.
 template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidth, int kThreadsPerHead,
           int kHeadsPerThread>
 __global__ void __launch_bounds__(kRopeMaxBlockSize, kQkWideMinBlocksPerSm) qk_rms_norm_rope_wide_kernel(
