@@ -339,10 +339,10 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize) qk_rms_norm_rope_kernel(
     const T* __restrict__ k_weight,         // [head_dim]
     const TPos* __restrict__ positions,     // [num_tokens]
     const TCache* __restrict__ cos_sin_cache,  // [max_position, rotary_dim]
-    int64_t num_tokens, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim,
-    int64_t rotary_dim, int64_t max_position, int64_t positions_stride,
-    int64_t q_token_stride, int64_t q_head_stride, int64_t k_token_stride, int64_t k_head_stride,
-    int64_t cache_stride, float eps, int head_slots, int tokens_per_block) {
+    int num_tokens, int num_q_heads, int num_kv_heads, int head_dim,
+    int rotary_dim, int max_position, int positions_stride,
+    int q_token_stride, int q_head_stride, int k_token_stride, int k_head_stride,
+    int cache_stride, float eps, int head_slots, int tokens_per_block) {
   using V = Vec<T, kVecWidth>;
   const RopeThread th(kThreadsPerHead, head_slots);
   const int64_t half = rotary_dim / 2;
@@ -584,38 +584,37 @@ constexpr int kQkWideMinBlocksPerSm = 2;
 // head; cupykern/plans.py::plan_rope checks it), so a lane's sum of squares is its
 // unit's then its pass-through vector's, in the order of the kernel above. Every head of
 // a token in one round (kHeadsPerThread * head_slots >= num_q_heads + num_kv_heads), as
-// apply_rope_wide_kernel. The lane's weight vectors are loaded once, before the token
-// walk (ptxas keeps them in a 64-byte stack frame, as `wa` binds a reference to one of
-// two: bench/results/NOTES.md item 31, Open). All threads run the same token iterations
-// for the shuffles.
+// apply_rope_wide_kernel. All threads run the same token iterations for the shuffles.
+// kHasPass: head_dim > rotary_dim. Its own instantiation, as apply_rope_wide_kernel's
+// kInPlace: without it a full-rotary call kept the pass-through registers and branches.
+// Sizes, strides and head indices in 32 bits (token offsets in 64), as apply_rope's
+// kernels. The lane's weight vectors are loaded beside each head's stores: held across
+// the token walk they took a 64-byte stack frame (`is_q ? wqa : wka` bound a reference to
+// one of two) and no time (bench/results/NOTES.md, items 31 and 32).
 template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidth, int kThreadsPerHead,
-          int kHeadsPerThread>
+          int kHeadsPerThread, bool kHasPass>
 __global__ void __launch_bounds__(kRopeMaxBlockSize, kQkWideMinBlocksPerSm) qk_rms_norm_rope_wide_kernel(
     T* q, T* k, const T* __restrict__ q_weight, const T* __restrict__ k_weight,
     const TPos* __restrict__ positions, const TCache* __restrict__ cos_sin_cache,
-    int64_t num_tokens, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim,
-    int64_t rotary_dim, int64_t max_position, int64_t positions_stride,
-    int64_t q_token_stride, int64_t q_head_stride, int64_t k_token_stride, int64_t k_head_stride,
-    int64_t cache_stride, float eps, int head_slots, int tokens_per_block) {
+    int num_tokens, int num_q_heads, int num_kv_heads, int head_dim,
+    int rotary_dim, int max_position, int positions_stride,
+    int q_token_stride, int q_head_stride, int k_token_stride, int k_head_stride,
+    int cache_stride, float eps, int head_slots, int tokens_per_block) {
   using V = Vec<T, kVecWidth>;
   const RopeThread th(kThreadsPerHead, head_slots);
-  const int64_t half = rotary_dim / 2;
-  const int64_t units = half / kVecWidth;
-  const int64_t pass_vecs = (head_dim - rotary_dim) / kVecWidth;
-  const int64_t num_heads = num_q_heads + num_kv_heads;
+  const int half = rotary_dim / 2;
+  const int num_heads = num_q_heads + num_kv_heads;
   const float inv_head_dim = 1.0f / static_cast<float>(head_dim);
-  const bool has_unit = th.lane < units;
-  const bool has_pass = th.lane < pass_vecs;
-  int64_t lo, hi;
-  unit_offsets<kIsNeox, kVecWidth>(th.lane, half, lo, hi);
-  const int64_t p_off = rotary_dim + static_cast<int64_t>(th.lane) * kVecWidth;
-  V wqa, wqb, wka, wkb;
-  if (has_unit) {
-    wqa = load_vec<T, kVecWidth>(q_weight + lo);
-    wqb = load_vec<T, kVecWidth>(q_weight + hi);
-    wka = load_vec<T, kVecWidth>(k_weight + lo);
-    wkb = load_vec<T, kVecWidth>(k_weight + hi);
+  const bool has_unit = th.lane < half / kVecWidth;
+  const bool has_pass = kHasPass && th.lane < (head_dim - rotary_dim) / kVecWidth;
+  int lo, hi;
+  {
+    int64_t lo64, hi64;
+    unit_offsets<kIsNeox, kVecWidth>(th.lane, half, lo64, hi64);
+    lo = static_cast<int>(lo64);
+    hi = static_cast<int>(hi64);
   }
+  const int p_off = rotary_dim + th.lane * kVecWidth;
 
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * tokens_per_block; base < num_tokens;
        base += static_cast<int64_t>(gridDim.x) * tokens_per_block) {
@@ -623,14 +622,14 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, kQkWideMinBlocksPerSm) qk_r
     const bool in_range = th.tok_sub < tokens_per_block && token < num_tokens;
     // Requested here, waited on only after this token's q/k loads are in flight.
     const int64_t pos = in_range ? static_cast<int64_t>(positions[token * positions_stride]) : -1;
-    auto head_ptr = [&](int64_t h) -> T* {
-      return h < num_q_heads ? q + token * q_token_stride + h * q_head_stride
-                             : k + token * k_token_stride + (h - num_q_heads) * k_head_stride;
+    auto head_ptr = [&](int h) -> T* {
+      return h < num_q_heads ? q + token * q_token_stride + static_cast<int64_t>(h) * q_head_stride
+                             : k + token * k_token_stride + static_cast<int64_t>(h - num_q_heads) * k_head_stride;
     };
     V xa[kHeadsPerThread], xb[kHeadsPerThread], xp[kHeadsPerThread];
 #pragma unroll
     for (int j = 0; j < kHeadsPerThread; ++j) {
-      const int64_t h = th.slot + j * static_cast<int64_t>(head_slots);
+      const int h = th.slot + j * head_slots;
       if (in_range && h < num_heads) {
         const T* x = head_ptr(h);
         if (has_unit) {
@@ -646,7 +645,7 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, kQkWideMinBlocksPerSm) qk_r
     float inv_rms[kHeadsPerThread];
 #pragma unroll
     for (int j = 0; j < kHeadsPerThread; ++j) {
-      const bool active = token_ok && th.slot + j * static_cast<int64_t>(head_slots) < num_heads;
+      const bool active = token_ok && th.slot + j * head_slots < num_heads;
       float sumsq = 0.0f;
       if (active && has_unit) {
 #pragma unroll
@@ -665,13 +664,13 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, kQkWideMinBlocksPerSm) qk_r
     if (!token_ok) continue;  // the token is left as it is (uniform over its row groups)
 #pragma unroll
     for (int j = 0; j < kHeadsPerThread; ++j) {
-      const int64_t h = th.slot + j * static_cast<int64_t>(head_slots);
+      const int h = th.slot + j * head_slots;
       if (h >= num_heads) break;
-      const bool is_q = h < num_q_heads;
+      const T* w = h < num_q_heads ? q_weight : k_weight;
       T* x = head_ptr(h);
       if (has_unit) {
-        const V& wa = is_q ? wqa : wka;
-        const V& wb = is_q ? wqb : wkb;
+        const V wa = load_vec<T, kVecWidth>(w + lo);
+        const V wb = load_vec<T, kVecWidth>(w + hi);
         float a[kVecWidth], b[kVecWidth];
 #pragma unroll
         for (int e = 0; e < kVecWidth; ++e) {
@@ -683,7 +682,7 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, kQkWideMinBlocksPerSm) qk_r
         store_rounded<T, kVecWidth>(x + hi, b);
       }
       if (has_pass) {
-        const V wp = load_vec<T, kVecWidth>((is_q ? q_weight : k_weight) + p_off);
+        const V wp = load_vec<T, kVecWidth>(w + p_off);
         float y[kVecWidth];
 #pragma unroll
         for (int e = 0; e < kVecWidth; ++e) y[e] = to_float(xp[j].elt[e]) * inv_rms[j] * to_float(wp.elt[e]);

@@ -39,8 +39,8 @@ def test_rope_instantiation_count_is_bounded():
     exprs = families.instantiations()["rope.cu"]
     # steps kernels: 60 apply_rope x 3 M-RoPE layouts (NeoX only for M-RoPE: 60 + 2 x 30) + 80 qk_rms_norm_rope;
     # wide kernels: the same x 4 heads-per-thread choices x in place or not for apply_rope (960)
-    # + 80 qk_rms_norm_rope x 3 heads-per-thread choices (240)
-    assert len(exprs) == len(set(exprs)) and len(exprs) <= 1400
+    # + 80 qk_rms_norm_rope x 3 heads-per-thread choices x pass-through dims or not (480)
+    assert len(exprs) == len(set(exprs)) and len(exprs) <= 1640
     spaces = rope_ops.instantiations()
     assert sorted(exprs) == sorted(e for space in spaces.values() for e in space)
 
@@ -326,9 +326,9 @@ def test_apply_rope_launch_in_place(is_neox):
     assert (rule.a, rule.b, rule.allow_same) == ("q", "k", False)
 
 
-def test_apply_rope_arguments_are_32_bit_qk_rms_norm_rope_64():
-    """apply_rope's kernels take their sizes and strides as 32-bit ints: 2**31 or more of
-    any, or of q + kv heads, is refused, naming the array; qk_rms_norm_rope's are 64-bit."""
+def test_rope_arguments_are_32_bit():
+    """apply_rope's and qk_rms_norm_rope's kernels take their sizes and strides as 32-bit
+    ints: 2**31 or more of any, or of q + kv heads, is refused, naming the array."""
     far = 2**31
     with pytest.raises(ValueError, match=r"q: token stride 2147483648; expected less than 2\*\*31 in magnitude"):
         _apply(q=Sig((4, 8, 128), (far * 2, 256, 2), np.dtype(BF16), 0))
@@ -347,8 +347,16 @@ def test_apply_rope_arguments_are_32_bit_qk_rms_norm_rope_64():
     assert one.scalars[11] == 0 and one.scalars[8] == 2**11
     ok = _apply(q=Sig((4, 8, 128), ((far - 1) * 2, 256, 2), np.dtype(BF16), 0))
     assert ok.scalars[7] == far - 1 and type(ok.scalars[7]) is np.int32
-    wide = _qk_norm(q=Sig((4, 8, 128), (far * 2, 256, 2), np.dtype(BF16), 0))
-    assert wide.scalars[7] == far and type(wide.scalars[7]) is np.int64
+    with pytest.raises(ValueError, match=r"q: token stride 2147483648; expected less than 2\*\*31 in magnitude"):
+        _qk_norm(q=Sig((4, 8, 128), (far * 2, 256, 2), np.dtype(BF16), 0))
+    with pytest.raises(ValueError, match=r"k: head stride 2147483648"):
+        _qk_norm(q=contiguous((1, 8, 128), BF16), k=Sig((1, 2, 128), (512, far * 2, 2), np.dtype(BF16), 0))
+    with pytest.raises(ValueError, match=r"cos_sin_cache: row stride 2147483648"):
+        _qk_norm(cache=Sig((64, 128), (far * 4, 4), np.dtype(F32), 0))
+    with pytest.raises(ValueError, match=r"^q and k: num_q_heads \+ num_kv_heads 2147483648"):
+        _qk_norm(q=contiguous((4, far - 2, 128), BF16))
+    ok = _qk_norm(q=Sig((4, 8, 128), ((far - 1) * 2, 256, 2), np.dtype(BF16), 0))
+    assert ok.scalars[7] == far - 1 and type(ok.scalars[7]) is np.int32
 
 
 def test_apply_rope_out_of_place_allocates_q_out_and_k_out():
@@ -447,13 +455,15 @@ def test_qk_rms_norm_rope_launch():
     plan = plans.plan_rope(4, 10, 128, 128, BF16, max_vec_width=8, fused_norm=True, limits=plans.H200_LIMITS)
     assert launch.template is rope_ops.QK_RMS_NORM_ROPE_WIDE and launch.plan == plan and plan.heads_per_thread
     assert launch.template_args == ("__nv_bfloat16", "float", "long long", True, plan.vec_width, plan.threads_per_head,
-                                    plan.heads_per_thread)
+                                    plan.heads_per_thread, False)  # rotary_dim == head_dim: no pass-through dims
     assert plan.threads_per_head in plans.ROPE_NORM_THREADS_PER_HEAD
     assert launch.pointers == ("q", "k", "q_weight", "k_weight", "positions", "cos_sin_cache")
     assert launch.allocate == () and launch.returns == ("q", "k")
     assert launch.scalars == (4, 8, 2, 128, 128, 64, 1, 8 * 128, 128, 2 * 128, 128, 128, np.float32(1e-5),
                               plan.head_slots, plan.tokens_per_block)
-    assert [type(v) for v in launch.scalars] == [np.int64] * 12 + [np.float32] + [np.int32] * 2
+    assert [type(v) for v in launch.scalars] == [np.int32] * 12 + [np.float32] + [np.int32] * 2
+    partial = _qk_norm(cache=contiguous((64, 64), F32))  # rotary_dim 64 of 128: the pass-through instantiation
+    assert partial.template is rope_ops.QK_RMS_NORM_ROPE_WIDE and partial.template_args[-1] is True
     # A misaligned weight limits the vector width as q does.
     assert _qk_norm(k_weight=contiguous((128,), BF16, align=2)).plan.vec_width == 1
 
@@ -498,9 +508,11 @@ _WEIGHT = np.ones(64, F32)
     ("apply_rope", (np.ones((4, 64), F32), None, _POS, _CACHE), {}),
     ("apply_rope", (np.ones((4, 8, 128), F32)[..., ::2], None, _POS, _CACHE), {}),
     ("apply_rope", (_Q, _K, _POS, _CACHE), {"is_neox": "yes"}),
-    # Tokens 2**31 elements apart: apply_rope's kernel strides are 32-bit (as_strided allocates nothing).
+    # Tokens 2**31 elements apart: the RoPE kernels' strides are 32-bit (as_strided allocates nothing).
     ("apply_rope", (np.lib.stride_tricks.as_strided(_Q, shape=(2, 8, 64), strides=(2**33, 256, 4)), None, _POS[:2],
                     _CACHE), {}),
+    ("qk_rms_norm_rope", (np.lib.stride_tricks.as_strided(_Q, shape=(2, 8, 64), strides=(2**33, 256, 4)),
+                          _K[:2], _WEIGHT, _WEIGHT, _POS[:2], _CACHE), {}),
     ("qk_rms_norm_rope", (_Q, None, _WEIGHT, _WEIGHT, _POS, _CACHE), {}),
     ("qk_rms_norm_rope", (_Q, _K, np.ones(32, F32), _WEIGHT, _POS, _CACHE), {}),
     ("qk_rms_norm_rope", (_Q, _K, _WEIGHT, _WEIGHT.astype(F16), _POS, _CACHE), {}),

@@ -184,7 +184,8 @@ def test_wide_kernels_in_the_planned_shape_do_not_spill(dtype, num_tokens, fused
     lead = (_dtypes.c_type(dtype), "float", "long long")
     if fused_norm:
         exprs = [rope_ops.QK_RMS_NORM_ROPE_WIDE.expr(*lead, neox, plan.vec_width, plan.threads_per_head,
-                                                     plan.heads_per_thread) for neox in (True, False)]
+                                                     plan.heads_per_thread, has_pass)
+                 for neox in (True, False) for has_pass in (True, False)]
     else:
         exprs = [rope_ops.APPLY_ROPE_WIDE.expr(*lead, neox, plan.vec_width, layout, plan.heads_per_thread, in_place)
                  for neox, layout in ((True, 0), (False, 0), (True, 1), (True, 2)) for in_place in (True, False)]
@@ -198,10 +199,12 @@ def test_every_planned_wide_instantiation_is_enumerated(monkeypatch):
         for in_place in (True, False):
             assert rope_ops.APPLY_ROPE_WIDE.expr("__nv_bfloat16", "float", "int", False, 1, 0, heads, in_place) in exprs
     assert len(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE_WIDE]) == \
-        len(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE]) * len(plans.ROPE_WIDE_NORM_HEADS_CHOICES)
+        len(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE]) * len(plans.ROPE_WIDE_NORM_HEADS_CHOICES) * 2
     qk_exprs = set(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE_WIDE])
     for heads in plans.ROPE_WIDE_NORM_HEADS_CHOICES:
-        assert rope_ops.QK_RMS_NORM_ROPE_WIDE.expr("__nv_bfloat16", "float", "int", False, 8, 8, heads) in qk_exprs
+        for has_pass in (True, False):
+            assert rope_ops.QK_RMS_NORM_ROPE_WIDE.expr("__nv_bfloat16", "float", "int", False, 8, 8, heads,
+                                                       has_pass) in qk_exprs
 
 
 # ----------------------------------------------------------------- GPU: same bytes under every layout

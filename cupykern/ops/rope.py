@@ -35,7 +35,7 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
     (x threads per head for qk_rms_norm_rope; x M-RoPE layout for apply_rope, the M-RoPE
     layouts with the NeoX pairing only), of the "steps" kernels and of the wide ones
     (x heads per thread, plans.ROPE_WIDE_HEADS_CHOICES / ROPE_WIDE_NORM_HEADS_CHOICES;
-    apply_rope's also x in place or not)."""
+    apply_rope's also x in place or not, qk_rms_norm_rope's x pass-through dims or not)."""
     spaces: dict[KernelTemplate, list[str]] = {APPLY_ROPE: [], QK_RMS_NORM_ROPE: [], APPLY_ROPE_WIDE: [],
                                                QK_RMS_NORM_ROPE_WIDE: []}
     for d in _dtypes.DTYPES:
@@ -54,7 +54,9 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
                         for g in (plans.ROPE_NORM_THREADS_PER_HEAD if w > 1 else (32,)):
                             spaces[QK_RMS_NORM_ROPE].append(QK_RMS_NORM_ROPE.expr(*lead, w, g))
                             for heads in plans.rope_wide_heads_choices(fused_norm=True):
-                                spaces[QK_RMS_NORM_ROPE_WIDE].append(QK_RMS_NORM_ROPE_WIDE.expr(*lead, w, g, heads))
+                                for has_pass in (True, False):
+                                    spaces[QK_RMS_NORM_ROPE_WIDE].append(
+                                        QK_RMS_NORM_ROPE_WIDE.expr(*lead, w, g, heads, has_pass))
     return spaces
 
 
@@ -285,6 +287,15 @@ def _prepare_qk_rms_norm_rope(a: launcher.Args) -> launcher.Launch:
     _arrays.distinct_heads(kh, "k")
     if qh.num_tokens == 0 or qh.num_heads + kh.num_heads == 0:
         return launcher.Launch(None, returns=("q", "k"))
+    # The kernels' 32-bit arguments, checked before the plan as apply_rope's.
+    _arrays.int32_args(("q and k", "num_q_heads + num_kv_heads", qh.num_heads + kh.num_heads))
+    sizes = _arrays.int32_args(
+        ("q", "num_tokens", qh.num_tokens), ("q", "num_heads", qh.num_heads), ("k", "num_kv_heads", kh.num_heads),
+        ("q", "head_dim", qh.head_dim), ("cos_sin_cache", "rotary_dim", rotary_dim),
+        ("cos_sin_cache", "max_position", cache.shape[0]), ("positions", "stride", pos_stride),
+        ("q", "token stride", qh.token_stride), ("q", "head stride", qh.head_stride),
+        ("k", "token stride", kh.token_stride), ("k", "head stride", kh.head_stride),
+        ("cos_sin_cache", "row stride", cache_stride))
     max_vec = _max_vec_width(q.dtype, True, cache, cache_stride, (q, qh.token_stride), (q, qh.head_stride),
                              (k, kh.token_stride), (k, kh.head_stride), (q_weight, 0), (k_weight, 0))
     plan = plans.plan_rope(qh.num_tokens, qh.num_heads + kh.num_heads, qh.head_dim, rotary_dim, q.dtype,
@@ -293,13 +304,10 @@ def _prepare_qk_rms_norm_rope(a: launcher.Args) -> launcher.Launch:
     targs = (_dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype), POSITION_TYPES[positions.dtype], is_neox,
              plan.vec_width, plan.threads_per_head)
     return launcher.Launch(
-        *((QK_RMS_NORM_ROPE_WIDE, (*targs, plan.heads_per_thread)) if plan.heads_per_thread
+        *((QK_RMS_NORM_ROPE_WIDE, (*targs, plan.heads_per_thread, rotary_dim < qh.head_dim)) if plan.heads_per_thread
           else (QK_RMS_NORM_ROPE, targs)), plan,
         pointers=("q", "k", "q_weight", "k_weight", "positions", "cos_sin_cache"),
-        scalars=(*map(np.int64, (qh.num_tokens, qh.num_heads, kh.num_heads, qh.head_dim, rotary_dim, cache.shape[0],
-                                 pos_stride, qh.token_stride, qh.head_stride, kh.token_stride, kh.head_stride,
-                                 cache_stride)),
-                 eps, np.int32(plan.head_slots), np.int32(plan.tokens_per_block)),
+        scalars=(*sizes, eps, np.int32(plan.head_slots), np.int32(plan.tokens_per_block)),
         returns=("q", "k"), disjoint=_qk_disjoint(qh, kh))
 
 
@@ -466,7 +474,8 @@ def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, inplace:
             so), odd rotary_dim or rotary_dim > head_dim, a position out of range (with
             ``check_positions``), an array on another GPU; ``mrope_section`` not 3 ints
             >= 0 summing to rotary_dim / 2, ``mrope_interleaved`` not a bool or set
-            without ``mrope_section``, M-RoPE with ``is_neox=False``.
+            without ``mrope_section``, M-RoPE with ``is_neox=False``; a size or stride
+            (in elements) of 2**31 or more (the kernels' arguments are 32-bit).
 
     Notes:
         fp32 math from the cache's values, one rounding to the dtype per output
