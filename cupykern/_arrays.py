@@ -170,8 +170,8 @@ def rows_view(shape, strides, itemsize: int, name: str) -> Rows:
 
 
 #: Kernels that take sizes and strides as 32-bit ints (activation.cu, quant.cu's
-#: act_and_mul_quant_kernel, norm.cu's rms_norm_kernel, softmax.cu, row_reduce.cu, rope.cu's
-#: apply_rope kernels) take values of magnitude below this.
+#: act_and_mul_quant_kernel, norm.cu's rms_norm_kernel, softmax.cu, row_reduce.cu, rope.cu)
+#: take values of magnitude below this.
 INT32_LIMIT = 2**31
 
 

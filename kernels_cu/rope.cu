@@ -23,11 +23,10 @@
 // head strides in elements, passed separately for q, k and the outputs (views of one
 // fused QKV buffer work); 64-bit offsets. positions [num_tokens] (int or long long,
 // positions_stride apart); cache [max_position, rotary_dim], cache_stride apart.
-// apply_rope's kernels take the sizes and strides as 32-bit ints (each |value|, and q +
-// kv heads, below 2^31: checked in Python), widened where they meet a 64-bit index:
-// 64-bit ones cost them 0.06-0.14 us a call at decode sizes. The qk_rms_norm_rope
-// kernels keep 64-bit ones, where 32-bit ones cost up to 1.3 % at 4096 tokens
-// (bench/results/NOTES.md, item 20).
+// Every kernel here takes the sizes and strides as 32-bit ints (each |value|, and q + kv
+// heads, below 2^31: checked in Python), widened where they meet a 64-bit index: 64-bit
+// ones cost apply_rope 0.06-0.14 us a call at decode sizes (bench/results/NOTES.md, item
+// 20) and qk_rms_norm_rope 0.1-0.2 us and 1-3 % at prefill (items 31, 32).
 // A token whose position is outside [0, max_position) reads no cache row and is left
 // unchanged (apply_rope out of place copies it to the output unrotated).
 //
@@ -590,7 +589,9 @@ constexpr int kQkWideMinBlocksPerSm = 2;
 // Sizes, strides and head indices in 32 bits (token offsets in 64), as apply_rope's
 // kernels. The lane's weight vectors are loaded beside each head's stores: held across
 // the token walk they took a 64-byte stack frame (`is_q ? wqa : wka` bound a reference to
-// one of two) and no time (bench/results/NOTES.md, items 31 and 32).
+// one of two). The three together, against the kernel before them (same bits): with
+// rotary_dim = head_dim 0.4-0.5 us less at 1-64 tokens and 3-11 % at 4096-16384; with
+// rotary_dim 64 of 128 2 % and 10-12 % (bench/results/NOTES.md, item 32).
 template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidth, int kThreadsPerHead,
           int kHeadsPerThread, bool kHasPass>
 __global__ void __launch_bounds__(kRopeMaxBlockSize, kQkWideMinBlocksPerSm) qk_rms_norm_rope_wide_kernel(

@@ -455,7 +455,8 @@ def test_qk_rms_norm_rope_launch():
     plan = plans.plan_rope(4, 10, 128, 128, BF16, max_vec_width=8, fused_norm=True, limits=plans.H200_LIMITS)
     assert launch.template is rope_ops.QK_RMS_NORM_ROPE_WIDE and launch.plan == plan and plan.heads_per_thread
     assert launch.template_args == ("__nv_bfloat16", "float", "long long", True, plan.vec_width, plan.threads_per_head,
-                                    plan.heads_per_thread, False)  # rotary_dim == head_dim: no pass-through dims
+                                    plan.heads_per_thread, False)
+    assert launch.template_args[-1] is False  # rotary_dim == head_dim: no pass-through dims (a bool, named false)
     assert plan.threads_per_head in plans.ROPE_NORM_THREADS_PER_HEAD
     assert launch.pointers == ("q", "k", "q_weight", "k_weight", "positions", "cos_sin_cache")
     assert launch.allocate == () and launch.returns == ("q", "k")
