@@ -453,15 +453,31 @@ def heads(sig: Sig | None, name: str) -> Heads:
     return Heads(num_tokens, shape[-2], head_dim, token_stride, head_stride)
 
 
+def _heads_overlap(h: Heads) -> bool:
+    """Whether two (token, head) pairs share an element, either axis outermost: each axis
+    of more than one entry, the shorter stride first, must step past the span before it."""
+    span = h.head_dim
+    for stride, count in sorted((abs(s), n) for s, n in ((h.head_stride, h.num_heads), (h.token_stride, h.num_tokens))
+                                if n > 1):
+        if stride < span:
+            return True
+        span += (count - 1) * stride
+    return False
+
+
 def distinct_heads(h: Heads, name: str) -> None:
-    """ValueError if the heads of an array that is written share elements (a head stride
-    shorter than a head, or a token stride shorter than a token's heads)."""
+    """ValueError unless the heads of an array that is written are distinct and
+    token-major: a head stride of at least a head, a token stride of at least a token's
+    heads (head-major views, disjoint but not token-major, are refused too; their message
+    says so rather than claim an overlap)."""
     if not (h.num_tokens and h.num_heads and h.head_dim):  # empty: nothing is written
         return
     token_span = (h.num_heads - 1) * abs(h.head_stride) + h.head_dim
     if (h.num_heads > 1 and abs(h.head_stride) < h.head_dim) or (h.num_tokens > 1 and abs(h.token_stride) < token_span):
+        what = ("overlap each other" if _heads_overlap(h) else
+                f"are not token-major (a token stride of at least the {token_span} elements of a token's heads)")
         raise ValueError(f"{name}: heads of {h.head_dim} elements {h.head_stride} apart, tokens {h.token_stride} "
-                         f"apart, overlap each other; an array that is written needs distinct heads (pass a "
+                         f"apart, {what}; an array that is written needs distinct heads, token-major (pass a "
                          f"contiguous one)")
 
 

@@ -172,6 +172,10 @@ def test_written_arrays_need_distinct_rows_and_heads():
     for heads in (_arrays.Heads(3, 8, 64, 512, 0), _arrays.Heads(3, 8, 64, 0, 64), _arrays.Heads(3, 8, 64, 256, 64)):
         with pytest.raises(ValueError, match="q: heads of 64 elements .* overlap each other"):
             _arrays.distinct_heads(heads, "q")
+    # Head-major (a transposed (heads, tokens, head_dim) buffer): disjoint, refused as not token-major.
+    with pytest.raises(ValueError, match=r"q: heads of 64 elements 192 apart, tokens 64 apart, are not token-major "
+                                         r"\(a token stride of at least the 1408 elements"):
+        _arrays.distinct_heads(_arrays.Heads(3, 8, 64, 64, 3 * 64), "q")
 
 
 def test_addresses_must_be_multiples_of_the_item_size():

@@ -525,6 +525,18 @@ def test_reference_refuses_what_the_kernel_refuses(fake_launcher, op, args, kwar
     assert_same_error(getattr(cupykern, op), getattr(reference, op), *args, **kwargs, check_positions=False)
 
 
+
+@pytest.mark.parametrize("q_heads, k_heads", [(0, 2), (8, 0), (0, 0)])
+def test_references_take_arrays_without_heads(q_heads, k_heads):
+    """No heads in q or k (which the ops accept, launching for the other or not at all):
+    the references return arrays of the inputs' shapes, the other's values as without it."""
+    q, k = np.arange(4 * q_heads * 64, dtype=F32).reshape(4, q_heads, 64), np.ones((4, k_heads, 64), F32)
+    for got in (reference.apply_rope(q, k, _POS, _CACHE), reference.qk_rms_norm_rope(q, k, _WEIGHT, _WEIGHT, _POS, _CACHE)):
+        assert got[0].shape == q.shape and got[1].shape == k.shape
+    if q_heads:
+        np.testing.assert_array_equal(reference.apply_rope(q, k, _POS, _CACHE)[0], reference.apply_rope(q, None, _POS,
+                                                                                                          _CACHE)[0])
+
 @pytest.mark.parametrize("op, args", [("apply_rope", (_Q, _K, _POS, _CACHE)),
                                       ("qk_rms_norm_rope", (_Q, _K, _WEIGHT, _WEIGHT, _POS, _CACHE))])
 @pytest.mark.parametrize("bad", ["yes", "no", None, 0.5])

@@ -7,6 +7,8 @@ are checked with the kernels' own checks (reference/_common.py: same errors, sam
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from cupykern import _arrays
@@ -112,7 +114,7 @@ def _apply_rope(q, k, positions, cos_sin_cache, is_neox: bool, mrope_section=Non
         if x is None:
             return None
         x = f64(x)
-        flat = x.reshape(-1, *x.shape[-2:])
+        flat = x.reshape(math.prod(x.shape[:-2]), *x.shape[-2:])  # -1 is ambiguous with no heads
         out = _rotate(flat, cos, sin, is_neox)
         out[~valid] = flat[~valid]  # exact pass-through, even for inf/NaN inputs
         return out.reshape(x.shape)
