@@ -330,33 +330,24 @@ def test_rope_arguments_are_32_bit():
     """apply_rope's and qk_rms_norm_rope's kernels take their sizes and strides as 32-bit
     ints: 2**31 or more of any, or of q + kv heads, is refused, naming the array."""
     far = 2**31
-    with pytest.raises(ValueError, match=r"q: token stride 2147483648; expected less than 2\*\*31 in magnitude"):
-        _apply(q=Sig((4, 8, 128), (far * 2, 256, 2), np.dtype(BF16), 0))
-    with pytest.raises(ValueError, match=r"k: head stride 2147483648; expected less than 2\*\*31"):
-        _apply(q=contiguous((1, 8, 128), BF16), k=Sig((1, 2, 128), (512, far * 2, 2), np.dtype(BF16), 0))
-    with pytest.raises(ValueError, match=r"cos_sin_cache: row stride 2147483648"):
-        _apply(cache=Sig((64, 128), (far * 4, 4), np.dtype(F32), 0))
-    with pytest.raises(ValueError, match=r"positions: stride 2147483648"):
-        _apply(positions=Sig((4,), (far * 8,), np.dtype(np.int64), 0))
-    with pytest.raises(ValueError, match=r"^q and k: num_q_heads \+ num_kv_heads 2147483648"):
-        _apply(q=contiguous((1, far - 2, 128), BF16), k=contiguous((1, 2, 128), BF16))
+    for prepare in (_apply, _qk_norm):
+        with pytest.raises(ValueError, match=r"q: token stride 2147483648; expected less than 2\*\*31 in magnitude"):
+            prepare(q=Sig((4, 8, 128), (far * 2, 256, 2), np.dtype(BF16), 0))
+        with pytest.raises(ValueError, match=r"k: head stride 2147483648; expected less than 2\*\*31"):
+            prepare(q=contiguous((1, 8, 128), BF16), k=Sig((1, 2, 128), (512, far * 2, 2), np.dtype(BF16), 0))
+        with pytest.raises(ValueError, match=r"cos_sin_cache: row stride 2147483648"):
+            prepare(cache=Sig((64, 128), (far * 4, 4), np.dtype(F32), 0))
+        with pytest.raises(ValueError, match=r"positions: stride 2147483648"):
+            prepare(positions=Sig((4,), (far * 8,), np.dtype(np.int64), 0))
+        with pytest.raises(ValueError, match=r"^q and k: num_q_heads \+ num_kv_heads 2147483648"):
+            prepare(q=contiguous((1, far - 2, 128), BF16), k=contiguous((1, 2, 128), BF16))
+        ok = prepare(q=Sig((4, 8, 128), ((far - 1) * 2, 256, 2), np.dtype(BF16), 0))
+        assert ok.scalars[7] == far - 1 and type(ok.scalars[7]) is np.int32
     with pytest.raises(ValueError, match=r"^q: num_q_heads \+ num_kv_heads 2147483648"):
         _apply(q=contiguous((1, far, 2), BF16), k=None, cache=contiguous((64, 2), F32))
     # One token out of place: the outputs' token stride is never used, so not limited.
     one = _apply(q=contiguous((1, 2**20, 2**11), BF16), k=None, cache=contiguous((64, 2**11), F32), inplace=False)
     assert one.scalars[11] == 0 and one.scalars[8] == 2**11
-    ok = _apply(q=Sig((4, 8, 128), ((far - 1) * 2, 256, 2), np.dtype(BF16), 0))
-    assert ok.scalars[7] == far - 1 and type(ok.scalars[7]) is np.int32
-    with pytest.raises(ValueError, match=r"q: token stride 2147483648; expected less than 2\*\*31 in magnitude"):
-        _qk_norm(q=Sig((4, 8, 128), (far * 2, 256, 2), np.dtype(BF16), 0))
-    with pytest.raises(ValueError, match=r"k: head stride 2147483648"):
-        _qk_norm(q=contiguous((1, 8, 128), BF16), k=Sig((1, 2, 128), (512, far * 2, 2), np.dtype(BF16), 0))
-    with pytest.raises(ValueError, match=r"cos_sin_cache: row stride 2147483648"):
-        _qk_norm(cache=Sig((64, 128), (far * 4, 4), np.dtype(F32), 0))
-    with pytest.raises(ValueError, match=r"^q and k: num_q_heads \+ num_kv_heads 2147483648"):
-        _qk_norm(q=contiguous((4, far - 2, 128), BF16))
-    ok = _qk_norm(q=Sig((4, 8, 128), ((far - 1) * 2, 256, 2), np.dtype(BF16), 0))
-    assert ok.scalars[7] == far - 1 and type(ok.scalars[7]) is np.int32
 
 
 def test_apply_rope_out_of_place_allocates_q_out_and_k_out():

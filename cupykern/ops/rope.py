@@ -210,6 +210,27 @@ def _max_vec_width(dtype, fused_norm: bool, cache: _arrays.Sig, cache_stride: in
     return 1
 
 
+def _int32_sizes(qh, num_kv_heads: int, k_strides, rotary_dim: int, max_position: int, pos_stride: int,
+                 cache_stride: int, out_strides=()) -> tuple[np.int32, ...]:
+    """rope.cu's 32-bit size and stride arguments in the kernels' order (q and k's sizes,
+    positions' stride, q's and k's strides, apply_rope's ``out_strides`` of q_out and k_out,
+    the cache's row stride), after the q + kv heads the kernels add in 32 bits. Checked
+    before the plan, so that the float64 twins check them too. ``k_strides`` None: no k.
+
+    Raises:
+        ValueError: naming the array whose size or stride is 2**31 or more in magnitude.
+    """
+    _arrays.int32_args(("q" if k_strides is None else "q and k", "num_q_heads + num_kv_heads",
+                        qh.num_heads + num_kv_heads))
+    k_ts, k_hs = k_strides or (0, 0)
+    outs = zip(("q_out", "q_out", "k_out", "k_out"), ("token stride", "head stride") * 2, out_strides)
+    return _arrays.int32_args(
+        ("q", "num_tokens", qh.num_tokens), ("q", "num_heads", qh.num_heads), ("k", "num_kv_heads", num_kv_heads),
+        ("q", "head_dim", qh.head_dim), ("cos_sin_cache", "rotary_dim", rotary_dim),
+        ("cos_sin_cache", "max_position", max_position), ("positions", "stride", pos_stride),
+        ("q", "token stride", qh.token_stride), ("q", "head stride", qh.head_stride), ("k", "token stride", k_ts),
+        ("k", "head stride", k_hs), *outs, ("cos_sin_cache", "row stride", cache_stride))
+
 def _prepare_apply_rope(a: launcher.Args) -> launcher.Launch:
     q, qh, k, kh = _qk(a)
     if a.mrope_section is None:
@@ -242,18 +263,9 @@ def _prepare_apply_rope(a: launcher.Args) -> launcher.Launch:
             qo_ts = ko_ts = 0
     if qh.num_tokens == 0 or qh.num_heads + num_kv_heads == 0:
         return launcher.Launch(None, allocate=allocate, returns=names)
-    # The kernels' 32-bit arguments (rope.cu), checked before the plan so that the float64
-    # twin checks them too: the heads they add in 32 bits, then the 16 sizes and strides
-    # in their order and the positions' row stride (M-RoPE), which comes later.
-    _arrays.int32_args(("q" if k is None else "q and k", "num_q_heads + num_kv_heads", qh.num_heads + num_kv_heads))
-    *sizes, positions_row_stride = _arrays.int32_args(
-        ("q", "num_tokens", qh.num_tokens), ("q", "num_heads", qh.num_heads), ("k", "num_kv_heads", num_kv_heads),
-        ("q", "head_dim", qh.head_dim), ("cos_sin_cache", "rotary_dim", rotary_dim),
-        ("cos_sin_cache", "max_position", cache.shape[0]), ("positions", "stride", pos_stride),
-        ("q", "token stride", qh.token_stride), ("q", "head stride", qh.head_stride), ("k", "token stride", k_ts),
-        ("k", "head stride", k_hs), ("q_out", "token stride", qo_ts), ("q_out", "head stride", qo_hs),
-        ("k_out", "token stride", ko_ts), ("k_out", "head stride", ko_hs),
-        ("cos_sin_cache", "row stride", cache_stride), ("positions", "row stride", row_stride))
+    sizes = _int32_sizes(qh, num_kv_heads, None if k is None else (k_ts, k_hs), rotary_dim, cache.shape[0], pos_stride,
+                         cache_stride, out_strides=(qo_ts, qo_hs, ko_ts, ko_hs))
+    positions_row_stride, = _arrays.int32_args(("positions", "row stride", row_stride))  # M-RoPE's, last
     strided = [(q, qh.token_stride), (q, qh.head_stride), (q_out, qo_ts), (q_out, qo_hs)]
     if k is not None:
         strided += [(k, k_ts), (k, k_hs), (k_out, ko_ts), (k_out, ko_hs)]
@@ -287,15 +299,8 @@ def _prepare_qk_rms_norm_rope(a: launcher.Args) -> launcher.Launch:
     _arrays.distinct_heads(kh, "k")
     if qh.num_tokens == 0 or qh.num_heads + kh.num_heads == 0:
         return launcher.Launch(None, returns=("q", "k"))
-    # The kernels' 32-bit arguments, checked before the plan as apply_rope's.
-    _arrays.int32_args(("q and k", "num_q_heads + num_kv_heads", qh.num_heads + kh.num_heads))
-    sizes = _arrays.int32_args(
-        ("q", "num_tokens", qh.num_tokens), ("q", "num_heads", qh.num_heads), ("k", "num_kv_heads", kh.num_heads),
-        ("q", "head_dim", qh.head_dim), ("cos_sin_cache", "rotary_dim", rotary_dim),
-        ("cos_sin_cache", "max_position", cache.shape[0]), ("positions", "stride", pos_stride),
-        ("q", "token stride", qh.token_stride), ("q", "head stride", qh.head_stride),
-        ("k", "token stride", kh.token_stride), ("k", "head stride", kh.head_stride),
-        ("cos_sin_cache", "row stride", cache_stride))
+    sizes = _int32_sizes(qh, kh.num_heads, (kh.token_stride, kh.head_stride), rotary_dim, cache.shape[0], pos_stride,
+                         cache_stride)
     max_vec = _max_vec_width(q.dtype, True, cache, cache_stride, (q, qh.token_stride), (q, qh.head_stride),
                              (k, kh.token_stride), (k, kh.head_stride), (q_weight, 0), (k_weight, 0))
     plan = plans.plan_rope(qh.num_tokens, qh.num_heads + kh.num_heads, qh.head_dim, rotary_dim, q.dtype,
