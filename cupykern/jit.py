@@ -109,6 +109,17 @@ def get_kernel(template: KernelTemplate, *args):
     return kernel
 
 
+def blocks_per_sm(kernel, block_size: int, shared_mem_bytes: int = 0) -> int:
+    """Blocks of ``block_size`` threads one SM holds at once of a compiled ``kernel`` (a
+    ``cupy.RawKernel`` from :func:`get_kernel`), by the CUDA occupancy API: its
+    registers, shared memory and launch bounds decide. At least 1."""
+    import cupy
+
+    count = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, block_size,
+                                                                       shared_mem_bytes)
+    return max(1, int(count))
+
+
 # ----------------------------------------------------------------- without a GPU
 def cuda_include_dir() -> str:
     """CUDA headers (cuda_fp16.h, cuda_bf16.h) as CuPy finds them: the nvidia-cuda-runtime wheel first."""

@@ -32,7 +32,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import cupy
 import numpy as np
@@ -89,6 +89,9 @@ class Launch:
     # A second kernel launched right after the first on the same arrays (split-KV
     # attention's combine): its template, template_args, plan, pointers and scalars count.
     then: "Launch | None" = None
+    # A grid-stride plan's grid in whole waves of the compiled kernel's resident blocks:
+    # called with the blocks an SM holds (jit.blocks_per_sm), returns the plan launched.
+    regrid: Callable[[int], object] | None = None
 
 
 def output(sig: _arrays.Sig | None, name: str, shape, dtype) -> tuple[_arrays.Sig, tuple]:
@@ -489,5 +492,7 @@ class Op:
         offsets = tuple((position, p[1]) for position, p in enumerate(launch.pointers) if not isinstance(p, str))
         kernel = jit.get_kernel(launch.template, *launch.template_args)
         plan = launch.plan
+        if launch.regrid is not None:
+            plan = launch.regrid(jit.blocks_per_sm(kernel, plan.block_size, int(plan.shared_mem_bytes)))
         return (kernel, kernel.kernel, tuple(plan.grid), tuple(plan.block), int(plan.shared_mem_bytes),
                 _tuple_getter([index[name] for name in names]), offsets, tuple(launch.scalars), plan, launch.template)

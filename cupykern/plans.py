@@ -970,11 +970,17 @@ ROPE_WIDE_DECODE_HEADS_PER_THREAD = 2
 ROPE_WIDE_NORM_HEADS_CHOICES = (2, 3, 4)
 #: The wide layout's grid, apply_rope and qk_rms_norm_rope: 0 = a block per group of
 #: tokens_per_block tokens (the hardware hands out blocks as others finish); n >= 1 = at
-#: most n waves of resident blocks (ROPE_WIDE_BLOCKS_PER_SM an SM), walking the tokens
-#: grid-stride. Measured as above: qk_rms_norm_rope at 16,384 tokens 101 us in 2 waves
-#: against 110 us in a block per 3 tokens; apply_rope 170 us against 159 us (4 heads).
+#: most n waves of resident blocks, walking the tokens grid-stride. Measured as above:
+#: qk_rms_norm_rope at 16,384 tokens 101 us in 2 waves against 110 us in a block per 3
+#: tokens; apply_rope 170 us against 159 us (4 heads).
 ROPE_WIDE_GRID_WAVES = 0
 ROPE_WIDE_NORM_GRID_WAVES = 2
+#: Resident blocks an SM a wave counts where the kernel's own count is not known (planning
+#: without a GPU). The ops pass the CUDA occupancy API's count for the kernel they launch
+#: (:func:`rope_resident_grid`): its registers decide it, 2 or 3 for the same block size.
+#: llama-3.1-70b's qk_rms_norm_rope (192-thread blocks of 96 registers, 3 an SM) took 185
+#: us at 16,384 tokens with this estimate's 528 blocks (396 ran, then 132 alone), 158 us
+#: with 2 waves of its 3 (bench/results/NOTES.md, item 33).
 ROPE_WIDE_BLOCKS_PER_SM = 2
 
 
@@ -1010,6 +1016,9 @@ class RopePlan:
     origin: str = "heuristic"  # the rope rule takes no overrides and has no tuned file
     #: 0: the "steps" kernels; >= 1: the wide kernels, holding this many heads per thread.
     heads_per_thread: int = 0
+    #: 0: a block per group of tokens_per_block tokens; n >= 1: grid-stride, the grid
+    #: capped at n waves of resident blocks (:func:`rope_resident_grid`).
+    grid_waves: int = 0
 
     kind = "rope"
     shared_mem_bytes = 0
@@ -1061,24 +1070,36 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     steps_heads = _constant("ROPE_HEADS_PER_THREAD")  # read at every shape, so a bad value never waits for one
     wide = rope_wide(fused_norm, units, (head_dim - rotary_dim) // vec_width, threads_per_head)
     if wide:
-        heads_per_thread, max_blocks = _rope_wide_constants(few_tokens, fused_norm, limits)
+        heads_per_thread, waves = _rope_wide_constants(few_tokens, fused_norm)
         heads_per_thread = _rope_wide_heads(num_heads, threads_per_head, heads_per_thread, few_tokens, fused_norm)
         wide = heads_per_thread > 0
     if not wide:
-        heads_per_thread, max_blocks = (1 if few_tokens else steps_heads), 0
+        heads_per_thread, waves = (1 if few_tokens else steps_heads), 0
     head_slots = max(1, min(-(-num_heads // heads_per_thread), ROPE_MAX_BLOCK_SIZE // threads_per_head))
     threads_per_token = threads_per_head * head_slots
     # Fill the block with tokens, but keep at least one block per SM while tokens last.
     tokens_per_block = max(1, min(ROPE_MAX_BLOCK_SIZE // threads_per_token, -(-num_tokens // limits.sm_count)))
-    blocks = max(1, -(-num_tokens // tokens_per_block))
-    if max_blocks:
-        blocks = min(blocks, max_blocks)
-    plan = RopePlan(vec_width, threads_per_head, head_slots, tokens_per_block, (min(blocks, limits.max_grid_x), 1, 1),
-                    heads_per_thread=heads_per_thread if wide else 0)
+    plan = RopePlan(vec_width, threads_per_head, head_slots, tokens_per_block, (1, 1, 1),
+                    heads_per_thread=heads_per_thread if wide else 0, grid_waves=waves)
     most = min(limits.max_threads_per_block, ROPE_MAX_BLOCK_SIZE)
     if plan.block_size > most:
         raise PlanError(f"rope block of {plan.block_size} threads exceeds {most}")
-    return plan
+    return rope_resident_grid(plan, num_tokens, _constant("ROPE_WIDE_BLOCKS_PER_SM"), limits)
+
+
+def rope_resident_grid(plan: RopePlan, num_tokens: int, blocks_per_sm: int, limits: DeviceLimits) -> RopePlan:
+    """``plan`` with its grid: a block per group of tokens_per_block tokens, capped at
+    plan.grid_waves waves of ``blocks_per_sm`` resident blocks an SM where grid_waves >= 1
+    (the wide kernels walk the tokens grid-stride). ``blocks_per_sm`` is the kernel's own
+    count (the CUDA occupancy API's, for plan.block_size threads: ops/rope.py) or, without
+    the kernel, ROPE_WIDE_BLOCKS_PER_SM. A grid that is not a whole number of waves runs
+    its last blocks at a fraction of the SMs' slots (item 33). ValueError naming
+    ``blocks_per_sm`` unless an int >= 1."""
+    blocks_per_sm = _count(blocks_per_sm, "blocks_per_sm", 1)
+    blocks = max(1, -(-num_tokens // plan.tokens_per_block))
+    if plan.grid_waves:
+        blocks = min(blocks, plan.grid_waves * blocks_per_sm * limits.sm_count)
+    return replace(plan, grid=(min(blocks, limits.max_grid_x), 1, 1))
 
 
 def rope_wide(fused_norm: bool, units: int, pass_vecs: int, threads_per_head: int) -> bool:
@@ -1142,20 +1163,20 @@ def _rope_wide_heads(num_heads: int, threads_per_head: int, fewest: int, few_tok
     return max(fitting, key=lambda h: (share(h), h))
 
 
-def _rope_wide_constants(few_tokens: bool, fused_norm: bool, limits: DeviceLimits) -> tuple[int, int]:
-    """(heads per thread, most blocks or 0 for no cap) of the wide kernels. Every constant
-    the op reads is checked at every batch size (a bad one never waits for the batch that
-    reads it, and never makes a plan): heads per thread as compiled (apply_rope:
-    ROPE_WIDE_HEADS_CHOICES; qk_rms_norm_rope: ROPE_WIDE_NORM_HEADS_CHOICES), waves >= 0,
-    blocks per SM >= 1."""
+def _rope_wide_constants(few_tokens: bool, fused_norm: bool) -> tuple[int, int]:
+    """(heads per thread, grid waves or 0 for a block per token group) of the wide
+    kernels. Every constant the op reads is checked at every batch size (a bad one never
+    waits for the batch that reads it, and never makes a plan): heads per thread as
+    compiled (apply_rope: ROPE_WIDE_HEADS_CHOICES; qk_rms_norm_rope:
+    ROPE_WIDE_NORM_HEADS_CHOICES), waves >= 0 (ROPE_WIDE_BLOCKS_PER_SM, >= 1, by
+    plan_rope)."""
     allowed = rope_wide_heads_choices(fused_norm)
     listed_by = "ROPE_WIDE_NORM_HEADS_CHOICES" if fused_norm else "ROPE_WIDE_HEADS_CHOICES"
     prefill_name = "ROPE_WIDE_NORM_HEADS_PER_THREAD" if fused_norm else "ROPE_WIDE_HEADS_PER_THREAD"
     prefill_heads, decode_heads = (_constant(name, allowed, allowed_by=listed_by)
                                    for name in (prefill_name, "ROPE_WIDE_DECODE_HEADS_PER_THREAD"))
     waves = _constant("ROPE_WIDE_NORM_GRID_WAVES" if fused_norm else "ROPE_WIDE_GRID_WAVES", lowest=0)
-    blocks_per_sm = _constant("ROPE_WIDE_BLOCKS_PER_SM")
-    return (decode_heads if few_tokens else prefill_heads), waves * blocks_per_sm * limits.sm_count
+    return (decode_heads if few_tokens else prefill_heads), waves
 
 
 # ----------------------------------------------------------------- decode kernels

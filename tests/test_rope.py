@@ -15,6 +15,8 @@ import math
 from functools import lru_cache
 
 import cupy
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -439,6 +441,23 @@ def test_rope_intake_rejects_launch_overrides(prepare, key, value):
         prepare(overrides={key: value})
     for name in ("apply_rope", "qk_rms_norm_rope"):
         assert launcher.ops()[name].plan_kind == "rope" and launcher.ops()[name].launch_options == ()
+
+
+def test_grid_stride_launches_are_regridded_by_the_kernel_s_occupancy():
+    """qk_rms_norm_rope's grid-stride grid is whole waves of the blocks an SM holds of the
+    kernel launched (the launcher passes the occupancy API's count to Launch.regrid): plan_rope's
+    estimate (ROPE_WIDE_BLOCKS_PER_SM) left llama-3.1-70b's last third of blocks alone (item 33).
+    Decode sizes, which no count could cap, and apply_rope's block per token group have none."""
+    sms = plans.H200_LIMITS.sm_count
+    launch = _qk_norm(q=contiguous((16384, 64, 128), BF16), k=contiguous((16384, 8, 128), BF16))
+    assert launch.plan.grid == (plans.ROPE_WIDE_NORM_GRID_WAVES * plans.ROPE_WIDE_BLOCKS_PER_SM * sms, 1, 1)
+    for per_sm in (1, 3, 4):
+        assert launch.regrid(per_sm) == replace(launch.plan, grid=(plans.ROPE_WIDE_NORM_GRID_WAVES * per_sm * sms, 1, 1))
+    # 2 waves of one block an SM cap 264 blocks: 264 tokens (a block each) need no count, 265 do
+    assert _qk_norm(q=contiguous((264, 64, 128), BF16), k=contiguous((264, 8, 128), BF16)).regrid is None
+    assert _qk_norm(q=contiguous((265, 64, 128), BF16), k=contiguous((265, 8, 128), BF16)).regrid is not None
+    assert _qk_norm().regrid is None
+    assert _apply(q=contiguous((16384, 32, 128), BF16)).regrid is None
 
 
 def test_qk_rms_norm_rope_launch():

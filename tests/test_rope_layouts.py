@@ -9,6 +9,8 @@ tests/test_golden.py pin the default layout to the recorded outputs).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -87,6 +89,23 @@ def test_wide_grid_waves_cap_the_grid(monkeypatch):
     assert _plan(16384).grid[0] == resident
     plan = _plan(16384, fused_norm=True)
     assert plan.grid[0] == -(-16384 // plan.tokens_per_block)
+
+
+def test_resident_grid_takes_whole_waves_of_the_kernel_s_blocks():
+    sms, h200 = plans.H200_LIMITS.sm_count, plans.H200_LIMITS
+    plan = _plan(16384, fused_norm=True)
+    assert plan.grid_waves == plans.ROPE_WIDE_NORM_GRID_WAVES >= 1
+    for per_sm in (1, 2, 3, 5):
+        got = plans.rope_resident_grid(plan, 16384, per_sm, h200)
+        assert got.grid == (plans.ROPE_WIDE_NORM_GRID_WAVES * per_sm * sms, 1, 1)
+        assert replace(got, grid=plan.grid) == plan  # nothing else changes
+    # never more blocks than token groups; a block per group where the plan takes no waves
+    assert plans.rope_resident_grid(plan, 100, 3, h200).grid == (-(-100 // plan.tokens_per_block), 1, 1)
+    apply = _plan(16384)
+    assert apply.grid_waves == 0 and plans.rope_resident_grid(apply, 16384, 1, h200) == apply
+    for bad in (0, -1, True, 2.0, None, "3"):
+        with pytest.raises(ValueError, match=r"blocks_per_sm: expected an int >= 1, got "):
+            plans.rope_resident_grid(plan, 16384, bad, h200)
 
 
 @pytest.mark.parametrize("name, value", [("ROPE_LAYOUT", "fast"), ("ROPE_WIDE_HEADS_PER_THREAD", 6)])
@@ -350,3 +369,32 @@ def test_qk_rms_norm_rope_head_counts_give_the_same_bytes(num_q_heads, num_kv_he
                        np.float32, np.int64, bad=True)
 
     _assert_same(_bytes_under_layouts(make, lambda i: _qk(i, True)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [BF16, np.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("num_q_heads, num_kv_heads", [(64, 8), (32, 8)])
+def test_qk_rms_norm_rope_grid_is_whole_waves_of_its_resident_blocks(dtype, num_q_heads, num_kv_heads):
+    """At 3000 tokens the grid-stride grid is capped: 2 waves of the blocks an SM holds of the
+    launched kernel (the occupancy API's count, asked here apart from the launcher), with the
+    bytes of a block per token group and of the steps kernel."""
+    import cupy
+
+    def make():
+        return _inputs(7, 3000, num_q_heads, num_kv_heads, 128, 128, dtype, np.float32, np.int64, bad=True)
+
+    inputs = make()
+    with launcher.recording() as launched:
+        _qk(inputs, True)
+    (rec,) = launched
+    per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(rec.function.ptr, rec.block[0], 0)
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    groups = -(-3000 // rec.plan.tokens_per_block)
+    assert rec.plan.heads_per_thread and rec.plan.grid_waves == plans.ROPE_WIDE_NORM_GRID_WAVES
+    assert rec.grid == (min(groups, plans.ROPE_WIDE_NORM_GRID_WAVES * per_sm * sms), 1, 1) == rec.plan.grid
+    got = {"wide": b"".join(cupy.asnumpy(o).tobytes() for o in (inputs["q"], inputs["k"]))}
+    for constants, name in (({"ROPE_LAYOUT": "steps"}, "steps"), ({"ROPE_WIDE_NORM_GRID_WAVES": 0}, "blocks")):
+        i = make()
+        outs = _under(constants, lambda: _qk(i, True))
+        got[name] = b"".join(cupy.asnumpy(o).tobytes() for o in outs)
+    _assert_same(got)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from cupykern import _arrays, _dtypes, launcher, plans
@@ -231,6 +233,16 @@ def _int32_sizes(qh, num_kv_heads: int, k_strides, rotary_dim: int, max_position
         ("q", "token stride", qh.token_stride), ("q", "head stride", qh.head_stride), ("k", "token stride", k_ts),
         ("k", "head stride", k_hs), *outs, ("cos_sin_cache", "row stride", cache_stride))
 
+def _regrid(plan: plans.RopePlan, num_tokens: int, limits: plans.DeviceLimits):
+    """The launcher's :attr:`~cupykern.launcher.Launch.regrid` of a grid-stride plan: whole
+    waves of the blocks an SM holds of the kernel it launches (the occupancy API's count,
+    where plan_rope could only estimate it). None for a block per token group, and for
+    grids no count could cap (at most a block an SM a wave: decode sizes)."""
+    if not plan.grid_waves or -(-num_tokens // plan.tokens_per_block) <= plan.grid_waves * limits.sm_count:
+        return None
+    return partial(plans.rope_resident_grid, plan, num_tokens, limits=limits)
+
+
 def _prepare_apply_rope(a: launcher.Args) -> launcher.Launch:
     q, qh, k, kh = _qk(a)
     if a.mrope_section is None:
@@ -275,9 +287,10 @@ def _prepare_apply_rope(a: launcher.Args) -> launcher.Launch:
                            op="apply_rope")
     targs = (_dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype), POSITION_TYPES[positions.dtype], is_neox,
              plan.vec_width, layout)
+    template, targs = (APPLY_ROPE_WIDE, (*targs, plan.heads_per_thread, inplace)) if plan.heads_per_thread \
+        else (APPLY_ROPE, targs)
     return launcher.Launch(
-        *((APPLY_ROPE_WIDE, (*targs, plan.heads_per_thread, inplace)) if plan.heads_per_thread
-          else (APPLY_ROPE, targs)), plan,
+        template, targs, plan, regrid=_regrid(plan, qh.num_tokens, a.limits),
         pointers=(*names, "q", "k", "positions", "cos_sin_cache"),
         scalars=(*sizes,
                  *map(np.int32, (plan.threads_per_head, plan.head_slots, plan.tokens_per_block, 0 if inplace else 1)),
@@ -308,9 +321,10 @@ def _prepare_qk_rms_norm_rope(a: launcher.Args) -> launcher.Launch:
                            op="qk_rms_norm_rope")
     targs = (_dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype), POSITION_TYPES[positions.dtype], is_neox,
              plan.vec_width, plan.threads_per_head)
+    template, targs = (QK_RMS_NORM_ROPE_WIDE, (*targs, plan.heads_per_thread, rotary_dim < qh.head_dim)) \
+        if plan.heads_per_thread else (QK_RMS_NORM_ROPE, targs)
     return launcher.Launch(
-        *((QK_RMS_NORM_ROPE_WIDE, (*targs, plan.heads_per_thread, rotary_dim < qh.head_dim)) if plan.heads_per_thread
-          else (QK_RMS_NORM_ROPE, targs)), plan,
+        template, targs, plan, regrid=_regrid(plan, qh.num_tokens, a.limits),
         pointers=("q", "k", "q_weight", "k_weight", "positions", "cos_sin_cache"),
         scalars=(*sizes, eps, np.int32(plan.head_slots), np.int32(plan.tokens_per_block)),
         returns=("q", "k"), disjoint=_qk_disjoint(qh, kh))
