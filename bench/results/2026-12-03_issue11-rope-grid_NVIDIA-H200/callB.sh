@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Call B (NOTES item 33): the whole GPU suite with the regridded qk_rms_norm_rope, its new
 # GPU test (3000 tokens: capped grids) under compute-sanitizer memcheck and racecheck, and
-# grid_waves.py again ("lib" is now the occupancy-based grid).
+# grid_waves.py again ("lib" is now the occupancy-based grid), then qk_heads.py (3 / 4 / 5
+# heads a thread in 1 and 2 waves of their own occupancy).
 S=$SECONDS
 D=bench/results/2026-12-03_issue11-rope-grid_NVIDIA-H200
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
@@ -19,4 +20,7 @@ done
 SIZES=1024,4096,16384 OUT=$OUT timeout 120 python3 $D/grid_waves.py > $OUT/grid_waves.log 2>&1
 echo "grid_waves rc $?"; grep -c DIFFER $OUT/grid_waves.log
 grep " n=" $OUT/grid_waves.log | grep -v plan | awk '{print $1,$2,$3,$4,$6,$7,$9}' | paste -sd';' | fold -w 3000
+OUT=$OUT timeout 150 python3 $D/qk_heads.py > $OUT/qk_heads.log 2>&1
+echo "qk_heads rc $?"; grep -c DIFFER $OUT/qk_heads.log
+grep " n=" $OUT/qk_heads.log | awk '{print $1,$2,$3,$4,$5,$9,$11}' | paste -sd';' | fold -w 3000
 echo "callB $((SECONDS - S)) s" | tee -a $OUT/calls.txt
