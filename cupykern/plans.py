@@ -961,13 +961,20 @@ ROPE_WIDE_HEADS_CHOICES = (2, 3, 4, 5)
 #: heads only). Measured (bench_rope.py --variants, llama-3.1-8b bf16, H200, cold L2,
 #: bench/results/NOTES.md item 15): qk_rms_norm_rope 110 us with 4 against 135 us with 2
 #: at 16,384 tokens; at 1-64 tokens 2 heads beat 4 (2.1 against 2.3 us). In one round
-#: (item 31): 8b 4 heads (101 us) over 3 (106), 70b 3 (189 us) over 4 (219).
+#: (item 31): 8b 4 heads (101 us) over 3 (106), 70b 3 (189 us) over 4 (219); item 33: 8b
+#: 5 heads (a full block) over 4 by 1-10 % at 1024-16384 tokens (3.5-12 % with
+#: rotary_dim 64), 70b 3 over 5 (0.9 of a block) by 3-8 %.
 ROPE_WIDE_HEADS_PER_THREAD = 2
 ROPE_WIDE_NORM_HEADS_PER_THREAD = 3
 ROPE_WIDE_DECODE_HEADS_PER_THREAD = 2
-#: kHeadsPerThread choices of qk_rms_norm_rope_wide_kernel (compiled for each; 2 to 4
+#: kHeadsPerThread choices of qk_rms_norm_rope_wide_kernel (compiled for each; 2 to 5
 #: heads fit its 128 registers without a spill, rope.cu::kQkWideMinBlocksPerSm).
-ROPE_WIDE_NORM_HEADS_CHOICES = (2, 3, 4)
+ROPE_WIDE_NORM_HEADS_CHOICES = (2, 3, 4, 5)
+#: qk_rms_norm_rope's choices from this many heads a thread up are taken at prefill only
+#: where they fill the block (every thread slot holds a head): at 119-128 registers an SM
+#: holds 2 of their blocks, where 3 of the 192-thread blocks of 3 heads fit (96 registers),
+#: so llama-3.1-70b's 72 heads at 5 (0.9 of a block) lost 3-8 % to 3 (item 33).
+ROPE_WIDE_NORM_FULL_BLOCK_HEADS = 5
 #: The wide layout's grid, apply_rope and qk_rms_norm_rope: 0 = a block per group of
 #: tokens_per_block tokens (the hardware hands out blocks as others finish); n >= 1 = at
 #: most n waves of resident blocks, walking the tokens grid-stride. Measured as above:
@@ -1071,7 +1078,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     wide = rope_wide(fused_norm, units, (head_dim - rotary_dim) // vec_width, threads_per_head)
     if wide:
         heads_per_thread, waves = _rope_wide_constants(few_tokens, fused_norm)
-        heads_per_thread = _rope_wide_heads(num_heads, threads_per_head, heads_per_thread, few_tokens, fused_norm)
+        heads_per_thread = _rope_wide_heads(num_heads, threads_per_head, heads_per_thread, few_tokens, fused_norm,
+                                            np.dtype(dtype).itemsize == 2)
         wide = heads_per_thread > 0
     if not wide:
         heads_per_thread, waves = (1 if few_tokens else steps_heads), 0
@@ -1118,9 +1126,9 @@ def rope_wide_heads_choices(fused_norm: bool = False) -> tuple[int, ...]:
     """Heads a thread of the wide kernels may hold, the kHeadsPerThread choices compiled:
     ROPE_WIDE_HEADS_CHOICES (apply_rope) or ROPE_WIDE_NORM_HEADS_CHOICES
     (qk_rms_norm_rope); PlanError naming it unless a non-empty ascending tuple of distinct
-    ints 1 .. 8 (1 .. 4 for qk_rms_norm_rope, whose kernel spills past 4 at its 128
+    ints 1 .. 8 (1 .. 5 for qk_rms_norm_rope, whose kernel spills past 5 at its 128
     registers)."""
-    name, most = ("ROPE_WIDE_NORM_HEADS_CHOICES", 4) if fused_norm else ("ROPE_WIDE_HEADS_CHOICES", 8)
+    name, most = ("ROPE_WIDE_NORM_HEADS_CHOICES", 5) if fused_norm else ("ROPE_WIDE_HEADS_CHOICES", 8)
     choices = globals()[name]
     if (not isinstance(choices, tuple) or not choices or not all(_is_int(h) and 1 <= h <= most for h in choices)
             or list(choices) != sorted(set(choices))):
@@ -1137,7 +1145,7 @@ def _rope_one_round_heads(num_heads: int, threads_per_head: int, fewest: int, fu
 
 
 def _rope_wide_heads(num_heads: int, threads_per_head: int, fewest: int, few_tokens: bool,
-                     fused_norm: bool) -> int:
+                     fused_norm: bool, sixteen_bit: bool) -> int:
     """Heads a thread of the wide kernels holds, 0 if none fits their launch contract
     (every head of a token in one round: a second round is one more position -> cos/sin ->
     q/k chain; the steps kernel then). Among the compiled choices >= ``fewest`` that fit:
@@ -1148,8 +1156,17 @@ def _rope_wide_heads(num_heads: int, threads_per_head: int, fewest: int, few_tok
     llama-3.1-8b's 40 heads at 2 / 3 / 4 / 5 heads a thread (block share 0.62 / 0.83 /
     0.94 / 1.0) reached 76 / 73 / 80 / 86 % of copy, llama-3.1-70b's 72 at 3 / 4 / 5 69 /
     79 / 85 % (rule: 5 for both); qk_rms_norm_rope (item 31), 8b at 3 / 4 (0.83 / 0.94)
-    76 / 80 %, 70b at 3 / 4 (0.75 / 0.56) 76 / 65 % (rule: 4 and 3)."""
+    76 / 80 %, 70b at 3 / 4 (0.75 / 0.56) 76 / 65 %; (item 33, grids of whole waves) 8b at
+    4 / 5 (0.94 / 1.0) 86.3 / 87.4-88.5 %, 70b at 3 / 5 (0.75 / 0.9) 90.6-91.3 / 87.8-88.0 %.
+    qk_rms_norm_rope's choices from ROPE_WIDE_NORM_FULL_BLOCK_HEADS up count only for
+    16-bit q/k (``sixteen_bit``: measured in bf16; fp32's 5-heads kernel with pass-through
+    dims spills 20-80 bytes) and, at prefill, where they fill the block (share 1) or
+    nothing else fits (rule: 5 for 8b, 3 for 70b)."""
     fitting = _rope_one_round_heads(num_heads, threads_per_head, fewest, fused_norm)
+    if fused_norm:  # read at every batch size, as the other constants
+        full_block_heads = _constant("ROPE_WIDE_NORM_FULL_BLOCK_HEADS")
+        if not sixteen_bit:
+            fitting = [h for h in fitting if h < full_block_heads]
     if not fitting:
         return 0
     if few_tokens:
@@ -1160,6 +1177,8 @@ def _rope_wide_heads(num_heads: int, threads_per_head: int, fewest: int, few_tok
         tokens = ROPE_MAX_BLOCK_SIZE // threads_per_token
         return Fraction(tokens * num_heads * threads_per_head, ROPE_MAX_BLOCK_SIZE * h)
 
+    if fused_norm:
+        fitting = [h for h in fitting if h < full_block_heads or share(h) == 1] or fitting
     return max(fitting, key=lambda h: (share(h), h))
 
 

@@ -574,8 +574,9 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, rope_wide_min_blocks<kHeads
 }
 
 // Blocks of kRopeMaxBlockSize per SM qk_rms_norm_rope_wide_kernel's register budget
-// allows (128 registers): ptxas needs 92-149 for 2 to 4 heads of 16-byte vectors
-// unbounded, and spills none of them at 128 (it does at 80: 3 blocks; and 5 heads at 128).
+// allows (128 registers): ptxas needs 90-128 for 2 to 5 heads of 16-byte vectors since the
+// 32-bit sizes (item 32; 5 heads spilled 88 bytes at 128 before), and spills none of them
+// (it does at 80: 3 blocks). The occupancy API's count of blocks an SM sizes the grid.
 constexpr int kQkWideMinBlocksPerSm = 2;
 
 // qk_rms_norm_rope, wide: needs units <= kThreadsPerHead and pass-through vectors <=

@@ -41,8 +41,8 @@ def test_rope_instantiation_count_is_bounded():
     exprs = families.instantiations()["rope.cu"]
     # steps kernels: 60 apply_rope x 3 M-RoPE layouts (NeoX only for M-RoPE: 60 + 2 x 30) + 80 qk_rms_norm_rope;
     # wide kernels: the same x 4 heads-per-thread choices x in place or not for apply_rope (960)
-    # + 80 qk_rms_norm_rope x 3 heads-per-thread choices x pass-through dims or not (480)
-    assert len(exprs) == len(set(exprs)) and len(exprs) <= 1640
+    # + 80 qk_rms_norm_rope x 4 heads-per-thread choices x pass-through dims or not (640)
+    assert len(exprs) == len(set(exprs)) and len(exprs) <= 1800
     spaces = rope_ops.instantiations()
     assert sorted(exprs) == sorted(e for space in spaces.values() for e in space)
 

@@ -38,9 +38,9 @@ def _plan(num_tokens, head_dim=128, rotary_dim=128, dtype=BF16, fused_norm=False
 @pytest.mark.parametrize("fused_norm", [False, True])
 def test_wide_is_the_default_with_heads_by_batch_size(fused_norm):
     assert plans.ROPE_LAYOUT == "wide"
-    # The fullest block of one round, from each op's constant up (40 heads: 5 a thread for
-    # apply_rope, 4 for qk_rms_norm_rope, whose choices end at 4)
-    prefill_heads = 4 if fused_norm else 5
+    # The fullest block of one round, from each op's constant up (40 heads: 5 a thread fill
+    # a block of 256 threads, for both ops)
+    prefill_heads = 5
     assert plans.ROPE_WIDE_NORM_HEADS_PER_THREAD == 3
     assert _plan(16384, fused_norm=fused_norm).heads_per_thread == prefill_heads
     assert _plan(4096, fused_norm=fused_norm).heads_per_thread == prefill_heads
@@ -73,7 +73,7 @@ def test_wide_keeps_the_row_group_and_vector_width(monkeypatch, fused_norm):
 def test_qk_norm_falls_back_to_steps_when_a_lane_holds_two_units():
     # scalar path: 64 units of head_dim 128 over the 32 lanes of the row group
     assert _plan(4096, fused_norm=True, max_vec=1).heads_per_thread == 0
-    assert _plan(4096, fused_norm=True, max_vec=8).heads_per_thread == 4
+    assert _plan(4096, fused_norm=True, max_vec=8).heads_per_thread == 5
     # apply_rope's wide kernel holds a token's heads in one round: 40 heads of 64 lanes fit no block
     assert _plan(4096, max_vec=1).heads_per_thread == 0
     assert _plan(4096, max_vec=8).heads_per_thread == 5
@@ -131,10 +131,11 @@ def test_bad_heads_choices_are_refused_by_name(monkeypatch, value, fused_norm):
 
 
 def test_norm_heads_choices_stay_within_the_register_budget(monkeypatch):
-    """qk_rms_norm_rope_wide_kernel spills past 4 heads a thread at its 128 registers (5: 88
-    bytes, bf16): the choices are refused above 4, and a constant outside them names both."""
-    monkeypatch.setattr(plans, "ROPE_WIDE_NORM_HEADS_CHOICES", (2, 5))
-    with pytest.raises(ValueError, match=r"ROPE_WIDE_NORM_HEADS_CHOICES must be .* 1 \.\. 4"):
+    """qk_rms_norm_rope_wide_kernel spills past 5 heads a thread at its 128 registers (5
+    spilled 88 bytes, bf16, before item 32's 32-bit sizes): the choices are refused above 5,
+    and a constant outside them names both."""
+    monkeypatch.setattr(plans, "ROPE_WIDE_NORM_HEADS_CHOICES", (2, 6))
+    with pytest.raises(ValueError, match=r"ROPE_WIDE_NORM_HEADS_CHOICES must be .* 1 \.\. 5"):
         _plan(16384, fused_norm=True)
     monkeypatch.setattr(plans, "ROPE_WIDE_NORM_HEADS_CHOICES", (2, 4))
     with pytest.raises(ValueError, match=r"ROPE_WIDE_NORM_HEADS_PER_THREAD must be one of "
@@ -154,11 +155,12 @@ def test_steps_constant_is_read_at_every_shape(monkeypatch):
 #: (constant, the ops that read it: False apply_rope, True qk_rms_norm_rope).
 WIDE_CONSTANTS = [("ROPE_WIDE_HEADS_PER_THREAD", (False,)), ("ROPE_WIDE_NORM_HEADS_PER_THREAD", (True,)),
                   ("ROPE_WIDE_DECODE_HEADS_PER_THREAD", (False, True)), ("ROPE_WIDE_GRID_WAVES", (False,)),
-                  ("ROPE_WIDE_NORM_GRID_WAVES", (True,)), ("ROPE_WIDE_BLOCKS_PER_SM", (False, True))]
+                  ("ROPE_WIDE_NORM_GRID_WAVES", (True,)), ("ROPE_WIDE_BLOCKS_PER_SM", (False, True)),
+                  ("ROPE_WIDE_NORM_FULL_BLOCK_HEADS", (True,))]
 
 
 #: Bad values of every constant; 0 (a block per group of tokens) and more are legal waves, 2**40 blocks per SM
-#: legal too (no cap), so those two get -1 and -2**40 - 1 instead.
+#: and full-block heads legal too (no cap, no limit), so those get -1 and -2**40 - 1 instead.
 BAD_WIDE_VALUES = [-1, True, 2.0, 1.5, None, "2"]
 
 
@@ -169,7 +171,7 @@ def test_bad_wide_constants_are_refused_by_name_at_every_batch_size(monkeypatch,
     heads per thread True or 2.0 a plan of bool or float heads (head_slots 20.0); a bad
     heads-per-thread constant passed at the batch sizes that do not read it."""
     legal = {"ROPE_WIDE_GRID_WAVES": (0, 2**40), "ROPE_WIDE_NORM_GRID_WAVES": (0, 2**40),
-             "ROPE_WIDE_BLOCKS_PER_SM": (2**40,)}.get(name, ())
+             "ROPE_WIDE_BLOCKS_PER_SM": (2**40,), "ROPE_WIDE_NORM_FULL_BLOCK_HEADS": (2**40,)}.get(name, ())
     if type(value) is int and value in legal:
         value = -value - 1
     monkeypatch.setattr(plans, name, value)
@@ -187,13 +189,33 @@ def test_steps_heads_per_thread_is_checked_by_name(monkeypatch):
 
 
 def test_legal_wide_constants_still_plan(monkeypatch):
-    # qk_rms_norm_rope's constant may be any of ROPE_WIDE_NORM_HEADS_CHOICES (40 heads: 4 fills
-    # the block best from 2 or 3 up, and 4 is the only choice from 4 up)
+    # qk_rms_norm_rope's constant may be any of ROPE_WIDE_NORM_HEADS_CHOICES (40 heads: 5 fills
+    # the block from any of them up)
     for fewest in plans.ROPE_WIDE_NORM_HEADS_CHOICES:
         monkeypatch.setattr(plans, "ROPE_WIDE_NORM_HEADS_PER_THREAD", fewest)
-        assert _plan(16384, fused_norm=True).heads_per_thread == 4
+        assert _plan(16384, fused_norm=True).heads_per_thread == 5
     monkeypatch.setattr(plans, "ROPE_WIDE_GRID_WAVES", 2**40)  # more waves than blocks: a block per group
     assert _plan(16384).grid[0] == -(-16384 // _plan(16384).tokens_per_block)
+
+
+def _qk_heads(num_heads, num_tokens=16384):
+    return plans.plan_rope(num_tokens, num_heads, 128, 128, BF16, max_vec_width=8, fused_norm=True,
+                           limits=plans.H200_LIMITS).heads_per_thread
+
+
+def test_qk_takes_five_heads_only_where_they_fill_the_block(monkeypatch):
+    """llama-3.1-8b's 40 heads at 5 a thread fill a 256-thread block (8 slots x 8 lanes x 4
+    tokens) and were 1-10 % faster than 4; llama-3.1-70b's 72 at 5 fill 0.9 of one (2 tokens
+    of 120 threads) and were 3-8 % slower than 3 (item 33). Where only 5 fit one round (150
+    heads), 5 rather than the steps kernel."""
+    assert plans.ROPE_WIDE_NORM_FULL_BLOCK_HEADS == 5
+    assert {n: _qk_heads(n) for n in (40, 72, 36, 48, 20)} == {40: 5, 72: 3, 36: 4, 48: 3, 20: 5}
+    assert _qk_heads(150) == _qk_heads(150, num_tokens=1) == 5
+    assert _qk_heads(40, num_tokens=1) == 2  # decode sizes: the fewest that fit
+    monkeypatch.setattr(plans, "ROPE_WIDE_NORM_FULL_BLOCK_HEADS", 2**40)  # no choice limited: the fullest block
+    assert _qk_heads(72) == 5
+    monkeypatch.setattr(plans, "ROPE_WIDE_NORM_FULL_BLOCK_HEADS", 4)
+    assert _qk_heads(72) == 3 and _qk_heads(36) == 3  # 36 at 4: 0.84 of a block, no longer taken
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -372,8 +394,11 @@ def test_qk_rms_norm_rope_head_counts_give_the_same_bytes(num_q_heads, num_kv_he
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [BF16, np.float32], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("num_q_heads, num_kv_heads", [(64, 8), (32, 8)])
+@pytest.mark.parametrize("dtype, num_q_heads, num_kv_heads", [
+    (BF16, 64, 8),         # llama-3.1-70b: 3 heads a thread, 192-thread blocks
+    (BF16, 32, 8),         # llama-3.1-8b: 5 heads a thread, 256-thread blocks
+    (np.float32, 32, 8),   # 16 lanes a head, 3 heads a thread (fp32's 72 heads take the steps kernel)
+], ids=["bf16-70b", "bf16-8b", "fp32-8b"])
 def test_qk_rms_norm_rope_grid_is_whole_waves_of_its_resident_blocks(dtype, num_q_heads, num_kv_heads):
     """At 3000 tokens the grid-stride grid is capped: 2 waves of the blocks an SM holds of the
     launched kernel (the occupancy API's count, asked here apart from the launcher), with the
