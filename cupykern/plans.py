@@ -1126,8 +1126,9 @@ def rope_wide_heads_choices(fused_norm: bool = False) -> tuple[int, ...]:
     """Heads a thread of the wide kernels may hold, the kHeadsPerThread choices compiled:
     ROPE_WIDE_HEADS_CHOICES (apply_rope) or ROPE_WIDE_NORM_HEADS_CHOICES
     (qk_rms_norm_rope); PlanError naming it unless a non-empty ascending tuple of distinct
-    ints 1 .. 8 (1 .. 5 for qk_rms_norm_rope, whose kernel spills past 5 at its 128
-    registers)."""
+    ints 1 .. 8 (1 .. 5 for qk_rms_norm_rope, whose 16-bit kernel takes 119-128 of its 128
+    registers at 5 without a spill; fp32's spills with pass-through dims, so
+    :func:`_rope_wide_heads` keeps fp32 below ROPE_WIDE_NORM_FULL_BLOCK_HEADS)."""
     name, most = ("ROPE_WIDE_NORM_HEADS_CHOICES", 5) if fused_norm else ("ROPE_WIDE_HEADS_CHOICES", 8)
     choices = globals()[name]
     if (not isinstance(choices, tuple) or not choices or not all(_is_int(h) and 1 <= h <= most for h in choices)

@@ -12,11 +12,10 @@ out-of-range positions and CUDA-graph capture.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import lru_cache
 
 import cupy
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
@@ -452,7 +451,8 @@ def test_grid_stride_launches_are_regridded_by_the_kernel_s_occupancy():
     launch = _qk_norm(q=contiguous((16384, 64, 128), BF16), k=contiguous((16384, 8, 128), BF16))
     assert launch.plan.grid == (plans.ROPE_WIDE_NORM_GRID_WAVES * plans.ROPE_WIDE_BLOCKS_PER_SM * sms, 1, 1)
     for per_sm in (1, 3, 4):
-        assert launch.regrid(per_sm) == replace(launch.plan, grid=(plans.ROPE_WIDE_NORM_GRID_WAVES * per_sm * sms, 1, 1))
+        grid = (plans.ROPE_WIDE_NORM_GRID_WAVES * per_sm * sms, 1, 1)
+        assert launch.regrid(per_sm) == replace(launch.plan, grid=grid)
     # 2 waves of one block an SM cap 264 blocks: 264 tokens (a block each) need no count, 265 do
     assert _qk_norm(q=contiguous((264, 64, 128), BF16), k=contiguous((264, 8, 128), BF16)).regrid is None
     assert _qk_norm(q=contiguous((265, 64, 128), BF16), k=contiguous((265, 8, 128), BF16)).regrid is not None

@@ -131,9 +131,9 @@ def test_bad_heads_choices_are_refused_by_name(monkeypatch, value, fused_norm):
 
 
 def test_norm_heads_choices_stay_within_the_register_budget(monkeypatch):
-    """qk_rms_norm_rope_wide_kernel spills past 5 heads a thread at its 128 registers (5
-    spilled 88 bytes, bf16, before item 32's 32-bit sizes): the choices are refused above 5,
-    and a constant outside them names both."""
+    """qk_rms_norm_rope_wide_kernel's 16-bit 5 heads a thread take 119-128 of its 128
+    registers (they spilled 88 bytes before item 32's 32-bit sizes): the choices are refused
+    above 5, and a constant outside them names both."""
     monkeypatch.setattr(plans, "ROPE_WIDE_NORM_HEADS_CHOICES", (2, 6))
     with pytest.raises(ValueError, match=r"ROPE_WIDE_NORM_HEADS_CHOICES must be .* 1 \.\. 5"):
         _plan(16384, fused_norm=True)

@@ -233,6 +233,7 @@ def _int32_sizes(qh, num_kv_heads: int, k_strides, rotary_dim: int, max_position
         ("q", "token stride", qh.token_stride), ("q", "head stride", qh.head_stride), ("k", "token stride", k_ts),
         ("k", "head stride", k_hs), *outs, ("cos_sin_cache", "row stride", cache_stride))
 
+
 def _regrid(plan: plans.RopePlan, num_tokens: int, limits: plans.DeviceLimits):
     """The launcher's :attr:`~cupykern.launcher.Launch.regrid` of a grid-stride plan: whole
     waves of the blocks an SM holds of the kernel it launches (the occupancy API's count,
