@@ -962,14 +962,18 @@ ROPE_WIDE_HEADS_CHOICES = (2, 3, 4, 5)
 #: bench/results/NOTES.md item 15): qk_rms_norm_rope 110 us with 4 against 135 us with 2
 #: at 16,384 tokens; at 1-64 tokens 2 heads beat 4 (2.1 against 2.3 us). In one round
 #: (item 31): 8b 4 heads (101 us) over 3 (106), 70b 3 (189 us) over 4 (219); item 33: 8b
-#: 5 heads (a full block) over 4 by 1-10 % at 1024-16384 tokens (3.5-12 % with
-#: rotary_dim 64), 70b 3 over 5 (0.9 of a block) by 3-8 %.
+#: 5 heads (a full block) over 4 by 10 % at 1024 tokens, 1-2 % at 16384, level at 4096
+#: (4-12 % with rotary_dim 64), 70b 3 over 5 (0.9 of a block) by 3-8 %.
 ROPE_WIDE_HEADS_PER_THREAD = 2
 ROPE_WIDE_NORM_HEADS_PER_THREAD = 3
 ROPE_WIDE_DECODE_HEADS_PER_THREAD = 2
-#: kHeadsPerThread choices of qk_rms_norm_rope_wide_kernel (compiled for each; 2 to 5
-#: heads fit its 128 registers without a spill, rope.cu::kQkWideMinBlocksPerSm).
+#: kHeadsPerThread choices of qk_rms_norm_rope_wide_kernel (compiled for each; in 16-bit
+#: 2 to 5 heads fit its 128 registers without a spill, rope.cu::kQkWideMinBlocksPerSm;
+#: fp32's 5 heads with pass-through dims spill 20-80 bytes).
 ROPE_WIDE_NORM_HEADS_CHOICES = (2, 3, 4, 5)
+#: The most heads a thread qk_rms_norm_rope plans for fp32 q/k, whatever the constants
+#: (the 5-heads fp32 kernel with pass-through dims spills; 5 were measured in bf16 only).
+ROPE_WIDE_NORM_FP32_MOST_HEADS = 4
 #: qk_rms_norm_rope's choices from this many heads a thread up are taken at prefill only
 #: where they fill the block (every thread slot holds a head): at 119-128 registers an SM
 #: holds 2 of their blocks, where 3 of the 192-thread blocks of 3 heads fit (96 registers),
@@ -1101,13 +1105,20 @@ def rope_resident_grid(plan: RopePlan, num_tokens: int, blocks_per_sm: int, limi
     (the wide kernels walk the tokens grid-stride). ``blocks_per_sm`` is the kernel's own
     count (the CUDA occupancy API's, for plan.block_size threads: ops/rope.py) or, without
     the kernel, ROPE_WIDE_BLOCKS_PER_SM. A grid that is not a whole number of waves runs
-    its last blocks at a fraction of the SMs' slots (item 33). ValueError naming
-    ``blocks_per_sm`` unless an int >= 1."""
+    its last blocks at a fraction of the SMs' slots (item 33). ValueError naming the
+    argument (or the plan's or the limits' field) unless each count is an int, >= 0 for
+    num_tokens and plan.grid_waves, >= 1 otherwise; TypeError for a plan that is not a
+    RopePlan or limits that are not DeviceLimits."""
+    if not isinstance(plan, RopePlan):
+        raise TypeError(f"plan: expected a plans.RopePlan, got {type(plan).__name__}")
+    _resident_threads(limits)  # its type and sm_count checked by name
+    num_tokens = _count(num_tokens, "num_tokens", 0)
     blocks_per_sm = _count(blocks_per_sm, "blocks_per_sm", 1)
-    blocks = max(1, -(-num_tokens // plan.tokens_per_block))
-    if plan.grid_waves:
-        blocks = min(blocks, plan.grid_waves * blocks_per_sm * limits.sm_count)
-    return replace(plan, grid=(min(blocks, limits.max_grid_x), 1, 1))
+    waves = _count(plan.grid_waves, "plan.grid_waves", 0)
+    blocks = max(1, -(-num_tokens // _count(plan.tokens_per_block, "plan.tokens_per_block", 1)))
+    if waves:
+        blocks = min(blocks, waves * blocks_per_sm * int(limits.sm_count))
+    return replace(plan, grid=(min(blocks, _limit(limits, "max_grid_x")), 1, 1))
 
 
 def rope_wide(fused_norm: bool, units: int, pass_vecs: int, threads_per_head: int) -> bool:
@@ -1126,9 +1137,10 @@ def rope_wide_heads_choices(fused_norm: bool = False) -> tuple[int, ...]:
     """Heads a thread of the wide kernels may hold, the kHeadsPerThread choices compiled:
     ROPE_WIDE_HEADS_CHOICES (apply_rope) or ROPE_WIDE_NORM_HEADS_CHOICES
     (qk_rms_norm_rope); PlanError naming it unless a non-empty ascending tuple of distinct
-    ints 1 .. 8 (1 .. 5 for qk_rms_norm_rope, whose 16-bit kernel takes 119-128 of its 128
-    registers at 5 without a spill; fp32's spills with pass-through dims, so
-    :func:`_rope_wide_heads` keeps fp32 below ROPE_WIDE_NORM_FULL_BLOCK_HEADS)."""
+    ints 1 .. 8 (1 .. 5 for qk_rms_norm_rope: the most compiled and measured, its 16-bit
+    kernel at 119-128 of its 128 registers without a spill; fp32's spills there with
+    pass-through dims, so :func:`_rope_wide_heads` plans fp32 at most
+    ROPE_WIDE_NORM_FP32_MOST_HEADS)."""
     name, most = ("ROPE_WIDE_NORM_HEADS_CHOICES", 5) if fused_norm else ("ROPE_WIDE_HEADS_CHOICES", 8)
     choices = globals()[name]
     if (not isinstance(choices, tuple) or not choices or not all(_is_int(h) and 1 <= h <= most for h in choices)
@@ -1159,15 +1171,15 @@ def _rope_wide_heads(num_heads: int, threads_per_head: int, fewest: int, few_tok
     79 / 85 % (rule: 5 for both); qk_rms_norm_rope (item 31), 8b at 3 / 4 (0.83 / 0.94)
     76 / 80 %, 70b at 3 / 4 (0.75 / 0.56) 76 / 65 %; (item 33, grids of whole waves) 8b at
     4 / 5 (0.94 / 1.0) 86.3 / 87.4-88.5 %, 70b at 3 / 5 (0.75 / 0.9) 90.6-91.3 / 87.8-88.0 %.
-    qk_rms_norm_rope's choices from ROPE_WIDE_NORM_FULL_BLOCK_HEADS up count only for
-    16-bit q/k (``sixteen_bit``: measured in bf16; fp32's 5-heads kernel with pass-through
-    dims spills 20-80 bytes) and, at prefill, where they fill the block (share 1) or
-    nothing else fits (rule: 5 for 8b, 3 for 70b)."""
+    qk_rms_norm_rope's choices from ROPE_WIDE_NORM_FULL_BLOCK_HEADS up count at prefill
+    only where they fill the block (share 1) or nothing else fits (rule: 5 for 8b, 3 for
+    70b); for fp32 q/k (not ``sixteen_bit``) none above ROPE_WIDE_NORM_FP32_MOST_HEADS
+    (fp32's 5-heads kernel with pass-through dims spills 20-80 bytes)."""
     fitting = _rope_one_round_heads(num_heads, threads_per_head, fewest, fused_norm)
     if fused_norm:  # read at every batch size, as the other constants
         full_block_heads = _constant("ROPE_WIDE_NORM_FULL_BLOCK_HEADS")
         if not sixteen_bit:
-            fitting = [h for h in fitting if h < full_block_heads]
+            fitting = [h for h in fitting if h <= ROPE_WIDE_NORM_FP32_MOST_HEADS]
     if not fitting:
         return 0
     if few_tokens:

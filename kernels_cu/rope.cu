@@ -575,8 +575,10 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, rope_wide_min_blocks<kHeads
 
 // Blocks of kRopeMaxBlockSize per SM qk_rms_norm_rope_wide_kernel's register budget
 // allows (128 registers): ptxas needs 90-128 for 2 to 5 heads of 16-byte vectors since the
-// 32-bit sizes (item 32; 5 heads spilled 88 bytes at 128 before), and spills none of them
-// (it does at 80: 3 blocks). The occupancy API's count of blocks an SM sizes the grid.
+// 32-bit sizes (item 32; 5 heads spilled 88 bytes at 128 before) and spills none of them
+// in 16-bit (it does at 80: 3 blocks); fp32's 5 heads with pass-through dims spill 20-80
+// bytes and are never planned (plans.py::ROPE_WIDE_NORM_FP32_MOST_HEADS). The occupancy
+// API's count of blocks an SM sizes the grid.
 constexpr int kQkWideMinBlocksPerSm = 2;
 
 // qk_rms_norm_rope, wide: needs units <= kThreadsPerHead and pass-through vectors <=

@@ -100,15 +100,21 @@ class FakeArray:
         self._c_contiguous = all(n == 1 or s == c for n, s, c in zip(self.shape, self.strides, contiguous))
 
 
+#: Blocks an SM holds of any kernel under fake_launch_device (jit.blocks_per_sm's stand-in).
+FAKE_BLOCKS_PER_SM = 3
+
+
 def fake_launch_device(monkeypatch, *, get_kernel, empty) -> None:
     """Replaces what the launcher asks the GPU: the current device and how many there
     are, the device's limits (an H200's), the compiled kernel (``get_kernel(template,
-    *args)``, whose ``.kernel`` is called to launch) and output memory (``empty``)."""
+    *args)``, whose ``.kernel`` is called to launch), its occupancy
+    (:data:`FAKE_BLOCKS_PER_SM` blocks an SM) and output memory (``empty``)."""
     monkeypatch.setattr(launcher, "_current_device", lambda: 0)
     monkeypatch.setattr(launcher, "_devices_known", True)
     monkeypatch.setattr(launcher, "_multi_gpu", False)
     monkeypatch.setattr(launcher, "_empty", empty)
     monkeypatch.setattr(jit, "get_kernel", get_kernel)
+    monkeypatch.setattr(jit, "blocks_per_sm", lambda kernel, block_size, shared_mem_bytes=0: FAKE_BLOCKS_PER_SM)
     monkeypatch.setattr(plans.DeviceLimits, "of_device", staticmethod(lambda device_id: plans.H200_LIMITS))
 
 

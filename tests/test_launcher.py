@@ -210,6 +210,25 @@ def test_out_of_place_rope_allocates_both_outputs(fake_gpu):
                             check_positions=False)
 
 
+def test_grid_stride_plans_launch_whole_waves_of_the_kernel_s_occupancy(fake_gpu):
+    """qk_rms_norm_rope's grid-stride grid comes from the compiled kernel's blocks an SM
+    (Launch.regrid with jit.blocks_per_sm: FAKE_BLOCKS_PER_SM under the stand-ins), in
+    the launch, its recording and plan_for alike; plan_rope's estimate would give 528."""
+    from tests.helpers import FAKE_BLOCKS_PER_SM
+
+    n = 16384
+    q, k = FakeArray((n, 64, 128), bf16), FakeArray((n, 8, 128), bf16, ptr=1 << 32)
+    weights = FakeArray((128,), bf16, ptr=1 << 33), FakeArray((128,), bf16, ptr=(1 << 33) + 4096)
+    positions, cache = FakeArray((n,), np.int64, ptr=1 << 34), FakeArray((4096, 128), np.float32, ptr=1 << 35)
+    with launcher.recording() as seen:
+        cupykern.qk_rms_norm_rope(q, k, *weights, positions, cache, check_positions=False)
+    want = plans.ROPE_WIDE_NORM_GRID_WAVES * FAKE_BLOCKS_PER_SM * plans.H200_LIMITS.sm_count
+    assert FAKE_BLOCKS_PER_SM != plans.ROPE_WIDE_BLOCKS_PER_SM
+    assert fake_gpu[0].grid == seen[0].grid == seen[0].plan.grid == (want, 1, 1)
+    plan = launcher.ops()["qk_rms_norm_rope"].plan_for((q, k, *weights, positions, cache), (1e-6, True))
+    assert plan.grid == (want, 1, 1) and plan.heads_per_thread == 3
+
+
 def test_a_hit_goes_through_the_op_module_and_the_launcher_only(fake_gpu):
     """After its first call, one rms_norm call runs Python code of two package modules
     (ops/norm.py and launcher.py; the kernel itself is CuPy's)."""

@@ -106,6 +106,22 @@ def test_resident_grid_takes_whole_waves_of_the_kernel_s_blocks():
     for bad in (0, -1, True, 2.0, None, "3"):
         with pytest.raises(ValueError, match=r"blocks_per_sm: expected an int >= 1, got "):
             plans.rope_resident_grid(plan, 16384, bad, h200)
+    # helper 55: a NumPy uint32 count wrapped in -(-n // t) (a grid of 2**31 - 1), a float one
+    # planned a float grid, and the plan's and limits' fields went unchecked
+    assert plans.rope_resident_grid(apply, np.uint32(5), 1, h200).grid == (2, 1, 1)
+    for bad in (-5, 10.0, None, "5", float("nan")):
+        with pytest.raises(ValueError, match=r"num_tokens: expected an int >= 0, got "):
+            plans.rope_resident_grid(plan, bad, 3, h200)
+    for field, bad in (("grid_waves", -1), ("grid_waves", 2.0), ("grid_waves", True), ("tokens_per_block", 0)):
+        with pytest.raises(ValueError, match=rf"plan.{field}: expected an int >= "):
+            plans.rope_resident_grid(replace(plan, **{field: bad}), 16384, 3, h200)
+    for field, bad in (("sm_count", 0), ("sm_count", 2.0), ("max_grid_x", 0), ("max_grid_x", 2.5)):
+        with pytest.raises(ValueError, match=rf"limits.{field}: expected an int >= 1"):
+            plans.rope_resident_grid(plan, 16384, 3, replace(h200, **{field: bad}))
+    with pytest.raises(TypeError, match="plan: expected a plans.RopePlan, got NoneType"):
+        plans.rope_resident_grid(None, 16384, 3, h200)
+    with pytest.raises(TypeError, match="limits: expected a plans.DeviceLimits, got dict"):
+        plans.rope_resident_grid(plan, 16384, 3, {})
 
 
 @pytest.mark.parametrize("name, value", [("ROPE_LAYOUT", "fast"), ("ROPE_WIDE_HEADS_PER_THREAD", 6)])
@@ -216,6 +232,21 @@ def test_qk_takes_five_heads_only_where_they_fill_the_block(monkeypatch):
     assert _qk_heads(72) == 5
     monkeypatch.setattr(plans, "ROPE_WIDE_NORM_FULL_BLOCK_HEADS", 4)
     assert _qk_heads(72) == 3 and _qk_heads(36) == 3  # 36 at 4: 0.84 of a block, no longer taken
+
+
+@pytest.mark.parametrize("full_block_heads", [5, 4, 2**40])
+def test_qk_never_plans_fp32_above_its_most_heads(monkeypatch, full_block_heads):
+    """fp32's 5-heads kernel with pass-through dims spills 20-80 bytes: whatever
+    ROPE_WIDE_NORM_FULL_BLOCK_HEADS says (2**40 limits no choice in 16-bit), fp32 q/k plan
+    at most ROPE_WIDE_NORM_FP32_MOST_HEADS heads a thread (helper 54's review)."""
+    monkeypatch.setattr(plans, "ROPE_WIDE_NORM_FULL_BLOCK_HEADS", full_block_heads)
+    assert plans.ROPE_WIDE_NORM_FP32_MOST_HEADS == 4
+    for num_heads in (10, 20, 40, 72, 150):
+        for head_dim, rotary_dim in ((64, 32), (128, 64), (128, 128)):
+            for n in (1, 4096):
+                plan = plans.plan_rope(n, num_heads, head_dim, rotary_dim, np.float32, max_vec_width=4,
+                                       fused_norm=True, limits=plans.H200_LIMITS)
+                assert plan.heads_per_thread <= 4
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
