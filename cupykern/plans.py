@@ -986,9 +986,21 @@ ROPE_WIDE_NORM_FULL_BLOCK_HEADS = 5
 #: tokens; apply_rope 170 us against 159 us (4 heads).
 ROPE_WIDE_GRID_WAVES = 0
 ROPE_WIDE_NORM_GRID_WAVES = 2
-#: Resident blocks an SM a wave counts where the kernel's own count is not known (planning
-#: without a GPU). The ops pass the CUDA occupancy API's count for the kernel they launch
-#: (:func:`rope_resident_grid`): its registers decide it, 2 or 3 for the same block size.
+#: The most tokens a block of the wide kernels holds (fewer where the block or
+#: ceil(num_tokens / SMs) holds fewer). apply_rope: 1, a block per token (64 threads for
+#: llama-3.1-8b's 40 heads at 5 a thread, 128 for 70b's 72); its blocks filled with 4 (8b)
+#: or 2 (70b) tokens took 2.9 / 3.8 % longer at 16,384 tokens, 3.4 / 3.8 % at 8192, 0.8 /
+#: 2.8 % at 4096, level at 1024-2048. qk_rms_norm_rope: 2 (8b: 128 threads, 4 an SM, in
+#: its 2 waves); 8b's 4-token blocks took 2.7 / 2.8 / 0.4 % longer at 4096 / 8192 / 16,384
+#: tokens, and a block per token (no waves) 2-10 % longer than either (70b's 3 heads hold
+#: one token a block already). Measured on the H200, bf16 (bench/results/NOTES.md, item 34).
+ROPE_WIDE_MOST_TOKENS_PER_BLOCK = 1
+ROPE_WIDE_NORM_MOST_TOKENS_PER_BLOCK = 2
+#: Resident 256-thread blocks an SM a wave counts where the kernel's own count is not known
+#: (planning without a GPU), scaled to the plan's block (4 of 128 threads: the launch bounds
+#: hold the wide kernels to 128 registers, 512 threads an SM). The ops pass the CUDA
+#: occupancy API's count for the kernel they launch (:func:`rope_resident_grid`): its
+#: registers decide it, 2 or 3 for the same block size.
 #: llama-3.1-70b's qk_rms_norm_rope (192-thread blocks of 96 registers, 3 an SM) took 185
 #: us at 16,384 tokens with this estimate's 528 blocks (396 ran, then 132 alone), 158 us
 #: with 2 waves of its 3 (bench/results/NOTES.md, item 33).
@@ -1081,22 +1093,25 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     steps_heads = _constant("ROPE_HEADS_PER_THREAD")  # read at every shape, so a bad value never waits for one
     wide = rope_wide(fused_norm, units, (head_dim - rotary_dim) // vec_width, threads_per_head)
     if wide:
-        heads_per_thread, waves = _rope_wide_constants(few_tokens, fused_norm)
+        heads_per_thread, waves, most_tokens = _rope_wide_constants(few_tokens, fused_norm)
         heads_per_thread = _rope_wide_heads(num_heads, threads_per_head, heads_per_thread, few_tokens, fused_norm,
                                             np.dtype(dtype).itemsize == 2)
         wide = heads_per_thread > 0
     if not wide:
-        heads_per_thread, waves = (1 if few_tokens else steps_heads), 0
+        heads_per_thread, waves, most_tokens = (1 if few_tokens else steps_heads), 0, ROPE_MAX_BLOCK_SIZE
     head_slots = max(1, min(-(-num_heads // heads_per_thread), ROPE_MAX_BLOCK_SIZE // threads_per_head))
     threads_per_token = threads_per_head * head_slots
-    # Fill the block with tokens, but keep at least one block per SM while tokens last.
-    tokens_per_block = max(1, min(ROPE_MAX_BLOCK_SIZE // threads_per_token, -(-num_tokens // limits.sm_count)))
+    # Fill the block with tokens (up to the wide kernels' cap), but keep at least one block
+    # per SM while tokens last.
+    tokens_per_block = max(1, min(ROPE_MAX_BLOCK_SIZE // threads_per_token, -(-num_tokens // limits.sm_count),
+                                  most_tokens))
     plan = RopePlan(vec_width, threads_per_head, head_slots, tokens_per_block, (1, 1, 1),
                     heads_per_thread=heads_per_thread if wide else 0, grid_waves=waves)
     most = min(limits.max_threads_per_block, ROPE_MAX_BLOCK_SIZE)
     if plan.block_size > most:
         raise PlanError(f"rope block of {plan.block_size} threads exceeds {most}")
-    return rope_resident_grid(plan, num_tokens, _constant("ROPE_WIDE_BLOCKS_PER_SM"), limits)
+    estimate = max(1, _constant("ROPE_WIDE_BLOCKS_PER_SM") * ROPE_MAX_BLOCK_SIZE // plan.block_size)
+    return rope_resident_grid(plan, num_tokens, estimate, limits)
 
 
 def rope_resident_grid(plan: RopePlan, num_tokens: int, blocks_per_sm: int, limits: DeviceLimits) -> RopePlan:
@@ -1195,20 +1210,21 @@ def _rope_wide_heads(num_heads: int, threads_per_head: int, fewest: int, few_tok
     return max(fitting, key=lambda h: (share(h), h))
 
 
-def _rope_wide_constants(few_tokens: bool, fused_norm: bool) -> tuple[int, int]:
-    """(heads per thread, grid waves or 0 for a block per token group) of the wide
-    kernels. Every constant the op reads is checked at every batch size (a bad one never
-    waits for the batch that reads it, and never makes a plan): heads per thread as
-    compiled (apply_rope: ROPE_WIDE_HEADS_CHOICES; qk_rms_norm_rope:
-    ROPE_WIDE_NORM_HEADS_CHOICES), waves >= 0 (ROPE_WIDE_BLOCKS_PER_SM, >= 1, by
-    plan_rope)."""
+def _rope_wide_constants(few_tokens: bool, fused_norm: bool) -> tuple[int, int, int]:
+    """(heads per thread, grid waves or 0 for a block per token group, most tokens a
+    block) of the wide kernels. Every constant the op reads is checked at every batch size
+    (a bad one never waits for the batch that reads it, and never makes a plan): heads per
+    thread as compiled (apply_rope: ROPE_WIDE_HEADS_CHOICES; qk_rms_norm_rope:
+    ROPE_WIDE_NORM_HEADS_CHOICES), waves >= 0 and most tokens a block >= 1
+    (ROPE_WIDE_BLOCKS_PER_SM, >= 1, is checked by plan_rope)."""
     allowed = rope_wide_heads_choices(fused_norm)
     listed_by = "ROPE_WIDE_NORM_HEADS_CHOICES" if fused_norm else "ROPE_WIDE_HEADS_CHOICES"
     prefill_name = "ROPE_WIDE_NORM_HEADS_PER_THREAD" if fused_norm else "ROPE_WIDE_HEADS_PER_THREAD"
     prefill_heads, decode_heads = (_constant(name, allowed, allowed_by=listed_by)
                                    for name in (prefill_name, "ROPE_WIDE_DECODE_HEADS_PER_THREAD"))
     waves = _constant("ROPE_WIDE_NORM_GRID_WAVES" if fused_norm else "ROPE_WIDE_GRID_WAVES", lowest=0)
-    return (decode_heads if few_tokens else prefill_heads), waves
+    most_tokens = _constant("ROPE_WIDE_NORM_MOST_TOKENS_PER_BLOCK" if fused_norm else "ROPE_WIDE_MOST_TOKENS_PER_BLOCK")
+    return (decode_heads if few_tokens else prefill_heads), waves, most_tokens
 
 
 # ----------------------------------------------------------------- decode kernels

@@ -74,8 +74,8 @@ def test_plan_rope_is_legal(dtype, head_dim, rotary_dim, fused_norm):
             assert plan.threads_per_head * plan.head_slots * plan.tokens_per_block <= plan.block_size
             # a block per tokens_per_block tokens, or the wide layout's waves walking them grid-stride
             waves = plans.ROPE_WIDE_NORM_GRID_WAVES if fused_norm else plans.ROPE_WIDE_GRID_WAVES
-            capped = plan.heads_per_thread and waves and \
-                plan.grid[0] == waves * plans.ROPE_WIDE_BLOCKS_PER_SM * plans.H200_LIMITS.sm_count
+            per_sm = max(1, plans.ROPE_WIDE_BLOCKS_PER_SM * plans.ROPE_MAX_BLOCK_SIZE // plan.block_size)
+            capped = plan.heads_per_thread and waves and plan.grid[0] == waves * per_sm * plans.H200_LIMITS.sm_count
             assert 1 <= plan.grid[0] and (capped or plan.grid[0] * plan.tokens_per_block >= num_tokens)
             if fused_norm:
                 assert plan.threads_per_head in plans.ROPE_NORM_THREADS_PER_HEAD

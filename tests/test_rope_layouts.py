@@ -25,7 +25,9 @@ LAYOUTS = [({"ROPE_LAYOUT": "steps"}, "steps"),
            ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_HEADS_CHOICES": (2, 4), "ROPE_WIDE_HEADS_PER_THREAD": 4,
              "ROPE_WIDE_NORM_HEADS_PER_THREAD": 2, "ROPE_WIDE_DECODE_HEADS_PER_THREAD": 4}, "wide-swapped-heads"),
            ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_HEADS_CHOICES": (2,)}, "wide-2-heads"),
-           ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_GRID_WAVES": 1, "ROPE_WIDE_NORM_GRID_WAVES": 0}, "wide-waves-swapped")]
+           ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_GRID_WAVES": 1, "ROPE_WIDE_NORM_GRID_WAVES": 0}, "wide-waves-swapped"),
+           ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_MOST_TOKENS_PER_BLOCK": 32, "ROPE_WIDE_NORM_MOST_TOKENS_PER_BLOCK": 1},
+            "wide-tokens-swapped")]
 
 
 def _plan(num_tokens, head_dim=128, rotary_dim=128, dtype=BF16, fused_norm=False, max_vec=None):
@@ -81,12 +83,18 @@ def test_qk_norm_falls_back_to_steps_when_a_lane_holds_two_units():
 
 def test_wide_grid_waves_cap_the_grid(monkeypatch):
     # apply_rope: a block per group of tokens; qk_rms_norm_rope: ROPE_WIDE_NORM_GRID_WAVES waves
+    # (planned without the kernel: ROPE_WIDE_BLOCKS_PER_SM 256-thread blocks an SM, scaled to the block)
     assert _plan(16384).grid[0] == -(-16384 // _plan(16384).tokens_per_block)
-    resident = plans.ROPE_WIDE_BLOCKS_PER_SM * plans.H200_LIMITS.sm_count
-    assert _plan(16384, fused_norm=True).grid[0] == plans.ROPE_WIDE_NORM_GRID_WAVES * resident
+
+    def resident(plan):
+        return plans.ROPE_WIDE_BLOCKS_PER_SM * 256 // plan.block_size * plans.H200_LIMITS.sm_count
+
+    qk = _plan(16384, fused_norm=True)
+    assert qk.block_size == 128 and qk.grid[0] == plans.ROPE_WIDE_NORM_GRID_WAVES * resident(qk) == 2 * 4 * 132
     monkeypatch.setattr(plans, "ROPE_WIDE_GRID_WAVES", 1)
     monkeypatch.setattr(plans, "ROPE_WIDE_NORM_GRID_WAVES", 0)
-    assert _plan(16384).grid[0] == resident
+    apply = _plan(16384)
+    assert apply.block_size == 64 and apply.grid[0] == resident(apply) == 8 * 132
     plan = _plan(16384, fused_norm=True)
     assert plan.grid[0] == -(-16384 // plan.tokens_per_block)
 
@@ -108,7 +116,8 @@ def test_resident_grid_takes_whole_waves_of_the_kernel_s_blocks():
             plans.rope_resident_grid(plan, 16384, bad, h200)
     # helper 55: a NumPy uint32 count wrapped in -(-n // t) (a grid of 2**31 - 1), a float one
     # planned a float grid, and the plan's and limits' fields went unchecked
-    assert plans.rope_resident_grid(apply, np.uint32(5), 1, h200).grid == (2, 1, 1)
+    grouped = replace(apply, tokens_per_block=4)  # apply_rope takes one token a block since item 34
+    assert plans.rope_resident_grid(grouped, np.uint32(5), 1, h200).grid == (2, 1, 1)
     for bad in (-5, 10.0, None, "5", float("nan")):
         with pytest.raises(ValueError, match=r"num_tokens: expected an int >= 0, got "):
             plans.rope_resident_grid(plan, bad, 3, h200)
@@ -122,6 +131,35 @@ def test_resident_grid_takes_whole_waves_of_the_kernel_s_blocks():
         plans.rope_resident_grid(None, 16384, 3, h200)
     with pytest.raises(TypeError, match="limits: expected a plans.DeviceLimits, got dict"):
         plans.rope_resident_grid(plan, 16384, 3, {})
+
+
+@pytest.mark.parametrize("fused_norm", [False, True])
+def test_wide_blocks_hold_at_most_the_most_tokens_a_block(monkeypatch, fused_norm):
+    """apply_rope's wide blocks hold one token each (ROPE_WIDE_MOST_TOKENS_PER_BLOCK),
+    qk_rms_norm_rope's two (ROPE_WIDE_NORM_MOST_TOKENS_PER_BLOCK): item 34, filled blocks of
+    4 tokens took up to 3.8 % longer. The cap binds at prefill only."""
+    name = "ROPE_WIDE_NORM_MOST_TOKENS_PER_BLOCK" if fused_norm else "ROPE_WIDE_MOST_TOKENS_PER_BLOCK"
+    filled = 256 // (8 * 8)  # 40 heads at 5 a thread: 8 slots of 8 lanes a token
+    default = 2 if fused_norm else 1
+    assert (plans.ROPE_WIDE_NORM_MOST_TOKENS_PER_BLOCK if fused_norm else plans.ROPE_WIDE_MOST_TOKENS_PER_BLOCK) \
+        == default
+    for n in (600, 4096, 16384):  # prefill sizes (>= 4 tokens an SM), where ceil(n / 132) >= 4
+        plan = _plan(n, fused_norm=fused_norm)
+        assert (plan.heads_per_thread, plan.tokens_per_block, plan.block_size) == (5, default, 64 * default)
+    for most, want in ((2, 2), (3, 3), (filled, filled), (32, filled)):
+        monkeypatch.setattr(plans, name, most)
+        plan = _plan(16384, fused_norm=fused_norm)
+        assert plan.tokens_per_block == want and plan.block_size == 64 * want
+        if not fused_norm:  # a block per group of tokens
+            assert plan.grid == (-(-16384 // want), 1, 1)
+        else:  # 2 waves of the CPU estimate: ROPE_WIDE_BLOCKS_PER_SM 256-thread blocks, scaled to the block
+            assert plan.grid == (2 * (2 * 256 // plan.block_size) * 132, 1, 1)
+    # decode sizes: a token a block already (ceil(64 / 132 SMs))
+    assert _plan(64, fused_norm=fused_norm).tokens_per_block == 1
+    # the steps kernel fills its blocks whatever the cap
+    monkeypatch.setattr(plans, "ROPE_LAYOUT", "steps")
+    monkeypatch.setattr(plans, name, 1)
+    assert _plan(16384, fused_norm=fused_norm).tokens_per_block == 256 // (8 * 10)
 
 
 @pytest.mark.parametrize("name, value", [("ROPE_LAYOUT", "fast"), ("ROPE_WIDE_HEADS_PER_THREAD", 6)])
@@ -172,7 +210,8 @@ def test_steps_constant_is_read_at_every_shape(monkeypatch):
 WIDE_CONSTANTS = [("ROPE_WIDE_HEADS_PER_THREAD", (False,)), ("ROPE_WIDE_NORM_HEADS_PER_THREAD", (True,)),
                   ("ROPE_WIDE_DECODE_HEADS_PER_THREAD", (False, True)), ("ROPE_WIDE_GRID_WAVES", (False,)),
                   ("ROPE_WIDE_NORM_GRID_WAVES", (True,)), ("ROPE_WIDE_BLOCKS_PER_SM", (False, True)),
-                  ("ROPE_WIDE_NORM_FULL_BLOCK_HEADS", (True,))]
+                  ("ROPE_WIDE_NORM_FULL_BLOCK_HEADS", (True,)), ("ROPE_WIDE_MOST_TOKENS_PER_BLOCK", (False,)),
+                  ("ROPE_WIDE_NORM_MOST_TOKENS_PER_BLOCK", (True,))]
 
 
 #: Bad values of every constant; 0 (a block per group of tokens) and more are legal waves, 2**40 blocks per SM
@@ -187,7 +226,8 @@ def test_bad_wide_constants_are_refused_by_name_at_every_batch_size(monkeypatch,
     heads per thread True or 2.0 a plan of bool or float heads (head_slots 20.0); a bad
     heads-per-thread constant passed at the batch sizes that do not read it."""
     legal = {"ROPE_WIDE_GRID_WAVES": (0, 2**40), "ROPE_WIDE_NORM_GRID_WAVES": (0, 2**40),
-             "ROPE_WIDE_BLOCKS_PER_SM": (2**40,), "ROPE_WIDE_NORM_FULL_BLOCK_HEADS": (2**40,)}.get(name, ())
+             "ROPE_WIDE_BLOCKS_PER_SM": (2**40,), "ROPE_WIDE_NORM_FULL_BLOCK_HEADS": (2**40,),
+             "ROPE_WIDE_MOST_TOKENS_PER_BLOCK": (2**40,), "ROPE_WIDE_NORM_MOST_TOKENS_PER_BLOCK": (2**40,)}.get(name, ())
     if type(value) is int and value in legal:
         value = -value - 1
     monkeypatch.setattr(plans, name, value)
