@@ -138,6 +138,10 @@ def test_gpu_a_dependent_gemv_chain_gives_the_plain_bits(dtype_name):
     start = [rng.standard_normal((1, k), dtype=np.float32).astype(dtype) for _ in range(2)]
     a, b = cupy.empty_like(start[0]), cupy.empty_like(start[1])
     h = cupy.empty_like(start[0])
+    # The inputs were written on the default stream, which a non-blocking stream does not wait
+    # for: without this the eager chain once read `start` before it was written (all NaN, 3434
+    # other GPU tests passing, bench/results/NOTES.md item 34).
+    cupy.cuda.Device().synchronize()
 
     def chain():
         for i, w in enumerate(weights):
@@ -175,6 +179,7 @@ def test_gpu_a_dependent_append_chain_counts_every_step():
     positions = cupy.zeros((1,), np.int32)
     history = cupy.full((1, 256), -1, np.int32)
     token = cupy.full((1,), 7, np.int32)
+    cupy.cuda.Device().synchronize()  # written on the default stream, which `stream` does not wait for
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         cupykern.append_tokens(token, positions, history)  # loads the kernel
