@@ -954,7 +954,8 @@ ROPE_LAYOUT = "wide"
 ROPE_WIDE_HEADS_CHOICES = (2, 3, 4, 5)
 #: The wide layout's heads per thread (_rope_wide_heads): at prefill sizes each op takes
 #: the choice from ROPE_WIDE_HEADS_PER_THREAD (apply_rope) / ROPE_WIDE_NORM_HEADS_PER_THREAD
-#: (qk_rms_norm_rope) up whose block is fullest; at decode sizes (fewer than
+#: (qk_rms_norm_rope) up whose 256-thread block of whole tokens would be fullest (the
+#: blocks launched then fill ROPE_WIDE_BLOCK_THREADS); at decode sizes (fewer than
 #: ROPE_MIN_TOKENS_PER_SM tokens per SM: more threads on the few tokens) the fewest from
 #: ROPE_WIDE_DECODE_HEADS_PER_THREAD up; either among the choices that give every head of
 #: a token a slot in one block, else the steps kernel (the wide kernels hold one round of
@@ -986,19 +987,22 @@ ROPE_WIDE_NORM_FULL_BLOCK_HEADS = 5
 #: tokens; apply_rope 170 us against 159 us (4 heads).
 ROPE_WIDE_GRID_WAVES = 0
 ROPE_WIDE_NORM_GRID_WAVES = 2
-#: The most tokens a block of the wide kernels holds (fewer where the block or
-#: ceil(num_tokens / SMs) holds fewer). apply_rope: 1, a block per token (64 threads for
-#: llama-3.1-8b's 40 heads at 5 a thread, 128 for 70b's 72); its blocks filled with 4 (8b)
-#: or 2 (70b) tokens took 2.9 / 3.8 % longer at 16,384 tokens, 3.4 / 3.8 % at 8192, 0.8 /
-#: 2.8 % at 4096, level at 1024-2048. qk_rms_norm_rope: 2 (8b: 128 threads, 4 an SM, in
-#: its 2 waves); 8b's 4-token blocks took 2.7 / 2.8 / 0.4 % longer at 4096 / 8192 / 16,384
-#: tokens, and a block per token (no waves) 2-10 % longer than either (70b's 3 heads hold
-#: one token a block already). Measured on the H200, bf16 (bench/results/NOTES.md, item 34).
-ROPE_WIDE_MOST_TOKENS_PER_BLOCK = 1
-ROPE_WIDE_NORM_MOST_TOKENS_PER_BLOCK = 2
+#: Threads a block of the wide kernels fills with whole tokens (at least one token a block,
+#: however many threads it takes; fewer tokens where ceil(num_tokens / SMs) is fewer).
+#: apply_rope 64: one token a block for llama-3.1-8b's 40 heads at 5 a thread (64 threads)
+#: and 70b's 72 (120 of 128); its 256-thread blocks filled with 4 (8b) or 2 (70b) tokens
+#: took 3.0 / 3.9 % longer at 16,384 tokens, 3.6 / 4.0 % at 8192, 1.0 / 2.9 % at 4096, 0 /
+#: 1.2-1.9 % at 1024-2048. qk_rms_norm_rope 128: two tokens of 8b (4 blocks an SM, in its
+#: 2 waves), one of 70b (192 threads); 8b's 4-token blocks took 2.8 / 2.9 / 0.4 % longer
+#: at 4096 / 8192 / 16,384 tokens, and a block per token group without waves up to 8 %
+#: (8b) and 12 % (70b) longer than 2 waves. Measured on the H200, bf16
+#: (bench/results/NOTES.md, item 34); in threads, not tokens, so that models of few heads
+#: (SmolLM2-135M: 12 threads a token) still fill whole warps (their sizes untimed).
+ROPE_WIDE_BLOCK_THREADS = 64
+ROPE_WIDE_NORM_BLOCK_THREADS = 128
 #: Resident 256-thread blocks an SM a wave counts where the kernel's own count is not known
-#: (planning without a GPU), scaled to the plan's block (4 of 128 threads: the launch bounds
-#: hold the wide kernels to 128 registers, 512 threads an SM). The ops pass the CUDA
+#: (planning without a GPU), scaled to the plan's block (4 of 128 threads, the same 512
+#: threads an SM: the 5-heads kernels' 112-128 registers). The ops pass the CUDA
 #: occupancy API's count for the kernel they launch (:func:`rope_resident_grid`): its
 #: registers decide it, 2 or 3 for the same block size.
 #: llama-3.1-70b's qk_rms_norm_rope (192-thread blocks of 96 registers, 3 an SM) took 185
@@ -1093,18 +1097,18 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     steps_heads = _constant("ROPE_HEADS_PER_THREAD")  # read at every shape, so a bad value never waits for one
     wide = rope_wide(fused_norm, units, (head_dim - rotary_dim) // vec_width, threads_per_head)
     if wide:
-        heads_per_thread, waves, most_tokens = _rope_wide_constants(few_tokens, fused_norm)
+        heads_per_thread, waves, block_threads = _rope_wide_constants(few_tokens, fused_norm)
         heads_per_thread = _rope_wide_heads(num_heads, threads_per_head, heads_per_thread, few_tokens, fused_norm,
                                             np.dtype(dtype).itemsize == 2)
         wide = heads_per_thread > 0
     if not wide:
-        heads_per_thread, waves, most_tokens = (1 if few_tokens else steps_heads), 0, ROPE_MAX_BLOCK_SIZE
+        heads_per_thread, waves, block_threads = (1 if few_tokens else steps_heads), 0, ROPE_MAX_BLOCK_SIZE
     head_slots = max(1, min(-(-num_heads // heads_per_thread), ROPE_MAX_BLOCK_SIZE // threads_per_head))
     threads_per_token = threads_per_head * head_slots
-    # Fill the block with tokens (up to the wide kernels' cap), but keep at least one block
-    # per SM while tokens last.
-    tokens_per_block = max(1, min(ROPE_MAX_BLOCK_SIZE // threads_per_token, -(-num_tokens // limits.sm_count),
-                                  most_tokens))
+    # Fill the block (the wide kernels' block_threads of it) with tokens, but keep at least
+    # one block per SM while tokens last.
+    tokens_per_block = max(1, min(min(block_threads, ROPE_MAX_BLOCK_SIZE) // threads_per_token,
+                                  -(-num_tokens // limits.sm_count)))
     plan = RopePlan(vec_width, threads_per_head, head_slots, tokens_per_block, (1, 1, 1),
                     heads_per_thread=heads_per_thread if wide else 0, grid_waves=waves)
     most = min(limits.max_threads_per_block, ROPE_MAX_BLOCK_SIZE)
@@ -1178,8 +1182,10 @@ def _rope_wide_heads(num_heads: int, threads_per_head: int, fewest: int, few_tok
     (every head of a token in one round: a second round is one more position -> cos/sin ->
     q/k chain; the steps kernel then). Among the compiled choices >= ``fewest`` that fit:
     at decode sizes the fewest (more threads on the few tokens); above, the one whose
-    block of whole tokens holds a head in the largest share of its thread x head slots
-    (ties: more heads, more bytes in flight a thread). Measured (H200, bf16, 16384
+    256-thread block of whole tokens would hold a head in the largest share of its thread x
+    head slots (ties: more heads, more bytes in flight a thread), the share these
+    measurements chose by; the blocks launched since item 34 hold fewer tokens
+    (ROPE_WIDE_BLOCK_THREADS, ROPE_WIDE_NORM_BLOCK_THREADS). Measured (H200, bf16, 16384
     tokens, bench/results/NOTES.md): apply_rope (item 17, each choice alone),
     llama-3.1-8b's 40 heads at 2 / 3 / 4 / 5 heads a thread (block share 0.62 / 0.83 /
     0.94 / 1.0) reached 76 / 73 / 80 / 86 % of copy, llama-3.1-70b's 72 at 3 / 4 / 5 69 /
@@ -1211,11 +1217,11 @@ def _rope_wide_heads(num_heads: int, threads_per_head: int, fewest: int, few_tok
 
 
 def _rope_wide_constants(few_tokens: bool, fused_norm: bool) -> tuple[int, int, int]:
-    """(heads per thread, grid waves or 0 for a block per token group, most tokens a
-    block) of the wide kernels. Every constant the op reads is checked at every batch size
-    (a bad one never waits for the batch that reads it, and never makes a plan): heads per
-    thread as compiled (apply_rope: ROPE_WIDE_HEADS_CHOICES; qk_rms_norm_rope:
-    ROPE_WIDE_NORM_HEADS_CHOICES), waves >= 0 and most tokens a block >= 1
+    """(heads per thread, grid waves or 0 for a block per token group, threads a block
+    fills with tokens) of the wide kernels. Every constant the op reads is checked at every
+    batch size (a bad one never waits for the batch that reads it, and never makes a
+    plan): heads per thread as compiled (apply_rope: ROPE_WIDE_HEADS_CHOICES;
+    qk_rms_norm_rope: ROPE_WIDE_NORM_HEADS_CHOICES), waves >= 0 and block threads >= 1
     (ROPE_WIDE_BLOCKS_PER_SM, >= 1, is checked by plan_rope)."""
     allowed = rope_wide_heads_choices(fused_norm)
     listed_by = "ROPE_WIDE_NORM_HEADS_CHOICES" if fused_norm else "ROPE_WIDE_HEADS_CHOICES"
@@ -1223,8 +1229,8 @@ def _rope_wide_constants(few_tokens: bool, fused_norm: bool) -> tuple[int, int, 
     prefill_heads, decode_heads = (_constant(name, allowed, allowed_by=listed_by)
                                    for name in (prefill_name, "ROPE_WIDE_DECODE_HEADS_PER_THREAD"))
     waves = _constant("ROPE_WIDE_NORM_GRID_WAVES" if fused_norm else "ROPE_WIDE_GRID_WAVES", lowest=0)
-    most_tokens = _constant("ROPE_WIDE_NORM_MOST_TOKENS_PER_BLOCK" if fused_norm else "ROPE_WIDE_MOST_TOKENS_PER_BLOCK")
-    return (decode_heads if few_tokens else prefill_heads), waves, most_tokens
+    block_threads = _constant("ROPE_WIDE_NORM_BLOCK_THREADS" if fused_norm else "ROPE_WIDE_BLOCK_THREADS")
+    return (decode_heads if few_tokens else prefill_heads), waves, block_threads
 
 
 # ----------------------------------------------------------------- decode kernels

@@ -356,6 +356,7 @@ def test_append_and_attend_replay_in_a_graph_as_the_position_advances(rng, rows)
                                       workspace=workspace if workspace.size > 1 else None)
             cupykern.append_tokens(token, positions, history)
 
+        cupy.cuda.Device().synchronize()  # the default stream's writes, which a non-blocking stream does not wait for
         stream = cupy.cuda.Stream(non_blocking=True)
         graph = None
         with stream:
@@ -664,6 +665,7 @@ def test_prefill_attention_replays_in_a_captured_graph(rng, head_dim):
         p = np.arange(start, start + num_tokens).astype(np.int32)  # the last has padding rows (-5 .. -1)
         steps.append((random_device(rng, q.shape, dtype), random_device(rng, k_cache.shape, dtype),
                       random_device(rng, v_cache.shape, dtype), cupy.asarray(p)))
+    cupy.cuda.Device().synchronize()  # the default stream's writes, which a non-blocking stream does not wait for
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         cupykern.prefill_attention(q, k_cache, v_cache, positions, out=out)  # compiles before the capture

@@ -192,12 +192,14 @@ def test_replays_inside_a_captured_graph(rng, op):
     out = cupy.empty((1, i["n"]), dtype)
     eager_residual = i["residual"].copy()
     eager = _call(op, dict(i, residual=eager_residual), out=out).copy()  # also loads the kernel
+    cupy.cuda.Device().synchronize()  # the default stream's writes, which a non-blocking stream does not wait for
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         stream.begin_capture()
         _call(op, i, out=out)
         graph = stream.end_capture()
     out[...] = np.nan
+    cupy.cuda.Device().synchronize()  # the default stream's writes, which a non-blocking stream does not wait for
     graph.launch(stream=stream)
     stream.synchronize()
     if op == "gemv_add_residual":

@@ -388,10 +388,10 @@ def test_rope_decode_plans_give_every_head_a_slot_in_one_round(fused_norm, num_h
 
 
 @pytest.mark.parametrize("num_heads, head_dim, heads_per_thread", [
-    (40, 128, 5),   # llama-3.1-8b: 8 slots of 8 lanes, 4 tokens a block, every thread x head slot used
-    (72, 128, 5),   # llama-3.1-70b: 15 slots (75 head slots for 72 heads), 2 tokens a block
+    (40, 128, 5),   # llama-3.1-8b: 8 slots of 8 lanes, 4 tokens a 256-thread block, every thread x head slot used
+    (72, 128, 5),   # llama-3.1-70b: 15 slots (75 head slots for 72 heads), 2 tokens a 256-thread block
     (32, 128, 4),   # 2 and 4 heads fill a block alike: the tie goes to more heads a thread
-    (12, 64, 3),    # SmolLM2-135M (9 + 3 heads, 4 lanes a head): 16 tokens a block
+    (12, 64, 3),    # SmolLM2-135M (9 + 3 heads, 4 lanes a head): 16 tokens a 256-thread block
     (1, 128, 2),    # one head: a thread holds it whatever the choice, so the fewest leaves least idle
     (200, 128, 0),  # no choice fits 200 heads in a block: the steps kernel
 ])

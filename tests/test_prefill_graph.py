@@ -384,6 +384,7 @@ def test_matmul_nt_inside_a_captured_graph(dtype):
 
     x, w = _random((64, 576), dtype, 5), _random((960, 576), dtype, 6)
     out = cupy.empty((64, 960), dtype)
+    cupy.cuda.Device().synchronize()  # x and w were written on the default stream, which `stream` does not wait for
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         blas.matmul_nt(x, w, out)  # the stream's handle made before the capture

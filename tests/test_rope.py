@@ -449,7 +449,10 @@ def test_grid_stride_launches_are_regridded_by_the_kernel_s_occupancy():
     Decode sizes, which no count could cap, and apply_rope's block per token group have none."""
     sms = plans.H200_LIMITS.sm_count
     launch = _qk_norm(q=contiguous((16384, 64, 128), BF16), k=contiguous((16384, 8, 128), BF16))
-    assert launch.plan.grid == (plans.ROPE_WIDE_NORM_GRID_WAVES * plans.ROPE_WIDE_BLOCKS_PER_SM * sms, 1, 1)
+    # (70b's 192-thread blocks: 2 * 256 // 192 = 2 an SM by the CPU estimate)
+    estimate = plans.ROPE_WIDE_BLOCKS_PER_SM * plans.ROPE_MAX_BLOCK_SIZE // launch.plan.block_size
+    assert launch.plan.block_size == 192 and estimate == 2
+    assert launch.plan.grid == (plans.ROPE_WIDE_NORM_GRID_WAVES * estimate * sms, 1, 1)
     for per_sm in (1, 3, 4):
         grid = (plans.ROPE_WIDE_NORM_GRID_WAVES * per_sm * sms, 1, 1)
         assert launch.regrid(per_sm) == replace(launch.plan, grid=grid)

@@ -26,8 +26,8 @@ LAYOUTS = [({"ROPE_LAYOUT": "steps"}, "steps"),
              "ROPE_WIDE_NORM_HEADS_PER_THREAD": 2, "ROPE_WIDE_DECODE_HEADS_PER_THREAD": 4}, "wide-swapped-heads"),
            ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_HEADS_CHOICES": (2,)}, "wide-2-heads"),
            ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_GRID_WAVES": 1, "ROPE_WIDE_NORM_GRID_WAVES": 0}, "wide-waves-swapped"),
-           ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_MOST_TOKENS_PER_BLOCK": 32, "ROPE_WIDE_NORM_MOST_TOKENS_PER_BLOCK": 1},
-            "wide-tokens-swapped")]
+           ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_BLOCK_THREADS": 256, "ROPE_WIDE_NORM_BLOCK_THREADS": 1},
+            "wide-block-threads-swapped")]
 
 
 def _plan(num_tokens, head_dim=128, rotary_dim=128, dtype=BF16, fused_norm=False, max_vec=None):
@@ -116,7 +116,7 @@ def test_resident_grid_takes_whole_waves_of_the_kernel_s_blocks():
             plans.rope_resident_grid(plan, 16384, bad, h200)
     # helper 55: a NumPy uint32 count wrapped in -(-n // t) (a grid of 2**31 - 1), a float one
     # planned a float grid, and the plan's and limits' fields went unchecked
-    grouped = replace(apply, tokens_per_block=4)  # apply_rope takes one token a block since item 34
+    grouped = replace(apply, tokens_per_block=4)  # 8b's apply_rope takes one token a block since item 34
     assert plans.rope_resident_grid(grouped, np.uint32(5), 1, h200).grid == (2, 1, 1)
     for bad in (-5, 10.0, None, "5", float("nan")):
         with pytest.raises(ValueError, match=r"num_tokens: expected an int >= 0, got "):
@@ -134,29 +134,41 @@ def test_resident_grid_takes_whole_waves_of_the_kernel_s_blocks():
 
 
 @pytest.mark.parametrize("fused_norm", [False, True])
-def test_wide_blocks_hold_at_most_the_most_tokens_a_block(monkeypatch, fused_norm):
-    """apply_rope's wide blocks hold one token each (ROPE_WIDE_MOST_TOKENS_PER_BLOCK),
-    qk_rms_norm_rope's two (ROPE_WIDE_NORM_MOST_TOKENS_PER_BLOCK): item 34, filled blocks of
-    4 tokens took up to 3.8 % longer. The cap binds at prefill only."""
-    name = "ROPE_WIDE_NORM_MOST_TOKENS_PER_BLOCK" if fused_norm else "ROPE_WIDE_MOST_TOKENS_PER_BLOCK"
-    filled = 256 // (8 * 8)  # 40 heads at 5 a thread: 8 slots of 8 lanes a token
+def test_wide_blocks_fill_their_block_threads_with_whole_tokens(monkeypatch, fused_norm):
+    """apply_rope's wide blocks fill ROPE_WIDE_BLOCK_THREADS (64) threads with whole tokens,
+    qk_rms_norm_rope's ROPE_WIDE_NORM_BLOCK_THREADS (128); at least one token a block. Item
+    34: llama-3.1-8b's 256-thread blocks of 4 tokens took up to 3.9 % longer. In threads,
+    not tokens: SmolLM2-135M's 12 heads of 64 take 16 threads a token, whose one-token
+    blocks would leave half of each warp idle."""
+    name = "ROPE_WIDE_NORM_BLOCK_THREADS" if fused_norm else "ROPE_WIDE_BLOCK_THREADS"
+    assert (plans.ROPE_WIDE_BLOCK_THREADS, plans.ROPE_WIDE_NORM_BLOCK_THREADS) == (64, 128)
+    # 8b (40 heads at 5 a thread): 64 threads a token; 8 tokens fill 256 threads
     default = 2 if fused_norm else 1
-    assert (plans.ROPE_WIDE_NORM_MOST_TOKENS_PER_BLOCK if fused_norm else plans.ROPE_WIDE_MOST_TOKENS_PER_BLOCK) \
-        == default
     for n in (600, 4096, 16384):  # prefill sizes (>= 4 tokens an SM), where ceil(n / 132) >= 4
         plan = _plan(n, fused_norm=fused_norm)
         assert (plan.heads_per_thread, plan.tokens_per_block, plan.block_size) == (5, default, 64 * default)
-    for most, want in ((2, 2), (3, 3), (filled, filled), (32, filled)):
-        monkeypatch.setattr(plans, name, most)
+    # 70b's 72 heads: one token a block (apply_rope 5 heads, 120 threads; qk 3 heads, 192)
+    big = plans.plan_rope(4096, 72, 128, 128, BF16, max_vec_width=8, fused_norm=fused_norm, limits=plans.H200_LIMITS)
+    assert (big.tokens_per_block, big.block_size) == ((1, 192) if fused_norm else (1, 128))
+    # SmolLM2-135M (9 + 3 heads of 64): 16 (apply_rope, 3 heads a thread of 4 lanes) or 32 (qk, 8
+    # lanes) threads a token; 4 tokens a block, every lane of its warps busy
+    small = plans.plan_rope(4096, 12, 64, 64, BF16, max_vec_width=8, fused_norm=fused_norm, limits=plans.H200_LIMITS)
+    per_token = small.threads_per_head * small.head_slots
+    assert per_token == (32 if fused_norm else 16)
+    assert small.tokens_per_block * per_token == small.block_size == (128 if fused_norm else 64)
+    for threads, want in ((1, 1), (63, 1), (64, 1), (128, 2), (255, 3), (256, 4), (2**20, 4)):
+        monkeypatch.setattr(plans, name, threads)
         plan = _plan(16384, fused_norm=fused_norm)
         assert plan.tokens_per_block == want and plan.block_size == 64 * want
         if not fused_norm:  # a block per group of tokens
             assert plan.grid == (-(-16384 // want), 1, 1)
         else:  # 2 waves of the CPU estimate: ROPE_WIDE_BLOCKS_PER_SM 256-thread blocks, scaled to the block
             assert plan.grid == (2 * (2 * 256 // plan.block_size) * 132, 1, 1)
-    # decode sizes: a token a block already (ceil(64 / 132 SMs))
-    assert _plan(64, fused_norm=fused_norm).tokens_per_block == 1
-    # the steps kernel fills its blocks whatever the cap
+    # below 4 tokens an SM, never more tokens than ceil(num_tokens / SMs) (200 tokens: 2)
+    monkeypatch.setattr(plans, name, 256)
+    assert plans.plan_rope(200, 12, 64, 64, BF16, max_vec_width=8, fused_norm=fused_norm,
+                           limits=plans.H200_LIMITS).tokens_per_block == 2
+    # the steps kernel fills its blocks whatever the constant
     monkeypatch.setattr(plans, "ROPE_LAYOUT", "steps")
     monkeypatch.setattr(plans, name, 1)
     assert _plan(16384, fused_norm=fused_norm).tokens_per_block == 256 // (8 * 10)
@@ -210,8 +222,8 @@ def test_steps_constant_is_read_at_every_shape(monkeypatch):
 WIDE_CONSTANTS = [("ROPE_WIDE_HEADS_PER_THREAD", (False,)), ("ROPE_WIDE_NORM_HEADS_PER_THREAD", (True,)),
                   ("ROPE_WIDE_DECODE_HEADS_PER_THREAD", (False, True)), ("ROPE_WIDE_GRID_WAVES", (False,)),
                   ("ROPE_WIDE_NORM_GRID_WAVES", (True,)), ("ROPE_WIDE_BLOCKS_PER_SM", (False, True)),
-                  ("ROPE_WIDE_NORM_FULL_BLOCK_HEADS", (True,)), ("ROPE_WIDE_MOST_TOKENS_PER_BLOCK", (False,)),
-                  ("ROPE_WIDE_NORM_MOST_TOKENS_PER_BLOCK", (True,))]
+                  ("ROPE_WIDE_NORM_FULL_BLOCK_HEADS", (True,)), ("ROPE_WIDE_BLOCK_THREADS", (False,)),
+                  ("ROPE_WIDE_NORM_BLOCK_THREADS", (True,))]
 
 
 #: Bad values of every constant; 0 (a block per group of tokens) and more are legal waves, 2**40 blocks per SM
@@ -227,7 +239,7 @@ def test_bad_wide_constants_are_refused_by_name_at_every_batch_size(monkeypatch,
     heads-per-thread constant passed at the batch sizes that do not read it."""
     legal = {"ROPE_WIDE_GRID_WAVES": (0, 2**40), "ROPE_WIDE_NORM_GRID_WAVES": (0, 2**40),
              "ROPE_WIDE_BLOCKS_PER_SM": (2**40,), "ROPE_WIDE_NORM_FULL_BLOCK_HEADS": (2**40,),
-             "ROPE_WIDE_MOST_TOKENS_PER_BLOCK": (2**40,), "ROPE_WIDE_NORM_MOST_TOKENS_PER_BLOCK": (2**40,)}.get(name, ())
+             "ROPE_WIDE_BLOCK_THREADS": (2**40,), "ROPE_WIDE_NORM_BLOCK_THREADS": (2**40,)}.get(name, ())
     if type(value) is int and value in legal:
         value = -value - 1
     monkeypatch.setattr(plans, name, value)
@@ -261,9 +273,9 @@ def _qk_heads(num_heads, num_tokens=16384):
 
 def test_qk_takes_five_heads_only_where_they_fill_the_block(monkeypatch):
     """llama-3.1-8b's 40 heads at 5 a thread fill a 256-thread block (8 slots x 8 lanes x 4
-    tokens) and were 1-10 % faster than 4; llama-3.1-70b's 72 at 5 fill 0.9 of one (2 tokens
-    of 120 threads) and were 3-8 % slower than 3 (item 33). Where only 5 fit one round (150
-    heads), 5 rather than the steps kernel."""
+    tokens; the blocks launched since item 34 hold 2) and were 1-10 % faster than 4;
+    llama-3.1-70b's 72 at 5 fill 0.9 of one (2 tokens of 120 threads) and were 3-8 % slower
+    than 3 (item 33). Where only 5 fit one round (150 heads), 5 rather than the steps kernel."""
     assert plans.ROPE_WIDE_NORM_FULL_BLOCK_HEADS == 5
     assert {n: _qk_heads(n) for n in (40, 72, 36, 48, 20)} == {40: 5, 72: 3, 36: 4, 48: 3, 20: 5}
     assert _qk_heads(150) == _qk_heads(150, num_tokens=1) == 5
@@ -467,7 +479,7 @@ def test_qk_rms_norm_rope_head_counts_give_the_same_bytes(num_q_heads, num_kv_he
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype, num_q_heads, num_kv_heads", [
     (BF16, 64, 8),         # llama-3.1-70b: 3 heads a thread, 192-thread blocks
-    (BF16, 32, 8),         # llama-3.1-8b: 5 heads a thread, 256-thread blocks
+    (BF16, 32, 8),         # llama-3.1-8b: 5 heads a thread, 128-thread blocks of 2 tokens
     (np.float32, 32, 8),   # 16 lanes a head, 3 heads a thread (fp32's 72 heads take the steps kernel)
 ], ids=["bf16-70b", "bf16-8b", "fp32-8b"])
 def test_qk_rms_norm_rope_grid_is_whole_waves_of_its_resident_blocks(dtype, num_q_heads, num_kv_heads):

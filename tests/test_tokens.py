@@ -223,6 +223,7 @@ def test_sampling_step_replays_in_a_graph(rng):
             cupykern.sample_tokens(hidden, temperature=0.8, seed=3, positions=positions, out=token)
             cupykern.append_tokens(token, positions, history)
 
+        cupy.cuda.Device().synchronize()  # the default stream's writes, which a non-blocking stream does not wait for
         stream = cupy.cuda.Stream(non_blocking=True)
         with stream:
             if capture:
