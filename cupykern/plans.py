@@ -997,7 +997,7 @@ ROPE_WIDE_NORM_GRID_WAVES = 2
 #: at 4096 / 8192 / 16,384 tokens, and a block per token group without waves up to 8 %
 #: (8b) and 12 % (70b) longer than 2 waves. Measured on the H200, bf16
 #: (bench/results/NOTES.md, item 34); in threads, not tokens, so that models of few heads
-#: (SmolLM2-135M: 12 threads a token) still fill whole warps (their sizes untimed).
+#: (SmolLM2-135M: 16 threads a token at prefill) still fill whole warps (those sizes untimed).
 ROPE_WIDE_BLOCK_THREADS = 64
 ROPE_WIDE_NORM_BLOCK_THREADS = 128
 #: Resident 256-thread blocks an SM a wave counts where the kernel's own count is not known
