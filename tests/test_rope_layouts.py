@@ -142,7 +142,7 @@ def test_wide_blocks_fill_their_block_threads_with_whole_tokens(monkeypatch, fus
     blocks would leave half of each warp idle."""
     name = "ROPE_WIDE_NORM_BLOCK_THREADS" if fused_norm else "ROPE_WIDE_BLOCK_THREADS"
     assert (plans.ROPE_WIDE_BLOCK_THREADS, plans.ROPE_WIDE_NORM_BLOCK_THREADS) == (64, 128)
-    # 8b (40 heads at 5 a thread): 64 threads a token; 8 tokens fill 256 threads
+    # 8b (40 heads at 5 a thread): 64 threads a token; 4 tokens fill 256 threads
     default = 2 if fused_norm else 1
     for n in (600, 4096, 16384):  # prefill sizes (>= 4 tokens an SM), where ceil(n / 132) >= 4
         plan = _plan(n, fused_norm=fused_norm)
