@@ -34,22 +34,29 @@ from cupykern.registry import all_specs  # noqa: E402
               help="Token counts each op runs at (a prefill size, e.g. 4096, reaches the prefill layouts).")
 @click.option("--dtypes", default="bf16,fp32", show_default=True, callback=dtype_list,
               help="Storage dtypes each op runs in, comma-separated (bf16, fp16, fp32).")
-def main(families, num_tokens_list, dtypes) -> None:
+@click.option("--models", "model_names", default="", show_default=True,
+              help="More presets, comma-separated (e.g. smollm2-135m): each model-aware op also runs with "
+                   "their heads and row sizes, which can take other launch plans.")
+def main(families, num_tokens_list, dtypes, model_names) -> None:
     require_gpu("sanitize.py", "runs every op")
     import cupy
 
     chosen = set(families.split(",")) if families else None
     failures = 0
-    # Each op with its default inputs, and with those of the presets `cupykern check` adds (M-RoPE).
-    cases = [(spec, spec.name) for spec in all_specs().values()]
-    cases += [(spec.for_model(models.get(name)), f"{spec.name} ({name})") for spec in all_specs().values()
-              for name in spec.check_models]
-    for spec, label in cases:
+    # Each op with its default inputs, and with those of the presets `cupykern check` adds
+    # (M-RoPE) and of --models, at the preset's row size.
+    extra = [name for name in model_names.split(",") if name]
+    cases = [(spec, spec.name, spec.check_sizes[0]) for spec in all_specs().values()]
+    for spec in all_specs().values():
+        for name in (*spec.check_models, *(extra if spec.model_aware else ())):
+            model = models.get(name)
+            cases.append((spec.for_model(model), f"{spec.name} ({name})", spec.size_for_model(model)))
+    for spec, label, size in cases:
         if chosen is not None and spec.family not in chosen:
             continue
         for dtype in dtypes:
             for num_tokens in num_tokens_list:
-                result = validation.check_op(spec, num_tokens, spec.check_sizes[0], dtype, seed=num_tokens)
+                result = validation.check_op(spec, num_tokens, size, dtype, seed=num_tokens)
                 failures += not result.ok
                 print(f"{label:20s} {_dtypes.short_name(dtype)} {num_tokens} tokens: {result.message}")
     rng = np.random.default_rng(0)
