@@ -20,7 +20,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cupykern import _dtypes, compositions, environment, sweep, timing  # noqa: E402
+from cupykern import _dtypes, compositions, environment, models, sweep, timing  # noqa: E402
 from cupykern.registry import all_specs  # noqa: E402
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -159,6 +159,18 @@ def dtype_list(ctx, param, value):
         return [_dtypes.parse(name.strip()) for name in value.split(",")]
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+def model_names(ctx, param, value):
+    """click callback: model names (``--model`` repeated, or ``--models`` comma-separated)."""
+    if value is None:
+        return None
+    names = [v.strip().lower() for item in ([value] if isinstance(value, str) else value) for v in item.split(",")
+             if v.strip()]
+    for name in names:
+        if name not in models.names():
+            raise click.BadParameter(f"unknown model {name!r}; known: {', '.join(models.names())}")
+    return names or None
 
 
 def require_gpu(script: str, what: str = "times kernels") -> None:

@@ -65,7 +65,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (COMPOSITIONS, DEFAULT_SEED, RESULTS_DIR, dtype_option, positive_int,  # noqa: E402
+from bench.common import (COMPOSITIONS, DEFAULT_SEED, RESULTS_DIR, dtype_option, model_names, positive_int,  # noqa: E402
                           positive_int_list, require_gpu, save)
 from cupykern import _dtypes, environment, models, sweep, timing  # noqa: E402
 from cupykern.registry import all_specs  # noqa: E402
@@ -928,26 +928,14 @@ def _name_list(known, what: str, default=None):
     return callback
 
 
-def _model_names(ctx, param, value):
-    """click callback: model names (``--model`` repeated, or ``--models`` comma-separated)."""
-    if value is None:
-        return None
-    names = [v.strip().lower() for item in ([value] if isinstance(value, str) else value) for v in item.split(",")
-             if v.strip()]
-    for name in names:
-        if name not in models.names():
-            raise click.BadParameter(f"unknown model {name!r}; known: {', '.join(models.names())}")
-    return names or None
-
-
 def _default_workers() -> int:
     return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
 @click.command(help=__doc__.splitlines()[0], context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--models", "models_csv", default=",".join(DEFAULT_MODELS), show_default=True, callback=_model_names,
+@click.option("--models", "models_csv", default=",".join(DEFAULT_MODELS), show_default=True, callback=model_names,
               help=f"comma-separated model presets giving the row sizes and constants ({', '.join(models.names())})")
-@click.option("--model", "model_list", multiple=True, callback=_model_names,
+@click.option("--model", "model_list", multiple=True, callback=model_names,
               help="one model preset (repeatable); replaces --models")
 @click.option("--num-tokens", callback=positive_int_list, default=",".join(map(str, NUM_TOKENS)), show_default=True,
               help="comma-separated integers >= 1")

@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cupykern  # noqa: E402
-from bench.common import dtype_list, positive_int_list, require_gpu  # noqa: E402
+from bench.common import dtype_list, model_names, positive_int_list, require_gpu  # noqa: E402
 from cupykern import _dtypes, models, reference, validation  # noqa: E402
 from cupykern.registry import all_specs  # noqa: E402
 
@@ -34,10 +34,10 @@ from cupykern.registry import all_specs  # noqa: E402
               help="Token counts each op runs at (a prefill size, e.g. 4096, reaches the prefill layouts).")
 @click.option("--dtypes", default="bf16,fp32", show_default=True, callback=dtype_list,
               help="Storage dtypes each op runs in, comma-separated (bf16, fp16, fp32).")
-@click.option("--models", "model_names", default="", show_default=True,
+@click.option("--models", "extra_models", default=None, callback=model_names,
               help="More presets, comma-separated (e.g. smollm2-135m): each model-aware op also runs with "
                    "their heads and row sizes, which can take other launch plans.")
-def main(families, num_tokens_list, dtypes, model_names) -> None:
+def main(families, num_tokens_list, dtypes, extra_models) -> None:
     require_gpu("sanitize.py", "runs every op")
     import cupy
 
@@ -45,12 +45,11 @@ def main(families, num_tokens_list, dtypes, model_names) -> None:
     failures = 0
     # Each op with its default inputs, and with those of the presets `cupykern check` adds
     # (M-RoPE) and of --models, at the preset's row size.
-    extra = [name for name in model_names.split(",") if name]
+    extra = [models.get(name) for name in extra_models or ()]
     cases = [(spec, spec.name, spec.check_sizes[0]) for spec in all_specs().values()]
     for spec in all_specs().values():
-        for name in (*spec.check_models, *(extra if spec.model_aware else ())):
-            model = models.get(name)
-            cases.append((spec.for_model(model), f"{spec.name} ({name})", spec.size_for_model(model)))
+        for model in (*map(models.get, spec.check_models), *(extra if spec.model_aware else ())):
+            cases.append((spec.for_model(model), f"{spec.name} ({model.name})", spec.size_for_model(model)))
     for spec, label, size in cases:
         if chosen is not None and spec.family not in chosen:
             continue
