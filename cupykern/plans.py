@@ -1083,6 +1083,9 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     num_tokens, num_heads = _count(num_tokens, "num_tokens", 0), _count(num_heads, "num_heads", 1)
     head_dim, rotary_dim = _count(head_dim, "head_dim", 2), _count(rotary_dim, "rotary_dim", 2)
     _resident_threads(limits)  # sm_count is divided by below: checked by name first
+    # Every size below fits the device's blocks as well as the kernels' launch bounds:
+    # a GPU of 128-thread blocks gets fewer tokens (or head slots) a block, not a refusal.
+    block_cap = min(limits.max_threads_per_block, ROPE_MAX_BLOCK_SIZE)
     if rotary_dim > head_dim or rotary_dim % 2:
         raise ValueError(f"rotary_dim: expected an even number <= head_dim ({head_dim}), got {rotary_dim}")
     half = rotary_dim // 2
@@ -1092,28 +1095,27 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     if fused_norm:
         threads_per_head = rope_norm_threads_per_head(vec_width, head_dim, rotary_dim)
     else:
-        threads_per_head = min(units, ROPE_MAX_BLOCK_SIZE)
+        threads_per_head = min(units, block_cap)
     few_tokens = num_tokens < ROPE_MIN_TOKENS_PER_SM * limits.sm_count
     steps_heads = _constant("ROPE_HEADS_PER_THREAD")  # read at every shape, so a bad value never waits for one
     wide = rope_wide(fused_norm, units, (head_dim - rotary_dim) // vec_width, threads_per_head)
     if wide:
         heads_per_thread, waves, block_threads = _rope_wide_constants(few_tokens, fused_norm)
         heads_per_thread = _rope_wide_heads(num_heads, threads_per_head, heads_per_thread, few_tokens, fused_norm,
-                                            np.dtype(dtype).itemsize == 2)
+                                            np.dtype(dtype).itemsize == 2, block_cap)
         wide = heads_per_thread > 0
     if not wide:
         heads_per_thread, waves, block_threads = (1 if few_tokens else steps_heads), 0, ROPE_MAX_BLOCK_SIZE
-    head_slots = max(1, min(-(-num_heads // heads_per_thread), ROPE_MAX_BLOCK_SIZE // threads_per_head))
+    head_slots = max(1, min(-(-num_heads // heads_per_thread), block_cap // threads_per_head))
     threads_per_token = threads_per_head * head_slots
     # Fill the block (the wide kernels' block_threads of it) with tokens, but keep at least
     # one block per SM while tokens last.
-    tokens_per_block = max(1, min(min(block_threads, ROPE_MAX_BLOCK_SIZE) // threads_per_token,
+    tokens_per_block = max(1, min(min(block_threads, block_cap) // threads_per_token,
                                   -(-num_tokens // limits.sm_count)))
     plan = RopePlan(vec_width, threads_per_head, head_slots, tokens_per_block, (1, 1, 1),
                     heads_per_thread=heads_per_thread if wide else 0, grid_waves=waves)
-    most = min(limits.max_threads_per_block, ROPE_MAX_BLOCK_SIZE)
-    if plan.block_size > most:
-        raise PlanError(f"rope block of {plan.block_size} threads exceeds {most}")
+    if plan.block_size > block_cap:  # a head's threads alone past a very small device's blocks
+        raise PlanError(f"rope block of {plan.block_size} threads exceeds {block_cap}")
     estimate = max(1, _constant("ROPE_WIDE_BLOCKS_PER_SM") * ROPE_MAX_BLOCK_SIZE // plan.block_size)
     return rope_resident_grid(plan, num_tokens, estimate, limits)
 
@@ -1169,15 +1171,17 @@ def rope_wide_heads_choices(fused_norm: bool = False) -> tuple[int, ...]:
     return tuple(int(h) for h in choices)
 
 
-def _rope_one_round_heads(num_heads: int, threads_per_head: int, fewest: int, fused_norm: bool) -> list[int]:
-    """The choices >= ``fewest`` that give every head of a token a slot in one block
-    (ceil(num_heads / h) slots of threads_per_head threads), ascending."""
+def _rope_one_round_heads(num_heads: int, threads_per_head: int, fewest: int, fused_norm: bool,
+                          block_cap: int) -> list[int]:
+    """The choices >= ``fewest`` that give every head of a token a slot in one block of at
+    most ``block_cap`` threads (ceil(num_heads / h) slots of threads_per_head threads),
+    ascending."""
     return [h for h in rope_wide_heads_choices(fused_norm)
-            if h >= fewest and -(-num_heads // h) * threads_per_head <= ROPE_MAX_BLOCK_SIZE]
+            if h >= fewest and -(-num_heads // h) * threads_per_head <= block_cap]
 
 
 def _rope_wide_heads(num_heads: int, threads_per_head: int, fewest: int, few_tokens: bool,
-                     fused_norm: bool, sixteen_bit: bool) -> int:
+                     fused_norm: bool, sixteen_bit: bool, block_cap: int) -> int:
     """Heads a thread of the wide kernels holds, 0 if none fits their launch contract
     (every head of a token in one round: a second round is one more position -> cos/sin ->
     q/k chain; the steps kernel then). Among the compiled choices >= ``fewest`` that fit:
@@ -1196,7 +1200,7 @@ def _rope_wide_heads(num_heads: int, threads_per_head: int, fewest: int, few_tok
     only where they fill the block (share 1) or nothing else fits (rule: 5 for 8b, 3 for
     70b); for fp32 q/k (not ``sixteen_bit``) none above ROPE_WIDE_NORM_FP32_MOST_HEADS
     (fp32's 5-heads kernel with pass-through dims spills 20-80 bytes)."""
-    fitting = _rope_one_round_heads(num_heads, threads_per_head, fewest, fused_norm)
+    fitting = _rope_one_round_heads(num_heads, threads_per_head, fewest, fused_norm, block_cap)
     if fused_norm:  # read at every batch size, as the other constants
         full_block_heads = _constant("ROPE_WIDE_NORM_FULL_BLOCK_HEADS")
         if not sixteen_bit:

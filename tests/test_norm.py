@@ -89,8 +89,7 @@ def test_rms_norm_launch():
     assert launch.allocate == (("out", (4, 64), F16),) and launch.returns == "out"
     assert launch.scalars == (4, 64, 64, 64, np.float32(1e-6), np.float32(1.0))
     assert [type(v) for v in launch.scalars] == [np.int32] * 4 + [np.float32] * 2
-    (rule,) = launch.disjoint
-    assert (rule.a, rule.b, rule.allow_same) == ("x", "out", True)
+    assert [(r.a, r.b, r.allow_same) for r in launch.disjoint] == [("x", "out", True), ("weight", "out", False)]
 
 
 @heuristic_plans
@@ -208,8 +207,8 @@ def test_fused_add_rms_norm_launch():
     assert launch.pointers == ("x", "residual", "weight")
     assert launch.allocate == () and launch.returns == ("x", "residual")
     assert launch.scalars[:4] == (4, 64, 128, 128)
-    (rule,) = launch.disjoint
-    assert (rule.a, rule.b, rule.allow_same) == ("x", "residual", False)
+    assert [(r.a, r.b, r.allow_same) for r in launch.disjoint] == [("x", "residual", False), ("weight", "x", False),
+                                                                   ("weight", "residual", False)]
     assert launch.plan == plans.plan_rows(4, 64, BF16, aligned=True, limits=plans.H200_LIMITS,
                                           op="fused_add_rms_norm")
     assert _fused(residual=contiguous((4, 64), BF16, align=2)).plan.layout.vec_width == 1
@@ -258,8 +257,8 @@ def test_layer_norm_launch():
     # weight and bias are optional (null pointers); an absent one does not limit the alignment.
     assert _layer(weight=None, bias=None).plan.layout.vec_width == 4
     assert _layer(bias=contiguous((64,), F32, align=4)).plan.layout.vec_width == 1
-    (rule,) = launch.disjoint
-    assert (rule.a, rule.b, rule.allow_same) == ("x", "out", True)
+    assert [(r.a, r.b, r.allow_same) for r in launch.disjoint] == [("x", "out", True), ("weight", "out", False),
+                                                                   ("bias", "out", False)]
 
 
 @heuristic_plans
@@ -341,6 +340,35 @@ REFUSED = [  # (op, args, kwargs): refused alike by the kernel op and its float6
 def test_reference_refuses_what_the_kernel_refuses(fake_launcher, op, args, kwargs):
     """The issue's reference.rms_norm(None, w), a weight of the wrong length and eps=-1 among them."""
     assert_same_error(getattr(cupykern, op), getattr(reference, op), *args, **kwargs)
+
+
+def test_written_arrays_may_not_overlap_the_weight_or_the_bias(fake_launcher):
+    """Every block reads the weight (and the bias) while other blocks write their rows: a
+    weight or bias inside out, x or residual was launched (a race, helper 53). Beside arrays
+    that are only read, it is fine."""
+    from tests.helpers import FakeArray
+
+    base = {name: i << 20 for i, name in enumerate(("x", "out", "residual", "weight"), 1)}
+    x, out, res = (FakeArray((4, 64), F16, ptr=base[name]) for name in ("x", "out", "residual"))
+    w = FakeArray((64,), F16, ptr=base["weight"])
+
+    def inside(name):  # a weight-shaped view of row 1 of that array
+        return FakeArray((64,), F16, ptr=base[name] + 128)
+
+    for call, message in ((lambda: cupykern.rms_norm(x, inside("out"), out=out), "out overlaps weight"),
+                          (lambda: cupykern.rms_norm(x, inside("x"), out=x), "out overlaps weight"),
+                          (lambda: cupykern.fused_add_rms_norm(x, res, inside("x")), "x overlaps weight"),
+                          (lambda: cupykern.fused_add_rms_norm(x, res, inside("residual")), "residual overlaps weight"),
+                          (lambda: cupykern.layer_norm(x, inside("out"), w, out=out), "out overlaps weight"),
+                          (lambda: cupykern.layer_norm(x, w, inside("out"), out=out), "out overlaps bias"),
+                          (lambda: cupykern.layer_norm(x, None, inside("x"), out=x), "out overlaps bias")):
+        with pytest.raises(ValueError, match=f"^{message} in memory$"):
+            call()
+    assert fake_launcher == []
+    cupykern.rms_norm(x, inside("x"), out=out)  # the weight inside x: both only read
+    cupykern.fused_add_rms_norm(x, res, w)
+    cupykern.layer_norm(x, inside("x"), inside("x"), out=out)
+    assert len(fake_launcher) == 3
 
 
 def test_reference_takes_what_the_kernel_takes(fake_launcher):

@@ -416,6 +416,32 @@ def test_apply_rope_prefill_plans_take_the_fullest_block(num_heads, head_dim, he
         assert plan.heads_per_thread == heads_per_thread
 
 
+@pytest.mark.parametrize("max_threads_per_block", [128, 64, 32])
+def test_rope_plans_respect_a_smaller_block_limit(max_threads_per_block):
+    """A GPU whose blocks hold fewer threads than ROPE_MAX_BLOCK_SIZE gets fewer tokens or
+    head slots a block, never a refusal (helper 56: 128-thread blocks refused llama-3.1-8b's
+    40 heads at 4096 tokens, sized for 256), while the threads of one head fit; blocks of
+    ROPE_MAX_BLOCK_SIZE threads or more plan exactly as the H200 (the rule reads the limit
+    only through the cap)."""
+    small = replace(H200_LIMITS, max_threads_per_block=max_threads_per_block)
+    for fused_norm in (False, True):
+        for dtype, max_vec in ((_dtypes.bfloat16, 8), (np.dtype(np.float32), 4), (_dtypes.bfloat16, 1)):
+            for num_heads in (1, 12, 40, 72, 136, 200):
+                for head_dim, rotary_dim in ((64, 64), (128, 128), (128, 64), (256, 256)):
+                    for num_tokens in (1, 64, 4096, 16384):
+                        args = (num_tokens, num_heads, head_dim, rotary_dim, dtype)
+                        kwargs = dict(max_vec_width=max_vec, fused_norm=fused_norm)
+                        plan = plans.plan_rope(*args, **kwargs, limits=small)
+                        assert plan.block_size <= max_threads_per_block, (args, kwargs, plan)
+                        assert plan.head_slots * plan.threads_per_head <= max_threads_per_block
+                        for cap in (plans.ROPE_MAX_BLOCK_SIZE, 1024):
+                            assert plans.plan_rope(*args, **kwargs, limits=replace(H200_LIMITS,
+                                                                                    max_threads_per_block=cap)) \
+                                == plans.plan_rope(*args, **kwargs, limits=H200_LIMITS)
+    eight_b = plans.plan_rope(4096, 40, 128, 128, _dtypes.bfloat16, max_vec_width=8, fused_norm=False, limits=small)
+    assert eight_b.tokens_per_block >= 1 and eight_b.block_size <= max_threads_per_block
+
+
 def test_rope_plan_reads_counts_as_python_ints():
     """np.uint32(40) heads planned 32 slots (block 256) where 40 planned 20: -(-n // h)
     wrapped around in the unsigned type."""

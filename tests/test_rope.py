@@ -323,8 +323,8 @@ def test_apply_rope_launch_in_place(is_neox):
     assert launch.scalars == (4, 8, 2, 128, 128, 64, 1, 8 * 128, 128, 2 * 128, 128, 8 * 128, 128, 2 * 128, 128, 128,
                               plan.threads_per_head, plan.head_slots, plan.tokens_per_block, 0, 0, 0, 0, 0)
     assert [type(v) for v in launch.scalars] == [np.int32] * 24  # 32-bit (rope.cu says why)
-    (rule,) = launch.disjoint
-    assert (rule.a, rule.b, rule.allow_same) == ("q", "k", False)
+    assert [(r.a, r.b, r.allow_same) for r in launch.disjoint] == [
+        ("q", "k", False), *((read, written, False) for written in ("q", "k") for read in ("positions", "cos_sin_cache"))]
 
 
 def test_rope_arguments_are_32_bit():
@@ -557,6 +557,38 @@ def test_check_positions_takes_a_bool(fake_launcher, op, args, bad):
     # A truthy string ran the range check whatever it said (helper 39's review).
     error = assert_same_error(getattr(cupykern, op), getattr(reference, op), *args, check_positions=bad)
     assert isinstance(error, TypeError) and str(error) == f"check_positions: expected a bool, got {bad!r}"
+
+
+def test_written_heads_may_not_overlap_what_every_block_reads(fake_launcher):
+    """In place, every block reads positions and the cache (qk_rms_norm_rope also the
+    weights) while other blocks write q and k: any of them inside q or k was launched (a
+    race, helper 53). Out of place q and k are only read, so there it is fine."""
+    from tests.helpers import FakeArray
+
+    q, k = FakeArray((4, 8, 64), F32, ptr=1 << 20), FakeArray((4, 2, 64), F32, ptr=2 << 20)
+    positions, cache = FakeArray((4,), np.int64, ptr=3 << 20), FakeArray((16, 64), F32, ptr=4 << 20)
+    weight = FakeArray((64,), F32, ptr=5 << 20)
+    positions_in_q, positions_in_k = FakeArray((4,), np.int64, ptr=(1 << 20) + 256), \
+        FakeArray((4,), np.int64, ptr=(2 << 20) + 256)
+    cache_in_k, weight_in_q = FakeArray((2, 64), F32, ptr=(2 << 20) + 512), FakeArray((64,), F32, ptr=(1 << 20) + 256)
+    rope, qk = cupykern.apply_rope, cupykern.qk_rms_norm_rope
+    for call, message in (
+            (lambda: rope(q, k, positions_in_q, cache, check_positions=False), "q overlaps positions"),
+            (lambda: rope(q, None, positions_in_q, cache, check_positions=False), "q overlaps positions"),
+            (lambda: rope(q, k, positions_in_k, cache, check_positions=False), "k overlaps positions"),
+            (lambda: rope(q, k, positions, cache_in_k, check_positions=False), "k overlaps cos_sin_cache"),
+            (lambda: qk(q, k, weight_in_q, weight, positions, cache, check_positions=False), "q overlaps q_weight"),
+            (lambda: qk(q, k, weight, weight_in_q, positions, cache, check_positions=False), "q overlaps k_weight"),
+            (lambda: qk(q, k, weight, weight, positions_in_k, cache, check_positions=False), "k overlaps positions"),
+            (lambda: qk(q, k, weight, weight, positions, cache_in_k, check_positions=False),
+             "k overlaps cos_sin_cache")):
+        with pytest.raises(ValueError, match=f"^{message} in memory$"):
+            call()
+    assert fake_launcher == []
+    rope(q, k, positions_in_q, cache_in_k, inplace=False, check_positions=False)  # read only: launched
+    rope(q, k, positions, cache, check_positions=False)
+    qk(q, k, weight, weight, positions, cache, check_positions=False)  # one weight for both: both only read
+    assert len(fake_launcher) == 3
 
 
 def test_reference_takes_what_the_kernel_takes(fake_launcher):

@@ -64,7 +64,8 @@ def _prepare_rms_norm(a: launcher.Args) -> launcher.Launch:
         pointers=("out", "x", "weight"),
         scalars=(*scalars, eps, weight_offset),
         allocate=allocate, returns="out",
-        disjoint=(launcher.Disjoint("x", "out", allow_same=True, a_rows=rows, b_rows=out_rows),))
+        disjoint=(launcher.Disjoint("x", "out", allow_same=True, a_rows=rows, b_rows=out_rows),
+                  launcher.Disjoint("weight", "out")))
 
 
 def _prepare_fused_add_rms_norm(a: launcher.Args) -> launcher.Launch:
@@ -89,7 +90,8 @@ def _prepare_fused_add_rms_norm(a: launcher.Args) -> launcher.Launch:
         pointers=("x", "residual", "weight"),
         scalars=(*_row_scalars(rows, rows.row_stride, res_rows.row_stride), eps, weight_offset),
         returns=("x", "residual"),
-        disjoint=(launcher.Disjoint("x", "residual", a_rows=rows, b_rows=res_rows),))
+        disjoint=(launcher.Disjoint("x", "residual", a_rows=rows, b_rows=res_rows),
+                  launcher.Disjoint("weight", "x"), launcher.Disjoint("weight", "residual")))
 
 
 def _prepare_layer_norm(a: launcher.Args) -> launcher.Launch:
@@ -111,7 +113,8 @@ def _prepare_layer_norm(a: launcher.Args) -> launcher.Launch:
         pointers=("out", "x", "weight", "bias"),
         scalars=(*_row_scalars(rows, rows.row_stride, out_rows.row_stride), eps),
         allocate=allocate, returns="out",
-        disjoint=(launcher.Disjoint("x", "out", allow_same=True, a_rows=rows, b_rows=out_rows),))
+        disjoint=(launcher.Disjoint("x", "out", allow_same=True, a_rows=rows, b_rows=out_rows),
+                  launcher.Disjoint("weight", "out"), launcher.Disjoint("bias", "out")))
 
 
 _RMS_NORM = launcher.Op("rms_norm", arrays=("x", "weight", "out"), scalars=("eps", "weight_offset"),
@@ -141,7 +144,7 @@ def rms_norm(x, weight, eps: float = 1e-6, *, weight_offset: float = 0.0, out=No
         weight_offset: added to ``weight`` in fp32; ``1.0`` gives Gemma's ``(1 + w)``.
             Finite; 0 or of magnitude at least 1.1754944e-38, like eps.
         out: optional ``(..., hidden_size)`` array of x's dtype to write into; may be
-            ``x`` itself (in place).
+            ``x`` itself (in place); must not overlap ``weight``.
 
     Returns:
         ``out`` (allocated if not given), x's shape and dtype.
@@ -154,7 +157,8 @@ def rms_norm(x, weight, eps: float = 1e-6, *, weight_offset: float = 0.0, out=No
         ValueError: wrong ``weight``/``out`` shape, non-unit last stride, rows that do
             not share one stride, an empty last axis, ``eps`` < 0 or not finite,
             ``eps``/``weight_offset`` nonzero below 1.1754944e-38 in magnitude or
-            beyond float32's range, ``out`` partially overlapping ``x``, ``2**31`` rows
+            beyond float32's range, ``out`` partially overlapping ``x`` or overlapping
+            ``weight``, ``2**31`` rows
             or more, rows of ``2**31`` elements or more or as far apart (its kernel's
             arguments are 32-bit), or an array on another GPU.
 
@@ -181,7 +185,8 @@ def fused_add_rms_norm(x, residual, weight, eps: float = 1e-6, *, weight_offset:
         residual: same shape and dtype as ``x``; overwritten with ``x + residual``
             (added in fp32, rounded once to the dtype; this rounded value is what gets
             normalised).
-        weight, eps, weight_offset: as in :func:`rms_norm`.
+        weight, eps, weight_offset: as in :func:`rms_norm`; ``weight`` must not overlap
+            ``x`` or ``residual``.
 
     Returns:
         ``(x, residual)``, the same arrays, updated.
@@ -192,7 +197,7 @@ def fused_add_rms_norm(x, residual, weight, eps: float = 1e-6, *, weight_offset:
         TypeError: as :func:`rms_norm`, and ``residual`` of another dtype than ``x``.
         ValueError: as :func:`rms_norm` but for its ``2**31`` limits (this kernel's
             arguments are 64-bit); ``residual`` of another shape than ``x``, or
-            sharing memory with it.
+            sharing memory with it; ``weight`` sharing memory with ``x`` or ``residual``.
 
     References:
         vLLM ``fused_add_rms_norm`` and FlashInfer ``fused_add_rmsnorm`` (same
@@ -213,7 +218,8 @@ def layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None):
         bias: ``(hidden_size,)`` of x's dtype, or None for a shift of 0.
         eps: added to the variance in fp32; 0 or at least 1.1754944e-38 (as in
             :func:`rms_norm`).
-        out: optional output of x's shape and dtype; may be ``x`` (in place).
+        out: optional output of x's shape and dtype; may be ``x`` (in place); must
+            not overlap ``weight`` or ``bias``.
 
     Returns:
         ``out`` (allocated if not given).
@@ -221,8 +227,9 @@ def layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None):
     Mutates: ``out`` only.
 
     Raises:
-        TypeError, ValueError: as :func:`rms_norm`, for ``weight`` and ``bias`` alike,
-            but for its ``2**31`` limits (layer_norm's kernel arguments are 64-bit).
+        TypeError, ValueError: as :func:`rms_norm`, for ``weight`` and ``bias`` alike
+            (``out`` overlapping either), but for its ``2**31`` limits (layer_norm's
+            kernel arguments are 64-bit).
 
     Notes:
         Mean and variance in fp32, two passes over the row held in registers (the

@@ -79,12 +79,17 @@ def _qk(a: launcher.Args) -> tuple:
     return q, q_heads, k, k_heads
 
 
-def _qk_disjoint(q_heads, k_heads) -> tuple:
-    # Both are rotated in place by one launch; exact for heads laid out contiguously
-    # within a token (slices of one fused QKV row), conservative otherwise.
+def _qk_disjoint(q_heads, k_heads, written=("q", "k"), read=("positions", "cos_sin_cache")) -> tuple:
+    """The overlap rules of q and k against each other, and of the ``written`` ones
+    (in place) against the arrays every block reads (another block may already have
+    written them). Out of place the outputs are new: nothing to check them against."""
+    rules = tuple(launcher.Disjoint(r, w) for w in written for r in read)
     if k_heads is None:
-        return ()
-    return (launcher.Disjoint("q", "k", a_rows=_arrays.heads_as_rows(q_heads), b_rows=_arrays.heads_as_rows(k_heads)),)
+        return rules
+    # q and k rotated in place by one launch: exact for heads laid out contiguously within
+    # a token (slices of one fused QKV row), conservative otherwise.
+    return (launcher.Disjoint("q", "k", a_rows=_arrays.heads_as_rows(q_heads), b_rows=_arrays.heads_as_rows(k_heads)),
+            *rules)
 
 
 def _positions(sig, token_shape) -> tuple[_arrays.Sig, int]:
@@ -296,7 +301,7 @@ def _prepare_apply_rope(a: launcher.Args) -> launcher.Launch:
         scalars=(*sizes,
                  *map(np.int32, (plan.threads_per_head, plan.head_slots, plan.tokens_per_block, 0 if inplace else 1)),
                  positions_row_stride, *map(np.int32, sections)),
-        allocate=allocate, returns=names, disjoint=_qk_disjoint(qh, kh))
+        allocate=allocate, returns=names, disjoint=_qk_disjoint(qh, kh, written=("q", "k") if inplace else ()))
 
 
 def _prepare_qk_rms_norm_rope(a: launcher.Args) -> launcher.Launch:
@@ -328,7 +333,8 @@ def _prepare_qk_rms_norm_rope(a: launcher.Args) -> launcher.Launch:
         template, targs, plan, regrid=_regrid(plan, qh.num_tokens, a.limits),
         pointers=("q", "k", "q_weight", "k_weight", "positions", "cos_sin_cache"),
         scalars=(*sizes, eps, np.int32(plan.head_slots), np.int32(plan.tokens_per_block)),
-        returns=("q", "k"), disjoint=_qk_disjoint(qh, kh))
+        returns=("q", "k"),
+        disjoint=_qk_disjoint(qh, kh, read=("q_weight", "k_weight", "positions", "cos_sin_cache")))
 
 
 _APPLY_ROPE = launcher.Op("apply_rope", arrays=("q", "k", "positions", "cos_sin_cache", "q_out", "k_out"),
@@ -452,7 +458,8 @@ def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, inplace:
             may be a view of a fused QKV buffer); the token axes must flatten to one stride.
         k: ``(..., num_kv_heads, head_dim)`` with q's token axes, head_dim and dtype
             (num_kv_heads may differ: GQA/MQA), its own strides; or None. q and k must
-            not share memory.
+            not share memory, and in place neither may share memory with ``positions``
+            or ``cos_sin_cache``.
         positions: ``(num_tokens,)`` or ``(batch, seq_len)``, int32 or int64: each token's
             position (a row of the cache); any order, repeats allowed. With
             ``mrope_section``: ``(3, num_tokens)`` or ``(3, batch, seq_len)``, the
@@ -495,7 +502,9 @@ def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, inplace:
             ``check_positions``), an array on another GPU; ``mrope_section`` not 3 ints
             >= 0 summing to rotary_dim / 2, ``mrope_interleaved`` not a bool or set
             without ``mrope_section``, M-RoPE with ``is_neox=False``; a size or stride
-            (in elements) of 2**31 or more (the kernels' arguments are 32-bit).
+            (in elements) of 2**31 or more (the kernels' arguments are 32-bit); q and k
+            sharing memory, or in place either sharing memory with ``positions`` or
+            ``cos_sin_cache``.
 
     Notes:
         fp32 math from the cache's values, one rounding to the dtype per output
@@ -538,7 +547,8 @@ def qk_rms_norm_rope(q, k, q_weight, k_weight, positions, cos_sin_cache, eps: fl
             ``(batch, seq_len, num_q_heads, head_dim)``, float16, bfloat16 or float32;
             strides as in :func:`apply_rope`.
         k: ``(..., num_kv_heads, head_dim)``, q's token axes, head_dim and dtype.
-        q_weight, k_weight: ``(head_dim,)`` of q's dtype, unit-stride.
+        q_weight, k_weight: ``(head_dim,)`` of q's dtype, unit-stride. Neither they,
+            ``positions`` nor ``cos_sin_cache`` may share memory with q or k (written).
         positions, cos_sin_cache, is_neox, check_positions: as in :func:`apply_rope`.
         eps: added to the mean square in fp32; 0 or at least 1.1754944e-38, the
             smallest normal float32 (a smaller one would be flushed to 0 on the GPU).
@@ -553,7 +563,8 @@ def qk_rms_norm_rope(q, k, q_weight, k_weight, positions, cos_sin_cache, eps: fl
     Raises:
         TypeError: as :func:`apply_rope`; a weight of another dtype; k None.
         ValueError: as :func:`apply_rope`; a weight not of shape ``(head_dim,)`` or not
-            unit-stride; ``eps`` < 0, not finite, or nonzero below 1.1754944e-38.
+            unit-stride; ``eps`` < 0, not finite, or nonzero below 1.1754944e-38; q or k
+            sharing memory with a weight, ``positions`` or ``cos_sin_cache``.
 
     Notes:
         The sum of squares, the scaling and the rotation stay in fp32; each output is
