@@ -792,6 +792,13 @@ def activation_vec_widths(dtype) -> tuple[int, ...]:
     return tuple(sorted({1, max(1, widest // 4), widest // 2, widest}))
 
 
+def activation_decode_vec_widths(dtype) -> tuple[int, ...]:
+    """The narrower vectors of decode sizes (:func:`_narrow_vector_plan`): 4-byte ones where
+    they hold 2 elements or more (16-bit dtypes), and 8-byte ones."""
+    widest = _dtypes.vec_width(dtype)
+    return tuple(w for w in (widest // 4, widest // 2) if w >= 2)
+
+
 def _activation_block(slots_per_row: int, widest: int, limits: DeviceLimits) -> int:
     """As many threads as a row's vectors, a power of two from one warp, at most ``widest``."""
     return min(widest, max(limits.warp_size, _next_pow2(slots_per_row)))

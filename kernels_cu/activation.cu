@@ -38,6 +38,12 @@
 // kGridStride. A row is ceil(d / kVecWidth) slots (the last may be the scalar tail); a
 // chunk is block_size consecutive slots, one per thread, chunks_per_row =
 // ceil(slots / block_size). No shared memory.
+//
+// act_and_mul_sized_kernel<T, kAct, kVecWidth, kD>: silu_and_mul / gelu_and_mul at
+// decode sizes with d compiled in (kD, an intermediate_size of cupykern.models'
+// presets: cupykern/ops/activation.py::SIZED_D): x = [gate | up] rows 2 * kD apart, out
+// rows kD apart (both contiguous), two pointer arguments; the launch contract of the
+// block per work item above.
 #include <cupykern/vec.cuh>
 #include <cupykern/activations.cuh>
 #include <cupykern/gated_rows.cuh>
@@ -56,4 +62,20 @@ __global__ void __launch_bounds__(kActMaxBlockSize) act_and_mul_kernel(
     int64_t num_rows) {                                                 // last: only the grid-stride walk reads it
   act_and_mul_rows<T, kAct, kVecWidth, kGridStride>(StoreRoundedRows<T>{out, out_row_stride}, gate, up, num_rows,
                                                     d, gate_row_stride, up_row_stride);
+}
+
+// ---------------------------------------------------------------- act_and_mul_sized
+// act_and_mul_kernel's block per work item with the sizes and strides as constants: the
+// same slot, so the same bits. At 1-16 tokens 0.03-0.06 us a call less than the kernel
+// with them as arguments (bench/results/NOTES.md, item 36: the constants, not the
+// argument bytes; the same code with act_and_mul_kernel's 48 bytes of arguments took as
+// long).
+template <typename T, int kAct, int kVecWidth, int kD>
+__global__ void __launch_bounds__(kActMaxBlockSize) act_and_mul_sized_kernel(
+    T* out,                          // [num_rows, kD], contiguous
+    const T* x) {                    // [num_rows, 2 * kD], contiguous: gate then up
+  static_assert(kD > 0 && kD % kVecWidth == 0 && kD < (1 << 29), "kD: a multiple of kVecWidth below 2^29");
+  act_and_mul_slot<T, kAct, kVecWidth, false>(StoreRoundedRows<T>{out, kD}, x, x + kD, static_cast<int>(blockIdx.y),
+                                              blockIdx.x * blockDim.x + threadIdx.x, kD / kVecWidth, kD, 2 * kD,
+                                              2 * kD);
 }

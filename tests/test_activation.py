@@ -23,7 +23,7 @@ from cupykern.ops import activation
 from cupykern.plans import H200_LIMITS, DeviceLimits
 from cupykern.reference._common import round_to
 from tests.helpers import (DTYPES, DTYPE_IDS, Guarded, assert_close, assert_same_error, contiguous,
-                           kernel_and_reference_errors, poisoned, prepare_args, random_device, sig)
+                           host, kernel_and_reference_errors, poisoned, prepare_args, random_device, sig)
 
 #: d (outputs per row): tiny, odd, prime-ish, and the intermediate sizes of real models
 #: (Llama-2-7B 11008, Llama-3-8B 14336, Qwen2-7B 18944, Llama-3-70B 28672, ...).
@@ -74,7 +74,62 @@ def test_instantiations_cover_dtypes_activations_and_vector_widths():
     assert "act_and_mul_kernel<__nv_bfloat16, 0, 8, false>" in exprs
     assert "act_and_mul_kernel<float, 2, 4, true>" in exprs
     assert "act_and_mul_kernel<__half, 1, 1, false>" in exprs
-    assert sorted(exprs) == sorted(families.instantiations()["activation.cu"])  # what test_jit_compile compiles
+    sized = set(activation.instantiations()[activation.ACT_AND_MUL_SIZED])
+    decode_widths = sum(len(plans.activation_decode_vec_widths(d)) for d in DTYPES)  # fp32: 2; 16-bit: 2, 4
+    assert len(sized) == decode_widths * len(activation.ACTIVATIONS) * len(activation.SIZED_D)
+    assert "act_and_mul_sized_kernel<__nv_bfloat16, 1, 2, 14336>" in sized
+    assert "act_and_mul_sized_kernel<float, 0, 2, 1536>" in sized
+    assert sorted(exprs | sized) == sorted(families.instantiations()["activation.cu"])  # what test_jit_compile compiles
+
+
+def test_sized_d_are_the_presets_intermediate_sizes():
+    from cupykern import models
+
+    assert activation.SIZED_D == tuple(sorted({models.get(name).intermediate_size for name in models.names()}))
+    assert {14336, 28672, 1536} <= set(activation.SIZED_D)
+
+
+@pytest.mark.parametrize("num_rows", [1, 2, 16, 64])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_decode_sizes_of_a_preset_d_launch_the_sized_kernel(num_rows, dtype):
+    """Contiguous [gate | up] rows of a preset's d at decode sizes: the block-per-item plan
+    in 4- or 8-byte vectors, launched by act_and_mul_sized_kernel with d as its template
+    argument and two pointers (at 64 rows, where 16-byte vectors may be planned, the
+    general kernel then)."""
+    for op, approximate in (("silu_and_mul", "none"), ("gelu_and_mul", "none"), ("gelu_and_mul", "tanh")):
+        for d in (14336, 28672):
+            launch = _fused(op, x=contiguous((num_rows, 2 * d), dtype), approximate=approximate)
+            general = _fused(op, x=contiguous((num_rows, 2 * d), dtype), approximate=approximate,
+                             out=Sig((num_rows, d), (2 * d * np.dtype(dtype).itemsize, np.dtype(dtype).itemsize),
+                                     np.dtype(dtype), 0))
+            assert general.template is activation.ACT_AND_MUL or num_rows == 1  # out rows 2d apart: the general one
+            if num_rows == 1:  # one row: its stride is never read, so any out takes the sized kernel
+                assert general.template is activation.ACT_AND_MUL_SIZED
+            plan = launch.plan
+            if plan.vec_width not in plans.activation_decode_vec_widths(dtype):  # 16-byte vectors: past decode sizes
+                assert launch.template is activation.ACT_AND_MUL and num_rows == 64
+                continue
+            assert launch.template is activation.ACT_AND_MUL_SIZED, (op, d, launch.plan)
+            assert not plan.grid_stride
+            act = activation.ACTIVATIONS[activation.gelu_activation(approximate) if op == "gelu_and_mul" else "silu"]
+            assert launch.template_args == (_dtypes.c_type(dtype), act, plan.vec_width, d)
+            assert launch.pointers == ("out", "x") and launch.scalars == ()
+            assert launch.plan == general.plan  # the same blocks and grid as the general kernel's
+            expr = activation.ACT_AND_MUL_SIZED.expr(*launch.template_args)
+            assert expr in families.instantiations()["activation.cu"]
+
+
+def test_the_sized_kernel_only_where_its_contract_holds():
+    """A d outside SIZED_D, rows that are not contiguous, prefill sizes (16-byte vectors),
+    misaligned rows (scalar) and swiglu keep act_and_mul_kernel."""
+    d = 14336
+    assert 11008 not in activation.SIZED_D
+    assert _fused("silu_and_mul", x=contiguous((1, 2 * 11008), BF16)).template is activation.ACT_AND_MUL
+    wide = Sig((4, 2 * d), ((2 * d + 64) * 2, 2), np.dtype(BF16), 0)  # rows of a wider buffer
+    assert _fused("silu_and_mul", x=wide).template is activation.ACT_AND_MUL
+    assert _fused("silu_and_mul", x=contiguous((4096, 2 * d), BF16)).template is activation.ACT_AND_MUL
+    assert _fused("silu_and_mul", x=contiguous((1, 2 * d), BF16, align=2)).template is activation.ACT_AND_MUL
+    assert _swiglu(gate=contiguous((1, d), BF16), up=contiguous((1, d), BF16)).template is activation.ACT_AND_MUL
 
 
 # ----------------------------------------------------------------- CPU: argument checks
@@ -629,6 +684,32 @@ def test_activation_matches_reference(rng, op, dtype, num_tokens, d):
     assert result is out.view
     assert_close(out.view, _reference(op, x), dtype, seed=rng.seed, what=op)
     out.check_margins()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_tokens", [1, 2, 16, 64])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("op", OPS[:3])
+def test_sized_kernel_matches_reference_and_the_general_kernel(rng, op, dtype, num_tokens):
+    """Every preset's d at decode sizes through act_and_mul_sized_kernel (contiguous rows,
+    poisoned out with guarded margins): within the dtype's tolerance of float64 and bit
+    for bit the general kernel's output (x in rows of a wider buffer takes that one)."""
+    for d in activation.SIZED_D:
+        x = random_device(rng, (num_tokens, 2 * d), dtype, scale=2.0)
+        out = Guarded((num_tokens, d), dtype, row_pad=0)
+        with launcher.recording() as launches:
+            assert _run(op, x, out=out.view) is out.view
+        (launched,) = launches
+        if launched.template is not activation.ACT_AND_MUL_SIZED:  # 16-byte vectors at 64 rows
+            assert num_tokens == 64 and launched.plan.vec_width == _dtypes.vec_width(dtype), launched.plan
+        assert_close(out.view, _reference(op, x), dtype, seed=rng.seed, what=f"{op} d={d}")
+        out.check_margins()
+        wide = cupy.zeros((num_tokens, 2 * d + 8), dtype=dtype)
+        wide[:, :2 * d] = x
+        with launcher.recording() as launches:
+            general = _run(op, wide[:, :2 * d])
+        assert launches[0].template is activation.ACT_AND_MUL or num_tokens == 1
+        np.testing.assert_array_equal(host(general).view(np.uint8), host(out.view).view(np.uint8))
 
 
 @pytest.mark.gpu

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from cupykern import _arrays, _dtypes, launcher, plans
+from cupykern import _arrays, _dtypes, launcher, models, plans
 from cupykern.jit import KernelTemplate
 
 __all__ = ["gelu_and_mul", "silu_and_mul", "swiglu"]
 
 ACT_AND_MUL = KernelTemplate("activation.cu", "act_and_mul_kernel")
+#: act_and_mul_kernel's block per work item with d compiled in (activation.cu): what
+#: silu_and_mul and gelu_and_mul launch at decode sizes for the d of :data:`SIZED_D`.
+ACT_AND_MUL_SIZED = KernelTemplate("activation.cu", "act_and_mul_sized_kernel")
+
+#: The d (intermediate_size) act_and_mul_sized_kernel is built for: every preset's of
+#: cupykern.models. With d as a constant a decode-size call took 0.03-0.06 us less than
+#: with d as an argument (bench/results/NOTES.md, item 36); other d take act_and_mul_kernel.
+SIZED_D = tuple(sorted({preset.intermediate_size for preset in models.PRESETS.values()}))
 
 #: kAct of act_and_mul_kernel (kernels_cu/cupykern/activations.cuh: kActSilu, ...).
 ACTIVATIONS = {"silu": 0, "gelu": 1, "gelu_tanh": 2}
@@ -18,10 +28,14 @@ GELU_APPROXIMATIONS = {"none": "gelu", "tanh": "gelu_tanh"}
 
 
 def instantiations() -> dict[KernelTemplate, list[str]]:
-    """Every instantiation of this family: dtype x activation x vector width x walk."""
+    """Every instantiation of this family: dtype x activation x vector width x walk, and
+    the sized kernel's dtype x activation x decode vector width x :data:`SIZED_D`."""
     return {ACT_AND_MUL: [ACT_AND_MUL.expr(_dtypes.c_type(d), act, v, grid_stride) for d in _dtypes.DTYPES
                           for act in ACTIVATIONS.values() for v in plans.activation_vec_widths(d)
-                          for grid_stride in (False, True)]}
+                          for grid_stride in (False, True)],
+            ACT_AND_MUL_SIZED: [ACT_AND_MUL_SIZED.expr(_dtypes.c_type(d), act, v, size) for d in _dtypes.DTYPES
+                                for act in ACTIVATIONS.values() for v in plans.activation_decode_vec_widths(d)
+                                for size in SIZED_D]}
 
 
 # ----------------------------------------------------------------- intake and plan
@@ -91,9 +105,24 @@ def _prepare_fused(activation: str):
         d = out_shape[-1]
         # gate and up are the two halves of each row of x: same row stride, up d further on.
         half = _arrays.Rows(rows.num_rows, d, rows.row_stride)
-        return _act_and_mul_launch(a, act, x, half, "x", x, half, ("x", d * x.itemsize), out, out_rows, allocate,
-                                   (launcher.Disjoint("x", "out", a_rows=rows, b_rows=out_rows),))
+        launch = _act_and_mul_launch(a, act, x, half, "x", x, half, ("x", d * x.itemsize), out, out_rows, allocate,
+                                     (launcher.Disjoint("x", "out", a_rows=rows, b_rows=out_rows),))
+        return _sized(launch, x.dtype, d, rows, out_rows)
     return prepare
+
+
+def _sized(launch: launcher.Launch, dtype, d: int, rows: _arrays.Rows, out_rows: _arrays.Rows) -> launcher.Launch:
+    """``launch`` as act_and_mul_sized_kernel's where it takes it: a block per work item in
+    decode vectors, a d of :data:`SIZED_D`, and x's and out's rows contiguous (2 d and d
+    elements apart, or one row); else ``launch`` itself. The same slots and bits."""
+    plan = launch.plan
+    if (launch.template is not ACT_AND_MUL or plan.grid_stride or d not in SIZED_D
+            or plan.vec_width not in plans.activation_decode_vec_widths(dtype)
+            or (rows.num_rows > 1 and (rows.row_stride != 2 * d or out_rows.row_stride != d))):
+        return launch
+    c_type, act, vec_width, _ = launch.template_args
+    return dataclasses.replace(launch, template=ACT_AND_MUL_SIZED, template_args=(c_type, act, vec_width, d),
+                               pointers=("out", "x"), scalars=())
 
 
 def _prepare_swiglu(a: launcher.Args) -> launcher.Launch:
