@@ -190,7 +190,9 @@ def silu_and_mul(x, *, out=None):
         whose relative error (below 2**-16) the 16-bit rounding hides
         (``kernels_cu/cupykern/fastmath.cuh``). Finite gates never
         give NaN: a gate of -1e4 gives -0 * up; +inf gives inf * up; NaN stays in its
-        element. fp16 products beyond 65504 round to inf.
+        element. fp16 products beyond 65504 round to inf. At decode sizes, with d one of
+        :data:`SIZED_D` (the presets' intermediate sizes) and contiguous rows, the kernel
+        is built with d as a constant (0.03-0.06 us a call less; the same bits).
 
     References:
         Shazeer, "GLU Variants Improve Transformer", 2020 (arXiv:2002.05202); SiLU,
@@ -229,7 +231,8 @@ def gelu_and_mul(x, *, approximate: str = "none", out=None):
         ``kernels_cu/cupykern/fastmath.cuh``). The erf form is evaluated as ``0.5 * g *
         erfc(-g / sqrt(2))`` and the tanh form as ``g / (1 + exp(-2 u))`` (the same functions),
         which keep their relative accuracy for negative gates where ``1 + erf`` and
-        ``1 + tanh`` cancel. A gate of -inf gives -0 * up, not NaN.
+        ``1 + tanh`` cancel. A gate of -inf gives -0 * up, not NaN. Decode sizes of the
+        presets' d: as :func:`silu_and_mul`.
 
     References:
         Hendrycks & Gimpel, "Gaussian Error Linear Units (GELUs)", 2016
