@@ -562,7 +562,8 @@ def test_check_positions_takes_a_bool(fake_launcher, op, args, bad):
 def test_written_heads_may_not_overlap_what_every_block_reads(fake_launcher):
     """In place, every block reads positions and the cache (qk_rms_norm_rope also the
     weights) while other blocks write q and k: any of them inside q or k was launched (a
-    race, helper 53). Out of place q and k are only read, so there it is fine."""
+    race, helper 53). Out of place q and k are only read, so there it is fine, k inside q
+    too (helper 57)."""
     from tests.helpers import FakeArray
 
     q, k = FakeArray((4, 8, 64), F32, ptr=1 << 20), FakeArray((4, 2, 64), F32, ptr=2 << 20)
@@ -586,9 +587,10 @@ def test_written_heads_may_not_overlap_what_every_block_reads(fake_launcher):
             call()
     assert fake_launcher == []
     rope(q, k, positions_in_q, cache_in_k, inplace=False, check_positions=False)  # read only: launched
+    rope(q, FakeArray((4, 2, 64), F32, ptr=1 << 20), positions, cache, inplace=False, check_positions=False)  # k in q
     rope(q, k, positions, cache, check_positions=False)
     qk(q, k, weight, weight, positions, cache, check_positions=False)  # one weight for both: both only read
-    assert len(fake_launcher) == 3
+    assert len(fake_launcher) == 4
 
 
 def test_reference_takes_what_the_kernel_takes(fake_launcher):
@@ -633,6 +635,8 @@ def test_q_k_overlap_rule(monkeypatch):
     k_in_q = Sig((3, 2, 64), (512, 128, 2), np.dtype(F16), 0)
     with pytest.raises(ValueError, match="k overlaps q"):
         _apply_rope_overlap(monkeypatch, contiguous((3, 4, 64), F16), k_in_q, base, base)
+    # Out of place both are only read: no rule (helper 57: the same views were refused).
+    assert _apply(q=contiguous((3, 4, 64), F16), k=k_in_q, inplace=False).disjoint == ()
 
 
 def test_apply_rope_launch_on_fused_qkv_views():
@@ -1158,6 +1162,12 @@ def test_overlapping_q_and_k_are_rejected():
     positions = cupy.zeros(3, dtype=np.int64)
     with pytest.raises(ValueError, match="k overlaps q"):
         cupykern.apply_rope(q, q[:, :2], positions, cache)
+    # Out of place q and k are only read: the same views give what separate copies give.
+    q.view(np.uint16)[...] = cupy.arange(q.size, dtype=np.uint16).reshape(q.shape) % 0x3c00
+    shared = cupykern.apply_rope(q, q[:, :2], positions, cache, inplace=False)
+    separate = cupykern.apply_rope(q.copy(), q[:, :2].copy(), positions, cache, inplace=False)
+    for got, want in zip(shared, separate):
+        np.testing.assert_array_equal(got.get().view(np.uint16), want.get().view(np.uint16))
 
 
 # ----------------------------------------------------------------- LongRoPE (Phi-3/3.5 128k)

@@ -79,15 +79,17 @@ def _qk(a: launcher.Args) -> tuple:
     return q, q_heads, k, k_heads
 
 
-def _qk_disjoint(q_heads, k_heads, written=("q", "k"), read=("positions", "cos_sin_cache")) -> tuple:
-    """The overlap rules of q and k against each other, and of the ``written`` ones
-    (in place) against the arrays every block reads (another block may already have
-    written them). Out of place the outputs are new: nothing to check them against."""
-    rules = tuple(launcher.Disjoint(r, w) for w in written for r in read)
+def _qk_disjoint(q_heads, k_heads, *, inplace: bool, read=("positions", "cos_sin_cache")) -> tuple:
+    """In place, the overlap rules of q and k against each other and against the arrays
+    every block reads (another block may already have written them). Out of place q and
+    k are only read and the outputs are new: no rule."""
+    if not inplace:
+        return ()
+    rules = tuple(launcher.Disjoint(r, w) for w in ("q", "k") for r in read)
     if k_heads is None:
         return rules
-    # q and k rotated in place by one launch: exact for heads laid out contiguously within
-    # a token (slices of one fused QKV row), conservative otherwise.
+    # q and k rotated by one launch: exact for heads laid out contiguously within a token
+    # (slices of one fused QKV row), conservative otherwise.
     return (launcher.Disjoint("q", "k", a_rows=_arrays.heads_as_rows(q_heads), b_rows=_arrays.heads_as_rows(k_heads)),
             *rules)
 
@@ -301,7 +303,7 @@ def _prepare_apply_rope(a: launcher.Args) -> launcher.Launch:
         scalars=(*sizes,
                  *map(np.int32, (plan.threads_per_head, plan.head_slots, plan.tokens_per_block, 0 if inplace else 1)),
                  positions_row_stride, *map(np.int32, sections)),
-        allocate=allocate, returns=names, disjoint=_qk_disjoint(qh, kh, written=("q", "k") if inplace else ()))
+        allocate=allocate, returns=names, disjoint=_qk_disjoint(qh, kh, inplace=inplace))
 
 
 def _prepare_qk_rms_norm_rope(a: launcher.Args) -> launcher.Launch:
@@ -334,7 +336,7 @@ def _prepare_qk_rms_norm_rope(a: launcher.Args) -> launcher.Launch:
         pointers=("q", "k", "q_weight", "k_weight", "positions", "cos_sin_cache"),
         scalars=(*sizes, eps, np.int32(plan.head_slots), np.int32(plan.tokens_per_block)),
         returns=("q", "k"),
-        disjoint=_qk_disjoint(qh, kh, read=("q_weight", "k_weight", "positions", "cos_sin_cache")))
+        disjoint=_qk_disjoint(qh, kh, inplace=True, read=("q_weight", "k_weight", "positions", "cos_sin_cache")))
 
 
 _APPLY_ROPE = launcher.Op("apply_rope", arrays=("q", "k", "positions", "cos_sin_cache", "q_out", "k_out"),
@@ -457,9 +459,9 @@ def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, inplace:
             Only head_dim must be unit-stride: token and head strides are honoured (q
             may be a view of a fused QKV buffer); the token axes must flatten to one stride.
         k: ``(..., num_kv_heads, head_dim)`` with q's token axes, head_dim and dtype
-            (num_kv_heads may differ: GQA/MQA), its own strides; or None. q and k must
-            not share memory, and in place neither may share memory with ``positions``
-            or ``cos_sin_cache``.
+            (num_kv_heads may differ: GQA/MQA), its own strides; or None. In place q
+            and k must not share memory, with each other, ``positions`` or
+            ``cos_sin_cache`` (out of place they are only read: any may share memory).
         positions: ``(num_tokens,)`` or ``(batch, seq_len)``, int32 or int64: each token's
             position (a row of the cache); any order, repeats allowed. With
             ``mrope_section``: ``(3, num_tokens)`` or ``(3, batch, seq_len)``, the
@@ -502,9 +504,8 @@ def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, inplace:
             ``check_positions``), an array on another GPU; ``mrope_section`` not 3 ints
             >= 0 summing to rotary_dim / 2, ``mrope_interleaved`` not a bool or set
             without ``mrope_section``, M-RoPE with ``is_neox=False``; a size or stride
-            (in elements) of 2**31 or more (the kernels' arguments are 32-bit); q and k
-            sharing memory, or in place either sharing memory with ``positions`` or
-            ``cos_sin_cache``.
+            (in elements) of 2**31 or more (the kernels' arguments are 32-bit); in place,
+            q and k sharing memory with each other, ``positions`` or ``cos_sin_cache``.
 
     Notes:
         fp32 math from the cache's values, one rounding to the dtype per output
