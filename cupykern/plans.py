@@ -793,8 +793,8 @@ def activation_vec_widths(dtype) -> tuple[int, ...]:
 
 
 def activation_decode_vec_widths(dtype) -> tuple[int, ...]:
-    """The narrower vectors of decode sizes (:func:`_narrow_vector_plan`): 4-byte ones where
-    they hold 2 elements or more (16-bit dtypes), and 8-byte ones."""
+    """The narrower vectors of decode sizes, in the order :func:`_narrow_vector_plan` tries
+    them: 4-byte ones where they hold 2 elements or more (16-bit dtypes), then 8-byte ones."""
     widest = _dtypes.vec_width(dtype)
     return tuple(w for w in (widest // 4, widest // 2) if w >= 2)
 
@@ -815,14 +815,14 @@ def activation_chunks(num_rows: int, d: int, block_size: int, vec_width: int) ->
     return num_rows * -(-slots_per_row // block_size)
 
 
-def _narrow_vector_plan(num_rows: int, d: int, vec_width: int, most: int,
+def _narrow_vector_plan(num_rows: int, d: int, dtype, most: int,
                         limits: DeviceLimits) -> tuple[int, int, int] | None:
     """(vec_width, block_size, chunks_per_row) of narrower vectors on the block-per-item
-    grid, for 16-byte ``vec_width``: quarter-width ones (4 bytes: 2 elements of a 16-bit
-    dtype, as Inductor takes at one token; not for fp32, where they would be single
-    elements, unmeasured) where their grid fills at most half a wave of resident blocks,
-    else half-width ones (8 bytes) where theirs fits one wave; None where neither covers
-    d exactly or fits the grid's limits. The block is as many threads as
+    grid for 16-byte aligned rows (:func:`activation_decode_vec_widths`): quarter-width
+    ones (4 bytes: 2 elements of a 16-bit dtype, as Inductor takes at one token; not for
+    fp32, where they would be single elements, unmeasured) where their grid fills at most
+    half a wave of resident blocks, else half-width ones (8 bytes) where theirs fits one
+    wave; None where neither covers d exactly or fits the grid's limits. The block is as many threads as
     vectors rounded up to a power of two from one warp, then capped at
     ACTIVATION_BLOCK_SIZE and ``most`` (the device's block limit).
 
@@ -835,9 +835,9 @@ def _narrow_vector_plan(num_rows: int, d: int, vec_width: int, most: int,
     if num_rows == 0 or num_rows > limits.max_grid_y:
         return None
     widest = min(_constant("ACTIVATION_BLOCK_SIZE", (32, 64, 128, 256, 512, 1024)), most)
-    quarter = vec_width // 4 if vec_width // 4 >= 2 else 0
-    for narrow, waves in ((quarter, 0.5), (vec_width // 2, 1.0)):
-        if narrow < 1 or d % narrow:
+    for narrow in activation_decode_vec_widths(dtype):
+        waves = 0.5 if narrow * np.dtype(dtype).itemsize == 4 else 1.0
+        if d % narrow:
             continue
         block_size = _activation_block(-(-d // narrow), widest, limits)
         chunks_per_row = activation_chunks(1, d, block_size, narrow)
@@ -898,7 +898,8 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
         raise PlanError(f"block_size must be a multiple of {limits.warp_size} and at most {most}, got {block_size}")
     grid_stride = overrides.get("grid_stride")
     if grid_stride is not True and not {"vec_width", "block_size"} & set(overrides):
-        narrow = _narrow_vector_plan(num_rows, d, vec_width, most, limits)
+        # vec_width is the 16-byte width where the rows are aligned, else 1 (no narrower one)
+        narrow = _narrow_vector_plan(num_rows, d, dtype, most, limits) if vec_width > 1 else None
         if narrow is not None:  # decode sizes: 4- or 8-byte vectors, a block per item
             vec_width, block_size, chunks_per_row = narrow
             return ActivationPlan((chunks_per_row, num_rows, 1), (block_size, 1, 1), vec_width, origin, False)

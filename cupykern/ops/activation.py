@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from cupykern import _arrays, _dtypes, launcher, models, plans
@@ -65,10 +63,11 @@ def check_same_shape(gate_shape, up_shape) -> None:
 
 def _act_and_mul_launch(a: launcher.Args, activation: str, gate: _arrays.Sig, gate_rows: _arrays.Rows, gate_pointer,
                         up: _arrays.Sig, up_rows: _arrays.Rows, up_pointer, out: _arrays.Sig, out_rows: _arrays.Rows,
-                        allocate: tuple, disjoint: tuple) -> launcher.Launch:
+                        allocate: tuple, disjoint: tuple, fused: bool = False) -> launcher.Launch:
     """The launch of ``out = act(gate) * up`` once gate, up and out are checked.
     ``gate_pointer``/``up_pointer`` name their arrays, or (name, byte offset) for the
-    second half of a fused row."""
+    second half of a fused row (``fused``: x = [gate | up], which act_and_mul_sized_kernel
+    takes where :func:`_takes_sized` says)."""
     dtype = gate.dtype
     gate_name = gate_pointer if isinstance(gate_pointer, str) else gate_pointer[0]
     up_name = up_pointer if isinstance(up_pointer, str) else up_pointer[0]
@@ -84,6 +83,10 @@ def _act_and_mul_launch(a: launcher.Args, activation: str, gate: _arrays.Sig, ga
                                      (out, out_rows.row_stride))
     plan = plans.plan_activation(out_rows.num_rows, out_rows.hidden_size, dtype, aligned=aligned, limits=a.limits,
                                  overrides=a.overrides, op=a.op_name)
+    if fused and _takes_sized(plan, dtype, gate_rows, out_rows):
+        return launcher.Launch(
+            ACT_AND_MUL_SIZED, (_dtypes.c_type(dtype), ACTIVATIONS[activation], plan.vec_width, out_rows.hidden_size),
+            plan, pointers=("out", gate_name), allocate=allocate, returns="out", disjoint=disjoint)
     return launcher.Launch(
         ACT_AND_MUL, (_dtypes.c_type(dtype), ACTIVATIONS[activation], plan.vec_width, plan.grid_stride), plan,
         pointers=("out", gate_pointer, up_pointer),
@@ -105,24 +108,18 @@ def _prepare_fused(activation: str):
         d = out_shape[-1]
         # gate and up are the two halves of each row of x: same row stride, up d further on.
         half = _arrays.Rows(rows.num_rows, d, rows.row_stride)
-        launch = _act_and_mul_launch(a, act, x, half, "x", x, half, ("x", d * x.itemsize), out, out_rows, allocate,
-                                     (launcher.Disjoint("x", "out", a_rows=rows, b_rows=out_rows),))
-        return _sized(launch, x.dtype, d, rows, out_rows)
+        return _act_and_mul_launch(a, act, x, half, "x", x, half, ("x", d * x.itemsize), out, out_rows, allocate,
+                                   (launcher.Disjoint("x", "out", a_rows=rows, b_rows=out_rows),), fused=True)
     return prepare
 
 
-def _sized(launch: launcher.Launch, dtype, d: int, rows: _arrays.Rows, out_rows: _arrays.Rows) -> launcher.Launch:
-    """``launch`` as act_and_mul_sized_kernel's where it takes it: a block per work item in
-    decode vectors, a d of :data:`SIZED_D`, and x's and out's rows contiguous (2 d and d
-    elements apart, or one row); else ``launch`` itself. The same slots and bits."""
-    plan = launch.plan
-    if (launch.template is not ACT_AND_MUL or plan.grid_stride or d not in SIZED_D
-            or plan.vec_width not in plans.activation_decode_vec_widths(dtype)
-            or (rows.num_rows > 1 and (rows.row_stride != 2 * d or out_rows.row_stride != d))):
-        return launch
-    c_type, act, vec_width, _ = launch.template_args
-    return dataclasses.replace(launch, template=ACT_AND_MUL_SIZED, template_args=(c_type, act, vec_width, d),
-                               pointers=("out", "x"), scalars=())
+def _takes_sized(plan: plans.ActivationPlan, dtype, half: _arrays.Rows, out_rows: _arrays.Rows) -> bool:
+    """Whether act_and_mul_sized_kernel runs ``plan`` on x = [gate | up] (``half``: gate's
+    rows): a block per work item in decode vectors, a d of :data:`SIZED_D`, and x's and
+    out's rows contiguous (2 d and d elements apart, or one row). The same slots and bits."""
+    d = out_rows.hidden_size
+    return (not plan.grid_stride and d in SIZED_D and plan.vec_width in plans.activation_decode_vec_widths(dtype)
+            and (out_rows.num_rows == 1 or (half.row_stride == 2 * d and out_rows.row_stride == d)))
 
 
 def _prepare_swiglu(a: launcher.Args) -> launcher.Launch:
