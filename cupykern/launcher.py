@@ -167,7 +167,8 @@ class _Recipe(NamedTuple):
     offsets: tuple  # (position, byte offset) of pointers into the middle of an array
     scalars: tuple
     allocate: tuple  # (index, shape, dtype)
-    overlaps: tuple  # (i, j, a_lo, a_hi, b_lo, b_hi, allow_same, (period, a_width, b_width, message))
+    ptrs: object  # picks the arrays the overlap rules compare (None: no rules)
+    overlaps: tuple  # (i, j, lo, hi, allow_same, (period, a_width, b_width, message)), i and j into ptrs
     result: object  # picks what the op returns from the call's arrays
     plan: object
     then: object  # None, or (kernel, function, grid, block, shared_mem, pick, offsets, scalars, plan, template),
@@ -342,16 +343,20 @@ class Op:
         except (KeyError, TypeError):  # a new signature, an unhashable scalar, a foreign array
             recipe, arrays = self._resolve(arrays, scalars)
         # The launch, inline: a method call per launch cost more than this comment.
-        kernel, function, grid, block, shared_mem, pick, offsets, kernel_scalars, allocate, overlaps, result, plan, \
-            then, template = recipe
+        kernel, function, grid, block, shared_mem, pick, offsets, kernel_scalars, allocate, ptrs, overlaps, result, \
+            plan, then, template = recipe
         if allocate:
             arrays = list(arrays)
             for i, shape, dtype in allocate:
                 arrays[i] = _empty(shape, dtype)
-        for i, j, a_lo, a_hi, b_lo, b_hi, allow_same, rule in overlaps:
-            pa, pb = arrays[i].data.ptr, arrays[j].data.ptr
-            if pa + a_lo < pb + b_hi and pb + b_lo < pa + a_hi and not (allow_same and pa == pb):
-                _arrays.check_interleaved(pb - pa, *rule)
+        if overlaps:
+            # Each array's address read once; a rule is then one subtraction and one chained
+            # comparison (b's extent meets a's iff b - a lies strictly between lo and hi).
+            p = [a.data.ptr for a in ptrs(arrays)]
+            for i, j, lo, hi, allow_same, rule in overlaps:
+                d = p[j] - p[i]
+                if lo < d < hi and not (allow_same and d == 0):
+                    _arrays.check_interleaved(d, *rule)
         if function is not None:
             kargs = pick(arrays)
             if offsets:
@@ -461,8 +466,8 @@ class Op:
         result = itemgetter(index[launch.returns]) if isinstance(launch.returns, str) else \
             _tuple_getter([index[name] for name in launch.returns])
         if launch.template is None:
-            return _Recipe(None, None, (), (), 0, None, (), (), allocate, (), result, None, None, None)
-        overlaps = []
+            return _Recipe(None, None, (), (), 0, None, (), (), allocate, None, (), result, None, None, None)
+        overlaps, compared = [], []  # compared: the array indices the rules read, in order
         for rule in launch.disjoint:
             a, b = values[rule.a], values[rule.b]
             if a is None or b is None or rule.a in allocated or rule.b in allocated or not a.size or not b.size:
@@ -477,13 +482,18 @@ class Op:
                 period, a_width, b_width = ra.row_stride * a.itemsize, ra.hidden_size * a.itemsize, \
                     rb.hidden_size * b.itemsize
             hint = f" (in place is allowed only as {rule.b}={rule.a} exactly)" if rule.allow_same else ""
-            overlaps.append((index[rule.a], index[rule.b], a_lo, a_hi, b_lo, b_hi, rule.allow_same and a == b,
+            for name in (rule.a, rule.b):
+                if index[name] not in compared:
+                    compared.append(index[name])
+            i, j = compared.index(index[rule.a]), compared.index(index[rule.b])
+            # [pa + a_lo, pa + a_hi) meets [pb + b_lo, pb + b_hi) iff a_lo - b_hi < pb - pa < a_hi - b_lo.
+            overlaps.append((i, j, a_lo - b_hi, a_hi - b_lo, rule.allow_same and a == b,
                              (period, a_width, b_width, f"{rule.b} overlaps {rule.a} in memory{hint}")))
         first = self._kernel_launch(launch)
         then = self._kernel_launch(launch.then) if launch.then is not None else None
         kernel, function, grid, block, shared_mem, pick, offsets, scalars, plan, template = first
-        return _Recipe(kernel, function, grid, block, shared_mem, pick, offsets, scalars, allocate, tuple(overlaps),
-                       result, plan, then, template)
+        return _Recipe(kernel, function, grid, block, shared_mem, pick, offsets, scalars, allocate,
+                       _tuple_getter(compared) if compared else None, tuple(overlaps), result, plan, then, template)
 
     def _kernel_launch(self, launch: Launch) -> tuple:
         """(kernel, function, grid, block, shared_mem, pick, offsets, scalars, plan, template) of one launch."""
