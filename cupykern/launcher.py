@@ -169,6 +169,8 @@ class _Recipe(NamedTuple):
     allocate: tuple  # (index, shape, dtype)
     ptrs: object  # picks the arrays the overlap rules compare (None: no rules)
     overlaps: tuple  # (i, j, lo, hi, allow_same, (period, a_width, b_width, message)), i and j into ptrs
+    passed: list  # [the addresses (list) of the last call whose rules passed]: a loop over the
+    #               same buffers checks each address once, not each rule
     result: object  # picks what the op returns from the call's arrays
     plan: object
     then: object  # None, or (kernel, function, grid, block, shared_mem, pick, offsets, scalars, plan, template),
@@ -343,8 +345,8 @@ class Op:
         except (KeyError, TypeError):  # a new signature, an unhashable scalar, a foreign array
             recipe, arrays = self._resolve(arrays, scalars)
         # The launch, inline: a method call per launch cost more than this comment.
-        kernel, function, grid, block, shared_mem, pick, offsets, kernel_scalars, allocate, ptrs, overlaps, result, \
-            plan, then, template = recipe
+        kernel, function, grid, block, shared_mem, pick, offsets, kernel_scalars, allocate, ptrs, overlaps, passed, \
+            result, plan, then, template = recipe
         if allocate:
             arrays = list(arrays)
             for i, shape, dtype in allocate:
@@ -353,10 +355,12 @@ class Op:
             # Each array's address read once; a rule is then one subtraction and one chained
             # comparison (b's extent meets a's iff b - a lies strictly between lo and hi).
             p = [a.data.ptr for a in ptrs(arrays)]
-            for i, j, lo, hi, allow_same, rule in overlaps:
-                d = p[j] - p[i]
-                if lo < d < hi and not (allow_same and d == 0):
-                    _arrays.check_interleaved(d, *rule)
+            if p != passed[0]:
+                for i, j, lo, hi, allow_same, rule in overlaps:
+                    d = p[j] - p[i]
+                    if lo < d < hi and not (allow_same and d == 0):
+                        _arrays.check_interleaved(d, *rule)
+                passed[0] = p
         if function is not None:
             kargs = pick(arrays)
             if offsets:
@@ -466,7 +470,7 @@ class Op:
         result = itemgetter(index[launch.returns]) if isinstance(launch.returns, str) else \
             _tuple_getter([index[name] for name in launch.returns])
         if launch.template is None:
-            return _Recipe(None, None, (), (), 0, None, (), (), allocate, None, (), result, None, None, None)
+            return _Recipe(None, None, (), (), 0, None, (), (), allocate, None, (), [None], result, None, None, None)
         overlaps, compared = [], []  # compared: the array indices the rules read, in order
         for rule in launch.disjoint:
             a, b = values[rule.a], values[rule.b]
@@ -493,7 +497,8 @@ class Op:
         then = self._kernel_launch(launch.then) if launch.then is not None else None
         kernel, function, grid, block, shared_mem, pick, offsets, scalars, plan, template = first
         return _Recipe(kernel, function, grid, block, shared_mem, pick, offsets, scalars, allocate,
-                       _tuple_getter(compared) if compared else None, tuple(overlaps), result, plan, then, template)
+                       _tuple_getter(compared) if compared else None, tuple(overlaps), [None], result, plan, then,
+                       template)
 
     def _kernel_launch(self, launch: Launch) -> tuple:
         """(kernel, function, grid, block, shared_mem, pick, offsets, scalars, plan, template) of one launch."""

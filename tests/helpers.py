@@ -179,12 +179,21 @@ def overlap_check(monkeypatch, op, launch, values: dict, pointers: dict):
     """Runs the launcher's per-call overlap checks of ``launch`` (what ``op``'s prepare
     returned for ``values``) on arrays at the byte addresses ``pointers`` ({name: ptr}),
     with no GPU: nothing is compiled or launched. Raises what a call would raise."""
+    return overlap_checker(monkeypatch, op, launch, values)(pointers)
+
+
+def overlap_checker(monkeypatch, op, launch, values: dict):
+    """:func:`overlap_check` as a function of ``pointers``, every call through one recipe
+    (as calls of one signature share theirs)."""
     class NoKernel:
         kernel = None  # the recipe's function: None launches nothing
 
     monkeypatch.setattr(jit, "get_kernel", lambda *args: NoKernel())
     recipe = op._recipe(launch, values)
-    arrays = [FakeArray((1,), np.uint8, ptr=pointers[name]) if name in pointers else None for name in op.arrays]
     # Stand-ins are not CuPy arrays, so the call misses the cache and asks _resolve.
     monkeypatch.setattr(op, "_resolve", lambda arrays, scalars: (recipe, list(arrays)))
-    return op(tuple(arrays), ())
+
+    def call(pointers: dict):
+        arrays = [FakeArray((1,), np.uint8, ptr=pointers[name]) if name in pointers else None for name in op.arrays]
+        return op(tuple(arrays), ())
+    return call

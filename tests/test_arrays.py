@@ -11,7 +11,7 @@ from cupykern import _arrays, _dtypes, launcher
 from cupykern._arrays import Heads, Rows, Sig
 from cupykern.ops import norm, softmax
 from tests.conftest import HAS_GPU
-from tests.helpers import overlap_check, prepare_args, sig
+from tests.helpers import overlap_check, overlap_checker, prepare_args, sig
 
 F16, F32, BF16 = _dtypes.float16, _dtypes.float32, _dtypes.bfloat16
 
@@ -257,6 +257,30 @@ def test_in_place_and_disjoint_extents_pass(monkeypatch):
     # The same address with another view is not "exactly x".
     with pytest.raises(ValueError, match="out overlaps x"):
         _rms_norm_overlap(monkeypatch, flat, Sig((4, 64), (256, 2), np.dtype(F16), 0), base, base)
+
+
+def test_one_recipe_checks_every_new_set_of_addresses(monkeypatch):
+    """Calls of one signature share a recipe, which remembers the addresses of the last call
+    that passed: a call at other addresses is checked again, and a refused one is refused
+    again (its addresses are not remembered). The extents' edges: adjacent passes, one
+    element of overlap at either end is refused."""
+    flat = Sig.contiguous((4, 64), F16)  # 512 bytes
+    values = {"x": flat, "weight": Sig.contiguous((64,), F16), "out": flat, "eps": 1e-6, "weight_offset": 0.0}
+    call = overlap_checker(monkeypatch, norm._RMS_NORM, norm._prepare_rms_norm(prepare_args("rms_norm", **values)),
+                           values)
+    base, weight = 1 << 20, 1 << 30
+    for out_ptr, weight_ptr, refused in ((base + 512, weight, None), (base + 510, weight, "out overlaps x"),
+                                         (base + 510, weight, "out overlaps x"), (base + 512, weight, None),
+                                         (base - 512, weight, None), (base - 510, weight, "out overlaps x"),
+                                         (base + 512, base + 1022, "out overlaps weight"),
+                                         (base + 512, base + 1024, None), (base + 512, base + 512 - 128, None),
+                                         (base + 512, base + 512 - 126, "out overlaps weight")):
+        pointers = {"x": base, "weight": weight_ptr, "out": out_ptr}
+        if refused is None:
+            assert call(pointers).data.ptr == out_ptr
+        else:
+            with pytest.raises(ValueError, match=refused):
+                call(pointers)
 
 
 def test_softmax_float32_out_over_x_overlaps(monkeypatch):
