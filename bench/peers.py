@@ -33,7 +33,12 @@ names the peer and its formulation (``"torch.compile (out of place)"``); points 
 sweep engine's schema (cupykern/sweep.py). The ratio is the fastest correct formulation
 of a peer over cupykern (> 1: cupykern is faster); the markdown table printed at the end
 (also written beside the JSON as .md) gives, per op and size, the fastest correct peer
-of all and cupykern's % of the device-to-device copy measured at the start of the run.
+of all and cupykern's % of the device-to-device copy measured at the start of the run
+(1 GiB a direction), and at sizes past decode its % of a copy of the same bytes (a
+cudaMemcpy moving the point's minimal byte count, half read and half written, cold L2,
+timed when the point is): a copy of tens of MiB does not reach the 1 GiB copy's GB/s
+(launch and the last wave's tail), so this column says what a kernel moving those bytes
+can be expected to reach.
 
 torch.compile is static (``dynamic=False``, default mode: the CUDA graph is ours): one
 compile per (op, formulation, model, num_tokens). To keep that inside one device call,
@@ -678,7 +683,9 @@ def ratio_rows(points: list[dict], peers) -> list[dict]:
         own = (impls.get("cupykern") or [None])[0]
         row = {"model": model, "op": op, "num_tokens": n, "size": size,
                "cupykern_us": own["median_us"] if own else None, "cupykern_ok": bool(own and own["check_ok"]),
-               "cupykern_pct_of_copy": own.get("pct_of_copy") if own else None, "fastest": None}
+               "cupykern_pct_of_copy": own.get("pct_of_copy") if own else None,
+               "cupykern_pct_of_same_bytes_copy": own.get("pct_of_same_bytes_copy") if own else None,
+               "fastest": None}
         for peer in peers:
             candidates = impls.get(peer)
             if not candidates or not own:
@@ -697,14 +704,17 @@ def print_ratios(console: Console, rows: list[dict], peers, title: str) -> None:
     """:func:`ratio_rows` as a rich table: green where cupykern is faster, red where not;
     each peer's cell names its fastest correct formulation."""
     table = Table(title=title)
-    for column in ("model", "op", "tokens", "size", "cupykern us", "% copy", *peers, "fastest peer"):
+    for column in ("model", "op", "tokens", "size", "cupykern us", "% copy", "% same-bytes copy", *peers,
+                   "fastest peer"):
         table.add_column(column, justify="left" if column in ("model", "op", "fastest peer") else "right")
     for row in rows:
-        pct = row["cupykern_pct_of_copy"]
+        decode = row["num_tokens"] <= sweep.DECODE_MAX_TOKENS
+        pct, own_pct = row["cupykern_pct_of_copy"], row["cupykern_pct_of_same_bytes_copy"]
         cells = [str(row["model"]), row["op"], str(row["num_tokens"]), str(row["size"]),
                  "-" if row["cupykern_us"] is None else f"{row['cupykern_us']:.2f}" + ("" if row["cupykern_ok"]
                                                                                        else " [red]x[/]"),
-                 "-" if pct is None or row["num_tokens"] <= sweep.DECODE_MAX_TOKENS else f"{pct:.1f}"]
+                 "-" if pct is None or decode else f"{pct:.1f}",
+                 "-" if own_pct is None or decode else f"{own_pct:.1f}"]
         for peer in peers:
             value = row[peer]
             if value is None:
@@ -731,13 +741,14 @@ def markdown_table(rows: list[dict], num_tokens, *, header: str) -> str:
     """The README's table: per (model, op), the fastest correct peer's time over
     cupykern's at each num_tokens (a letter names the peer and formulation, listed below
     the table), and cupykern's % of the same run's copy at the two largest sizes above
-    the decode range."""
+    the decode range, then its % of a copy of each point's own bytes there."""
     letters: dict = {}
     throughput = [n for n in num_tokens if n > sweep.DECODE_MAX_TOKENS][-2:]
     lines = [header, "",
              "| model | op | size | " + " | ".join(map(str, num_tokens)) + " | cupykern % copy"
-             + (f" at {' / '.join(map(str, throughput))}" if throughput else "") + " |",
-             "|---|---|---|" + "---|" * len(num_tokens) + "---|"]
+             + (f" at {' / '.join(map(str, throughput))}" if throughput else "")
+             + " | % of a copy of the same bytes |",
+             "|---|---|---|" + "---|" * len(num_tokens) + "---|---|"]
     grouped: dict = {}
     for row in rows:
         grouped.setdefault((row["model"], row["op"], row["size"]), {})[row["num_tokens"]] = row
@@ -751,13 +762,26 @@ def markdown_table(rows: list[dict], num_tokens, *, header: str) -> str:
             ratio, impl = row["fastest"]
             letter = letters.setdefault(impl, "abcdefghijklmnopqrstuvwxyz"[len(letters) % 26])
             cells.append(f"{ratio:.2f} {letter}" + ("" if row["cupykern_ok"] else " (cupykern wrong)"))
-        pcts = [by_n[n]["cupykern_pct_of_copy"] for n in throughput if n in by_n
-                and by_n[n]["cupykern_pct_of_copy"] is not None]
+        def percents(key):
+            return " / ".join(f"{by_n[n][key]:.1f}" for n in throughput
+                              if n in by_n and by_n[n].get(key) is not None) or "-"
         lines.append(f"| {model} | {op} | {size} | " + " | ".join(cells) + " | "
-                     + (" / ".join(f"{p:.1f}" for p in pcts) or "-") + " |")
+                     + percents("cupykern_pct_of_copy") + " | " + percents("cupykern_pct_of_same_bytes_copy") + " |")
     lines += ["", "Fastest correct peer time / cupykern time (> 1: cupykern faster); "
                   + "; ".join(f"{letter}: {impl}" for impl, letter in letters.items()) + "."]
     return "\n".join(lines)
+
+
+def same_bytes_copy_gbps(nbytes_moved: int, known: dict) -> float:
+    """GB/s of a device-to-device cudaMemcpy moving ``nbytes_moved`` bytes in all (half
+    read, half written; cold L2, :func:`cupykern.timing.copy_bandwidth`), measured once
+    per byte count of the run (``known`` keeps them)."""
+    import cupy
+
+    if nbytes_moved not in known:
+        known[nbytes_moved] = timing.copy_bandwidth(max(1, nbytes_moved // 2))
+        cupy.get_default_memory_pool().free_all_blocks()
+    return known[nbytes_moved]
 
 
 # ----------------------------------------------------------------- the run
@@ -821,6 +845,7 @@ def run(model_names, num_tokens, ops, peers, *, seed: int, repeat: int | None, d
         if dynamic is False:
             compile_info["prewarm"] = prewarm_compile(torch, tasks, compile_workers, dynamic, console)
     points, errors = [], []
+    same_bytes_copies: dict = {}  # bytes moved -> GB/s of a copy moving them
 
     def document():
         return sweep.result_document("peers", environment=env, seed=seed, copy_gbps=copy_gbps,
@@ -877,7 +902,13 @@ def run(model_names, num_tokens, ops, peers, *, seed: int, repeat: int | None, d
                                        "traceback": traceback.format_exc(limit=3)})
                         console.print(f"[red]{name} {op} {n}: {exc.__class__.__name__}: {exc}[/]")
                         continue
-                    points.append(point.as_dict())
+                    measured_point = point.as_dict()
+                    if peer == "cupykern" and n > sweep.DECODE_MAX_TOKENS and measured_point.get("min_bytes"):
+                        with stream:
+                            own_copy = same_bytes_copy_gbps(measured_point["min_bytes"], same_bytes_copies)
+                        measured_point["same_bytes_copy_gbps"] = own_copy
+                        measured_point["pct_of_same_bytes_copy"] = 100.0 * measured_point["gbps"] / own_copy
+                    points.append(measured_point)
                     if not point.check_ok:
                         console.print(f"[red]CHECK FAILED[/] {model.name} {op} {name} {n}x{size}: {point.check}")
                 del pristine, cached

@@ -395,7 +395,7 @@ def test_peers_ratio_is_the_fastest_correct_formulation():
 
     def point(impl, us, ok=True):
         return {"model": "llama-3.1-8b", "op": "apply_rope", "num_tokens": 4096, "size": 128, "impl": impl,
-                "median_us": us, "check_ok": ok, "pct_of_copy": 80.0}
+                "median_us": us, "check_ok": ok, "pct_of_copy": 80.0, "pct_of_same_bytes_copy": 92.5}
 
     points = [point("cupykern", 10.0), point("torch.compile (in place)", 30.0),
               point("torch.compile (out of place)", 9.0), point("liger (cos/sin bf16)", 5.0, ok=False),
@@ -406,7 +406,8 @@ def test_peers_ratio_is_the_fastest_correct_formulation():
     assert row["flashinfer"] == (0.4, False, "")  # no correct formulation: shown, never the fastest
     assert row["fastest"] == (0.9, "torch.compile (out of place)")
     table = peers.markdown_table([row], [4096], header="h")
-    assert "| llama-3.1-8b | apply_rope | 128 | 0.90 a | 80.0 |" in table
+    assert "| llama-3.1-8b | apply_rope | 128 | 0.90 a | 80.0 | 92.5 |" in table
+    assert "| % of a copy of the same bytes |" in table.splitlines()[2]
     assert "a: torch.compile (out of place)" in table
     assert peers.split_impl("torch.compile (out of place)") == ("torch.compile", "out of place")
     assert peers.split_impl("F.rms_norm") == ("F.rms_norm", "")
