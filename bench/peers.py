@@ -772,14 +772,17 @@ def markdown_table(rows: list[dict], num_tokens, *, header: str) -> str:
     return "\n".join(lines)
 
 
-def same_bytes_copy_gbps(nbytes_moved: int, known: dict) -> float:
+def same_bytes_copy_gbps(nbytes_moved: int, known: dict, *, rounds: int = 3) -> float:
     """GB/s of a device-to-device cudaMemcpy moving ``nbytes_moved`` bytes in all (half
-    read, half written; cold L2, :func:`cupykern.timing.copy_bandwidth`), measured once
-    per byte count of the run (``known`` keeps them)."""
+    read, half written; cold L2, :func:`cupykern.timing.copy_bandwidth`): the fastest of
+    ``rounds`` medians, measured once per byte count of the run (``known`` keeps them).
+    One median of 20 copies of 10-40 MiB a direction read 9-28 % below its neighbours'
+    in d4ad7b3's run (bench/results/NOTES.md, item 37); the fastest of a few is what a
+    copy of those bytes can reach."""
     import cupy
 
     if nbytes_moved not in known:
-        known[nbytes_moved] = timing.copy_bandwidth(max(1, nbytes_moved // 2))
+        known[nbytes_moved] = max(timing.copy_bandwidth(max(1, nbytes_moved // 2)) for _ in range(rounds))
         cupy.get_default_memory_pool().free_all_blocks()
     return known[nbytes_moved]
 

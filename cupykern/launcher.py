@@ -61,7 +61,9 @@ class _ChecksPassed(Exception):
 class Disjoint(NamedTuple):
     """Arrays ``a`` and ``b`` must not share memory (a kernel would race), except ``b``
     being exactly ``a`` when ``allow_same`` (in place). With both row geometries, two
-    interleaved row views of one buffer (column slices, fused QKV) are told apart exactly."""
+    interleaved row views of one buffer (column slices, fused QKV) are told apart exactly;
+    with one side's, so is a vector (or one row) stored between two of its rows. Without
+    them the byte extents decide (conservative for strided arrays)."""
 
     a: str
     b: str
@@ -289,6 +291,16 @@ def _tuple_getter(indices):
     return itemgetter(*indices)
 
 
+def _row_geometry(rows, itemsize: int, lo: int, hi: int) -> tuple[int, int] | None:
+    """(period, width) in bytes of an array for the overlap rules: rows of ``width`` bytes
+    every ``period`` from its address, or one row (period 0) of its whole extent when that
+    starts at its address (exact for one row or a contiguous vector, conservative for
+    anything else); None where neither holds (a negative stride)."""
+    if rows is not None and rows.num_rows > 1 and rows.row_stride > 0:
+        return rows.row_stride * itemsize, rows.hidden_size * itemsize
+    return (0, hi) if lo == 0 else None
+
+
 def _sig_of(a):
     """An array argument's key entry (any cupy.ndarray, subclasses included), as Op.__call__ builds it."""
     if a is None:
@@ -478,13 +490,15 @@ class Op:
                 continue
             (a_lo, a_hi), (b_lo, b_hi) = _arrays.byte_extent(a), _arrays.byte_extent(b)
             period = a_width = b_width = 0
-            ra, rb = rule.a_rows, rule.b_rows
-            if (ra is not None and rb is not None and ra.num_rows > 1 and rb.num_rows > 1
-                    and ra.row_stride * a.itemsize == rb.row_stride * b.itemsize > 0):
-                # Rows of both repeat with one period: disjoint iff b's rows sit in the gaps
-                # between a's rows (two column slices of one wide buffer, say).
-                period, a_width, b_width = ra.row_stride * a.itemsize, ra.hidden_size * a.itemsize, \
-                    rb.hidden_size * b.itemsize
+            a_geometry = _row_geometry(rule.a_rows, a.itemsize, a_lo, a_hi)
+            b_geometry = _row_geometry(rule.b_rows, b.itemsize, b_lo, b_hi)
+            periods = {a_geometry[0], b_geometry[0]} - {0} if a_geometry and b_geometry else set()
+            if len(periods) == 1:
+                # Rows repeating with one period, on both sides or on one with a single row
+                # on the other: disjoint iff b's rows sit in the gaps between a's (two
+                # column slices of one wide buffer, a weight between two rows of a strided
+                # out; _arrays.check_interleaved). One row on both sides: the extents say it.
+                (period,), a_width, b_width = periods, a_geometry[1], b_geometry[1]
             hint = f" (in place is allowed only as {rule.b}={rule.a} exactly)" if rule.allow_same else ""
             for name in (rule.a, rule.b):
                 if index[name] not in compared:

@@ -283,6 +283,36 @@ def test_one_recipe_checks_every_new_set_of_addresses(monkeypatch):
                 call(pointers)
 
 
+def test_weight_between_rows_of_a_strided_out(monkeypatch):
+    """A weight in the gap between two rows of a strided out (a column half of a wider
+    buffer) shares no element with it: taken. Reaching into a row, or past the first row's
+    start, is refused (helper 57; the rule used to compare byte extents only)."""
+    half = Sig((4, 8), (64, 4), np.dtype(F32), 0)  # rows of 32 bytes every 64
+    values = {"x": Sig.contiguous((4, 8), F32), "weight": Sig.contiguous((8,), F32), "out": half, "eps": 1e-6,
+              "weight_offset": 0.0}
+    call = overlap_checker(monkeypatch, norm._RMS_NORM, norm._prepare_rms_norm(prepare_args("rms_norm", **values)),
+                           values)
+    out = 1 << 20
+    for weight, refused in ((out + 32, False), (out + 64 + 32, False), (out + 2 * 64 + 32, False),
+                            (out + 28, True), (out + 36, True), (out - 16, True), (out + 16, True)):
+        pointers = {"x": 1 << 30, "weight": weight, "out": out}
+        if refused:
+            with pytest.raises(ValueError, match="out overlaps weight"):
+                call(pointers)
+        else:
+            assert call(pointers).data.ptr == out
+    # fused_add_rms_norm: the weight between rows of x and of residual, two column slices
+    # of one buffer (x's rows at 0, residual's at 32, the weight in neither).
+    quarter = Sig((4, 8), (96, 4), np.dtype(F32), 0)  # rows of 32 bytes every 96
+    values = {"x": quarter, "residual": quarter, "weight": Sig.contiguous((8,), F32), "eps": 1e-6,
+              "weight_offset": 0.0}
+    call = overlap_checker(monkeypatch, norm._FUSED_ADD_RMS_NORM,
+                           norm._prepare_fused_add_rms_norm(prepare_args("fused_add_rms_norm", **values)), values)
+    assert call({"x": out, "residual": out + 32, "weight": out + 64}) is not None
+    with pytest.raises(ValueError, match="residual overlaps weight"):
+        call({"x": out, "residual": out + 32, "weight": out + 60})
+
+
 def test_softmax_float32_out_over_x_overlaps(monkeypatch):
     x = Sig.contiguous((4, 64), F16)
     out = Sig.contiguous((4, 64), F32)

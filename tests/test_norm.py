@@ -410,6 +410,35 @@ def test_rms_norm_matches_reference(rng, rows, hidden, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("rows, hidden", [(5, 256), (64, 4096)])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_weight_between_rows_of_the_written_arrays(rng, rows, hidden, dtype):
+    """A weight stored in the gap between two rows of the arrays an op writes (column
+    slices of one buffer) shares no element with them: taken (helper 57), and the weight,
+    the buffer's other columns and the results are as with separate arrays."""
+    x, w = _rms_inputs(rng, rows, hidden, dtype)
+    buf = random_device(rng, (rows, 2 * hidden), dtype)
+    buf[:, :hidden] = poisoned((rows, hidden), dtype)  # out
+    buf[2, hidden:] = w
+    rest = buf[:, hidden:].copy()
+    out = cupykern.rms_norm(x, buf[2, hidden:], 1e-6, out=buf[:, :hidden])
+    assert out.data.ptr == buf.data.ptr
+    assert_close(out, reference.rms_norm(x, w, 1e-6), dtype, seed=rng.seed)
+    np.testing.assert_array_equal(buf[:, hidden:].get().astype(np.float64), rest.get().astype(np.float64))
+    # fused_add_rms_norm: x and residual the first two column thirds, the weight in the third.
+    residual = random_device(rng, (rows, hidden), dtype)
+    want_x, want_residual = reference.fused_add_rms_norm(x, residual, w, 1e-6)
+    buf = random_device(rng, (rows, 3 * hidden), dtype)
+    buf[:, :hidden], buf[:, hidden:2 * hidden], buf[1, 2 * hidden:] = x, residual, w
+    rest = buf[:, 2 * hidden:].copy()
+    got_x, got_residual = cupykern.fused_add_rms_norm(buf[:, :hidden], buf[:, hidden:2 * hidden],
+                                                      buf[1, 2 * hidden:], 1e-6)
+    np.testing.assert_array_equal(got_residual.get().astype(np.float64), want_residual)
+    assert_close(got_x, want_x, dtype, seed=rng.seed)
+    np.testing.assert_array_equal(buf[:, 2 * hidden:].get().astype(np.float64), rest.get().astype(np.float64))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("rows, hidden", SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_fused_add_rms_norm_matches_reference(rng, rows, hidden, dtype):

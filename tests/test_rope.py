@@ -24,7 +24,8 @@ from cupykern import _dtypes, families, jit, launcher, plans, reference, rope_sc
 from cupykern._arrays import Sig
 from cupykern.ops import rope as rope_ops
 from tests.helpers import (DTYPES, DTYPE_IDS, as_fake, assert_close, assert_same_error, contiguous,
-                           kernel_and_reference_errors, overlap_check, prepare_args, random_device)
+                           kernel_and_reference_errors, overlap_check, overlap_checker, prepare_args,
+                           random_device)
 
 HEAD_DIMS = [64, 80, 96, 128, 256]
 #: (num_q_heads, num_kv_heads): Llama-3 GQA, 8:1 GQA, MHA with one head.
@@ -637,6 +638,28 @@ def test_q_k_overlap_rule(monkeypatch):
         _apply_rope_overlap(monkeypatch, contiguous((3, 4, 64), F16), k_in_q, base, base)
     # Out of place both are only read: no rule (helper 57: the same views were refused).
     assert _apply(q=contiguous((3, 4, 64), F16), k=k_in_q, inplace=False).disjoint == ()
+
+
+def test_positions_between_rows_of_fused_qkv(monkeypatch):
+    """In place, positions held in the v part of a fused QKV buffer (between q's and k's
+    rows) share no element with them: taken; reaching into k's first head is refused and
+    names k (helper 57: extents alone refused it and named q)."""
+    hq, hkv, hd, tokens, item = 4, 2, 16, 5, 2
+    row = (hq + 2 * hkv) * hd * item  # bytes a token
+    q = Sig((tokens, hq, hd), (row, hd * item, item), np.dtype(F16), 0)
+    k = Sig((tokens, hkv, hd), (row, hd * item, item), np.dtype(F16), 0)
+    values = {"q": q, "k": k, "positions": contiguous((tokens,), np.int32),
+              "cos_sin_cache": contiguous((32, hd), F32), "q_out": None, "k_out": None,
+              "is_neox": True, "inplace": True, "mrope_section": None, "mrope_interleaved": False}
+    call = overlap_checker(monkeypatch, rope_ops._APPLY_ROPE,
+                           rope_ops._prepare_apply_rope(prepare_args("apply_rope", **values)), values)
+    base = 1 << 20
+    v_part = base + (hq + hkv) * hd * item  # token 0's v heads: 64 bytes, positions take 20
+    pointers = {"q": base, "k": base + hq * hd * item, "cos_sin_cache": 1 << 31}
+    assert call({**pointers, "positions": v_part})[0].data.ptr == base
+    assert call({**pointers, "positions": v_part + 2 * row + 44})[0].data.ptr == base  # ends at token 3's q
+    with pytest.raises(ValueError, match="k overlaps positions"):
+        call({**pointers, "positions": v_part - 4})
 
 
 def test_apply_rope_launch_on_fused_qkv_views():

@@ -65,7 +65,7 @@ def _prepare_rms_norm(a: launcher.Args) -> launcher.Launch:
         scalars=(*scalars, eps, weight_offset),
         allocate=allocate, returns="out",
         disjoint=(launcher.Disjoint("x", "out", allow_same=True, a_rows=rows, b_rows=out_rows),
-                  launcher.Disjoint("weight", "out")))
+                  launcher.Disjoint("weight", "out", b_rows=out_rows)))
 
 
 def _prepare_fused_add_rms_norm(a: launcher.Args) -> launcher.Launch:
@@ -91,7 +91,8 @@ def _prepare_fused_add_rms_norm(a: launcher.Args) -> launcher.Launch:
         scalars=(*_row_scalars(rows, rows.row_stride, res_rows.row_stride), eps, weight_offset),
         returns=("x", "residual"),
         disjoint=(launcher.Disjoint("x", "residual", a_rows=rows, b_rows=res_rows),
-                  launcher.Disjoint("weight", "x"), launcher.Disjoint("weight", "residual")))
+                  launcher.Disjoint("weight", "x", b_rows=rows),
+                  launcher.Disjoint("weight", "residual", b_rows=res_rows)))
 
 
 def _prepare_layer_norm(a: launcher.Args) -> launcher.Launch:
@@ -114,7 +115,8 @@ def _prepare_layer_norm(a: launcher.Args) -> launcher.Launch:
         scalars=(*_row_scalars(rows, rows.row_stride, out_rows.row_stride), eps),
         allocate=allocate, returns="out",
         disjoint=(launcher.Disjoint("x", "out", allow_same=True, a_rows=rows, b_rows=out_rows),
-                  launcher.Disjoint("weight", "out"), launcher.Disjoint("bias", "out")))
+                  launcher.Disjoint("weight", "out", b_rows=out_rows),
+                  launcher.Disjoint("bias", "out", b_rows=out_rows)))
 
 
 _RMS_NORM = launcher.Op("rms_norm", arrays=("x", "weight", "out"), scalars=("eps", "weight_offset"),

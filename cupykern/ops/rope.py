@@ -85,13 +85,13 @@ def _qk_disjoint(q_heads, k_heads, *, inplace: bool, read=("positions", "cos_sin
     k are only read and the outputs are new: no rule."""
     if not inplace:
         return ()
-    rules = tuple(launcher.Disjoint(r, w) for w in ("q", "k") for r in read)
+    # Exact for heads laid out contiguously within a token (slices of one fused QKV row:
+    # q against k, and a read array between two tokens' rows), conservative otherwise.
+    q_rows, k_rows = _arrays.heads_as_rows(q_heads), None if k_heads is None else _arrays.heads_as_rows(k_heads)
+    rules = tuple(launcher.Disjoint(r, w, b_rows=w_rows) for w, w_rows in (("q", q_rows), ("k", k_rows)) for r in read)
     if k_heads is None:
         return rules
-    # q and k rotated by one launch: exact for heads laid out contiguously within a token
-    # (slices of one fused QKV row), conservative otherwise.
-    return (launcher.Disjoint("q", "k", a_rows=_arrays.heads_as_rows(q_heads), b_rows=_arrays.heads_as_rows(k_heads)),
-            *rules)
+    return (launcher.Disjoint("q", "k", a_rows=q_rows, b_rows=k_rows), *rules)
 
 
 def _positions(sig, token_shape) -> tuple[_arrays.Sig, int]:
