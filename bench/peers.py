@@ -35,8 +35,8 @@ of a peer over cupykern (> 1: cupykern is faster); the markdown table printed at
 (also written beside the JSON as .md) gives, per op and size, the fastest correct peer
 of all and cupykern's % of the device-to-device copy measured at the start of the run
 (1 GiB a direction), and at sizes past decode its % of a copy of the same bytes (a
-cudaMemcpy moving the point's minimal byte count, half read and half written, cold L2,
-timed when the point is): a copy of tens of MiB does not reach the 1 GiB copy's GB/s
+cudaMemcpy moving the point's minimal byte count, half read and half written, each half
+rounded down to a multiple of 4096 bytes, cold L2, timed when the point is): a copy of tens of MiB does not reach the 1 GiB copy's GB/s
 (launch and the last wave's tail), so this column says what a kernel moving those bytes
 can be expected to reach.
 
@@ -772,18 +772,20 @@ def markdown_table(rows: list[dict], num_tokens, *, header: str) -> str:
     return "\n".join(lines)
 
 
-def same_bytes_copy_gbps(nbytes_moved: int, known: dict, *, rounds: int = 3) -> float:
-    """GB/s of a device-to-device cudaMemcpy moving ``nbytes_moved`` bytes in all (half
-    read, half written; cold L2, :func:`cupykern.timing.copy_bandwidth`): the fastest of
-    ``rounds`` medians, measured once per byte count of the run (``known`` keeps them).
-    One median of 20 copies of 10-40 MiB a direction read 9-28 % below its neighbours'
-    in d4ad7b3's run (bench/results/NOTES.md, item 37); the fastest of a few is what a
-    copy of those bytes can reach."""
-    import cupy
+#: Byte counts a same-bytes copy is rounded down to (see :func:`same_bytes_copy_gbps`).
+COPY_GRANULE = 4096
 
+
+def same_bytes_copy_gbps(nbytes_moved: int, known: dict) -> float:
+    """GB/s of a device-to-device cudaMemcpy moving about ``nbytes_moved`` bytes in all
+    (half read, half written; cold L2, :func:`cupykern.timing.copy_bandwidth`), measured
+    once per byte count of the run (``known`` keeps them). Each direction's count is
+    rounded down to a multiple of 4096 bytes (at least 4096): on the H200 a copy of
+    43,008,000 bytes ran at 3815-3835 GB/s and one of 256, 512 or 16 bytes more at
+    3314-3556, 10,752,000 bytes at 2435-2475 against 1824-2123 (bench/results/NOTES.md,
+    item 37, call D); what a kernel moving those bytes can reach is the fast copy's rate."""
     if nbytes_moved not in known:
-        known[nbytes_moved] = max(timing.copy_bandwidth(max(1, nbytes_moved // 2)) for _ in range(rounds))
-        cupy.get_default_memory_pool().free_all_blocks()
+        known[nbytes_moved] = timing.copy_bandwidth(max(COPY_GRANULE, nbytes_moved // 2 // COPY_GRANULE * COPY_GRANULE))
     return known[nbytes_moved]
 
 
