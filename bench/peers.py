@@ -36,9 +36,9 @@ of a peer over cupykern (> 1: cupykern is faster); the markdown table printed at
 of all and cupykern's % of the device-to-device copy measured at the start of the run
 (1 GiB a direction), and at sizes past decode its % of a copy of the same bytes (a
 cudaMemcpy moving the point's minimal byte count, half read and half written, each half
-rounded down to a multiple of 4096 bytes, cold L2, timed when the point is): a copy of tens of MiB does not reach the 1 GiB copy's GB/s
-(launch and the last wave's tail), so this column says what a kernel moving those bytes
-can be expected to reach.
+rounded down to a multiple of 4096 bytes, cold L2, timed when the point is): a copy of
+tens of MiB does not reach the 1 GiB copy's GB/s (launch and the last wave's tail), so
+this column says what a kernel moving those bytes can be expected to reach.
 
 torch.compile is static (``dynamic=False``, default mode: the CUDA graph is ours): one
 compile per (op, formulation, model, num_tokens). To keep that inside one device call,
