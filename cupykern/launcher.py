@@ -483,7 +483,7 @@ class Op:
             _tuple_getter([index[name] for name in launch.returns])
         if launch.template is None:
             return _Recipe(None, None, (), (), 0, None, (), (), allocate, None, (), [None], result, None, None, None)
-        overlaps, compared = [], []  # compared: the array indices the rules read, in order
+        overlaps, slots = [], {}  # slots: array index -> its place among the addresses a call reads
         for rule in launch.disjoint:
             a, b = values[rule.a], values[rule.b]
             if a is None or b is None or rule.a in allocated or rule.b in allocated or not a.size or not b.size:
@@ -500,10 +500,7 @@ class Op:
                 # out; _arrays.check_interleaved). One row on both sides: the extents say it.
                 (period,), a_width, b_width = periods, a_geometry[1], b_geometry[1]
             hint = f" (in place is allowed only as {rule.b}={rule.a} exactly)" if rule.allow_same else ""
-            for name in (rule.a, rule.b):
-                if index[name] not in compared:
-                    compared.append(index[name])
-            i, j = compared.index(index[rule.a]), compared.index(index[rule.b])
+            i, j = (slots.setdefault(index[name], len(slots)) for name in (rule.a, rule.b))
             # [pa + a_lo, pa + a_hi) meets [pb + b_lo, pb + b_hi) iff a_lo - b_hi < pb - pa < a_hi - b_lo.
             overlaps.append((i, j, a_lo - b_hi, a_hi - b_lo, rule.allow_same and a == b,
                              (period, a_width, b_width, f"{rule.b} overlaps {rule.a} in memory{hint}")))
@@ -511,7 +508,7 @@ class Op:
         then = self._kernel_launch(launch.then) if launch.then is not None else None
         kernel, function, grid, block, shared_mem, pick, offsets, scalars, plan, template = first
         return _Recipe(kernel, function, grid, block, shared_mem, pick, offsets, scalars, allocate,
-                       _tuple_getter(compared) if compared else None, tuple(overlaps), [None], result, plan, then,
+                       _tuple_getter(list(slots)) if slots else None, tuple(overlaps), [None], result, plan, then,
                        template)
 
     def _kernel_launch(self, launch: Launch) -> tuple:
