@@ -1008,6 +1008,15 @@ ROPE_WIDE_NORM_GRID_WAVES = 2
 #: (SmolLM2-135M: 16 threads a token at prefill) still fill whole warps (those sizes untimed).
 ROPE_WIDE_BLOCK_THREADS = 64
 ROPE_WIDE_NORM_BLOCK_THREADS = 128
+#: Heads a thread at which qk_rms_norm_rope's prefill plan (16-bit q/k, one token a block
+#: already: a token's threads fill ROPE_WIDE_NORM_BLOCK_THREADS) launches rope.cu's token
+#: kernel (a block per token, no token loop: the wide kernel's bits) instead of the wide
+#: kernel's waves. Measured on the H200 (bf16, cold L2,
+#: bench/results/NOTES.md item 38, calls E and F): llama-3.1-70b's 3 heads (64 registers
+#: against the wide kernel's 96) 3.4-3.9 % faster at 1024-16384 tokens; llama-3.1-8b's 5
+#: (112 registers against 119) level at 4096 and 5 % slower at 16384, so not 5. fp32
+#: (16 lanes a head) untimed: its 3-heads kernel with pass-through dims spills 8 bytes.
+ROPE_NORM_TOKEN_HEADS = (3,)
 #: Resident 256-thread blocks an SM a wave counts where the kernel's own count is not known
 #: (planning without a GPU), scaled to the plan's block (4 of 128 threads, the same 512
 #: threads an SM: the 5-heads kernels' 112-128 registers). The ops pass the CUDA
@@ -1054,6 +1063,9 @@ class RopePlan:
     #: 0: a block per group of tokens_per_block tokens; n >= 1: grid-stride, the grid
     #: capped at n waves of resident blocks (:func:`rope_resident_grid`).
     grid_waves: int = 0
+    #: qk_rms_norm_rope's token kernel (:data:`ROPE_NORM_TOKEN_HEADS`): heads_per_thread
+    #: heads a thread, one token a block and exactly one block per token.
+    token_kernel: bool = False
 
     kind = "rope"
     shared_mem_bytes = 0
@@ -1084,7 +1096,10 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     widest compiled one that also divides rotary_dim / 2 and head_dim. For
     qk_rms_norm_rope the row group (threads_per_head) depends on head_dim, rotary_dim
     and the vector width only, so a head's reduction order never depends on the batch.
-    The rule takes no launch overrides: any raise ValueError (never ignored).
+    At prefill sizes a 16-bit qk_rms_norm_rope whose wide layout holds a number of
+    :data:`ROPE_NORM_TOKEN_HEADS` heads a thread in one-token blocks takes the token
+    kernel (``token_kernel``: a block per token, no waves). The rule takes no launch overrides: any raise
+    ValueError (never ignored).
     """
     check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
     # Python ints from here on (NumPy's unsigned and small ints wrapped in -(-n // h)).
@@ -1114,14 +1129,21 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
         wide = heads_per_thread > 0
     if not wide:
         heads_per_thread, waves, block_threads = (1 if few_tokens else steps_heads), 0, ROPE_MAX_BLOCK_SIZE
+    token_heads = rope_norm_token_heads()  # read at every shape too
     head_slots = max(1, min(-(-num_heads // heads_per_thread), block_cap // threads_per_head))
     threads_per_token = threads_per_head * head_slots
     # Fill the block (the wide kernels' block_threads of it) with tokens, but keep at least
     # one block per SM while tokens last.
     tokens_per_block = max(1, min(min(block_threads, block_cap) // threads_per_token,
                                   -(-num_tokens // limits.sm_count)))
+    # The token kernel where the wide plan already takes one token a block (its launch then
+    # differs only by a block per token instead of waves).
+    token_kernel = (fused_norm and wide and not few_tokens and np.dtype(dtype).itemsize == 2 and tokens_per_block == 1
+                    and heads_per_thread in token_heads and num_tokens <= _limit(limits, "max_grid_x"))
+    if token_kernel:
+        waves = 0
     plan = RopePlan(vec_width, threads_per_head, head_slots, tokens_per_block, (1, 1, 1),
-                    heads_per_thread=heads_per_thread if wide else 0, grid_waves=waves)
+                    heads_per_thread=heads_per_thread if wide else 0, grid_waves=waves, token_kernel=token_kernel)
     if plan.block_size > block_cap:  # a head's threads alone past a very small device's blocks
         raise PlanError(f"rope block of {plan.block_size} threads exceeds {block_cap}")
     estimate = max(1, _constant("ROPE_WIDE_BLOCKS_PER_SM") * ROPE_MAX_BLOCK_SIZE // plan.block_size)
@@ -1148,6 +1170,16 @@ def rope_resident_grid(plan: RopePlan, num_tokens: int, blocks_per_sm: int, limi
     if waves:
         blocks = min(blocks, waves * blocks_per_sm * int(limits.sm_count))
     return replace(plan, grid=(min(blocks, _limit(limits, "max_grid_x")), 1, 1))
+
+
+def rope_norm_token_heads() -> tuple[int, ...]:
+    """:data:`ROPE_NORM_TOKEN_HEADS`, PlanError naming it unless a tuple of choices of
+    :data:`ROPE_WIDE_NORM_HEADS_CHOICES` (the token kernel is compiled for those)."""
+    value, allowed = ROPE_NORM_TOKEN_HEADS, rope_wide_heads_choices(fused_norm=True)
+    if not isinstance(value, tuple) or not all(_is_int(h) and h in allowed for h in value):
+        raise PlanError(f"plans.ROPE_NORM_TOKEN_HEADS must be a tuple of plans.ROPE_WIDE_NORM_HEADS_CHOICES "
+                        f"{allowed}, got {value!r}")
+    return value
 
 
 def rope_wide(fused_norm: bool, units: int, pass_vecs: int, threads_per_head: int) -> bool:

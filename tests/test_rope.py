@@ -41,8 +41,9 @@ def test_rope_instantiation_count_is_bounded():
     exprs = families.instantiations()["rope.cu"]
     # steps kernels: 60 apply_rope x 3 M-RoPE layouts (NeoX only for M-RoPE: 60 + 2 x 30) + 80 qk_rms_norm_rope;
     # wide kernels: the same x 4 heads-per-thread choices x in place or not for apply_rope (960)
-    # + 80 qk_rms_norm_rope x 4 heads-per-thread choices x pass-through dims or not (640)
-    assert len(exprs) == len(set(exprs)) and len(exprs) <= 1800
+    # + 80 qk_rms_norm_rope x 4 heads-per-thread choices x pass-through dims or not (640);
+    # qk_rms_norm_rope's token kernel: the wide one's 16-bit instantiations (64 x 4 x 2 = 512)
+    assert len(exprs) == len(set(exprs)) and len(exprs) <= 2400
     spaces = rope_ops.instantiations()
     assert sorted(exprs) == sorted(e for space in spaces.values() for e in space)
 
@@ -443,11 +444,17 @@ def test_rope_intake_rejects_launch_overrides(prepare, key, value):
         assert launcher.ops()[name].plan_kind == "rope" and launcher.ops()[name].launch_options == ()
 
 
-def test_grid_stride_launches_are_regridded_by_the_kernel_s_occupancy():
+def test_grid_stride_launches_are_regridded_by_the_kernel_s_occupancy(monkeypatch):
     """qk_rms_norm_rope's grid-stride grid is whole waves of the blocks an SM holds of the
     kernel launched (the launcher passes the occupancy API's count to Launch.regrid): plan_rope's
     estimate (ROPE_WIDE_BLOCKS_PER_SM) left llama-3.1-70b's last third of blocks alone (item 33).
-    Decode sizes, which no count could cap, and apply_rope's block per token group have none."""
+    Decode sizes, which no count could cap, apply_rope's block per token group and the token
+    kernel's block per token have none (70b's shape takes the token kernel since item 38: the
+    wide kernel's waves are checked with it turned off)."""
+    token = _qk_norm(q=contiguous((16384, 64, 128), BF16), k=contiguous((16384, 8, 128), BF16))
+    assert token.template is rope_ops.QK_RMS_NORM_ROPE_TOKEN and token.regrid is None
+    assert token.plan.grid == (16384, 1, 1) and token.plan.tokens_per_block == 1
+    monkeypatch.setattr(plans, "ROPE_NORM_TOKEN_HEADS", ())
     sms = plans.H200_LIMITS.sm_count
     launch = _qk_norm(q=contiguous((16384, 64, 128), BF16), k=contiguous((16384, 8, 128), BF16))
     # (70b's 192-thread blocks: 2 * 256 // 192 = 2 an SM by the CPU estimate)

@@ -27,7 +27,10 @@ LAYOUTS = [({"ROPE_LAYOUT": "steps"}, "steps"),
            ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_HEADS_CHOICES": (2,)}, "wide-2-heads"),
            ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_GRID_WAVES": 1, "ROPE_WIDE_NORM_GRID_WAVES": 0}, "wide-waves-swapped"),
            ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_BLOCK_THREADS": 256, "ROPE_WIDE_NORM_BLOCK_THREADS": 1},
-            "wide-block-threads-swapped")]
+            "wide-block-threads-swapped"),
+           # qk_rms_norm_rope's token kernel at every heads-a-thread choice (16-bit, prefill sizes)
+           ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_NORM_BLOCK_THREADS": 1, "ROPE_NORM_TOKEN_HEADS": (2, 3, 4, 5)},
+            "token-kernel-every-heads")]
 
 
 def _plan(num_tokens, head_dim=128, rotary_dim=128, dtype=BF16, fused_norm=False, max_vec=None):
@@ -317,6 +320,57 @@ def test_wide_kernels_in_the_planned_shape_do_not_spill(dtype, num_tokens, fused
     assert not any(spills.values()), {e: n for e, n in spills.items() if n}
 
 
+def test_qk_token_kernel_where_the_wide_plan_takes_one_token_a_block(monkeypatch):
+    """16-bit qk_rms_norm_rope at prefill sizes with ROPE_NORM_TOKEN_HEADS heads a thread in
+    one-token blocks (llama-3.1-70b's 72 heads at 3) takes the token kernel: a block per
+    token, no waves; not at decode sizes, not fp32, not 8b's 5 heads, not where a block
+    holds several tokens (SmolLM2-135M), not with the constant empty (item 38)."""
+    assert plans.ROPE_NORM_TOKEN_HEADS == (3,)
+
+    def plan(num_tokens, heads=72, dtype=BF16, head_dim=128):
+        return plans.plan_rope(num_tokens, heads, head_dim, head_dim, dtype, max_vec_width=16 // np.dtype(dtype).itemsize,
+                               fused_norm=True, limits=plans.H200_LIMITS)
+
+    for dtype in (BF16, np.float16):
+        for n in (528, 4096, 16384):
+            p = plan(n, dtype=dtype)
+            assert (p.token_kernel, p.heads_per_thread, p.tokens_per_block, p.grid_waves, p.grid) == \
+                (True, 3, 1, 0, (n, 1, 1))
+            assert p.block_size == 192
+    assert not plan(527).token_kernel and plan(527).grid_waves  # decode sizes: the wide kernel's waves
+    assert not plan(4096, dtype=np.float32).token_kernel
+    assert plan(4096, heads=40).heads_per_thread == 5 and not plan(4096, heads=40).token_kernel
+    assert plan(4096, heads=12, head_dim=64).tokens_per_block > 1 and not plan(4096, heads=12, head_dim=64).token_kernel
+    assert not plans.plan_rope(4096, 72, 128, 128, BF16, max_vec_width=8, fused_norm=False,
+                               limits=plans.H200_LIMITS).token_kernel  # apply_rope has none
+    # the grid is a block per token: a device whose grid is shorter takes the wide kernel
+    assert not plans.plan_rope(4096, 72, 128, 128, BF16, max_vec_width=8, fused_norm=True,
+                               limits=replace(plans.H200_LIMITS, max_grid_x=4095)).token_kernel
+    monkeypatch.setattr(plans, "ROPE_NORM_TOKEN_HEADS", ())
+    assert not plan(4096).token_kernel and plan(4096).grid_waves == plans.ROPE_WIDE_NORM_GRID_WAVES
+
+
+@pytest.mark.parametrize("value", [(6,), [3], (True,), ("3",), 3, None])
+def test_bad_token_heads_are_refused_by_name_at_every_shape(monkeypatch, value):
+    monkeypatch.setattr(plans, "ROPE_NORM_TOKEN_HEADS", value)
+    for n in (1, 4096):
+        for fused_norm in (False, True):
+            with pytest.raises(ValueError, match=r"plans\.ROPE_NORM_TOKEN_HEADS must be a tuple of "
+                                                 r"plans\.ROPE_WIDE_NORM_HEADS_CHOICES"):
+                _plan(n, fused_norm=fused_norm)
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float16], ids=["bf16", "fp16"])
+def test_token_kernel_in_the_planned_shape_does_not_spill(dtype):
+    plan = plans.plan_rope(4096, 72, 128, 128, dtype, max_vec_width=8, fused_norm=True, limits=plans.H200_LIMITS)
+    assert plan.token_kernel
+    exprs = [rope_ops.QK_RMS_NORM_ROPE_TOKEN.expr(_dtypes.c_type(dtype), "float", "long long", neox, plan.vec_width,
+                                                  plan.threads_per_head, plan.heads_per_thread, has_pass)
+             for neox in (True, False) for has_pass in (True, False)]
+    spills = jit.nvrtc_spills("rope.cu", exprs, "90")
+    assert not any(spills.values()), {e: n for e, n in spills.items() if n}
+
+
 def test_every_planned_wide_instantiation_is_enumerated(monkeypatch):
     exprs = set(rope_ops.instantiations()[rope_ops.APPLY_ROPE_WIDE])
     for heads in plans.ROPE_WIDE_HEADS_CHOICES:
@@ -324,6 +378,10 @@ def test_every_planned_wide_instantiation_is_enumerated(monkeypatch):
             assert rope_ops.APPLY_ROPE_WIDE.expr("__nv_bfloat16", "float", "int", False, 1, 0, heads, in_place) in exprs
     assert len(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE_WIDE]) == \
         len(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE]) * len(plans.ROPE_WIDE_NORM_HEADS_CHOICES) * 2
+    # the token kernel: the wide one's 16-bit instantiations under its own name
+    wide_16 = [e for e in rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE_WIDE] if "float," not in e.split("<")[1][:7]]
+    assert sorted(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE_TOKEN]) == \
+        sorted(e.replace("qk_rms_norm_rope_wide_kernel", "qk_rms_norm_rope_token_kernel") for e in wide_16)
     qk_exprs = set(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE_WIDE])
     for heads in plans.ROPE_WIDE_NORM_HEADS_CHOICES:
         for has_pass in (True, False):
@@ -492,8 +550,8 @@ def test_qk_rms_norm_rope_grid_is_whole_waves_of_its_resident_blocks(dtype, num_
         return _inputs(7, 3000, num_q_heads, num_kv_heads, 128, 128, dtype, np.float32, np.int64, bad=True)
 
     inputs = make()
-    with launcher.recording() as launched:
-        _qk(inputs, True)
+    with launcher.recording() as launched:  # the wide kernel's waves: 70b's token kernel turned off
+        _under({"ROPE_NORM_TOKEN_HEADS": ()}, lambda: _qk(inputs, True))
     (rec,) = launched
     per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(rec.function.ptr, rec.block[0], 0)
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
@@ -501,7 +559,8 @@ def test_qk_rms_norm_rope_grid_is_whole_waves_of_its_resident_blocks(dtype, num_
     assert rec.plan.heads_per_thread and rec.plan.grid_waves == plans.ROPE_WIDE_NORM_GRID_WAVES
     assert rec.grid == (min(groups, plans.ROPE_WIDE_NORM_GRID_WAVES * per_sm * sms), 1, 1) == rec.plan.grid
     got = {"wide": b"".join(cupy.asnumpy(o).tobytes() for o in (inputs["q"], inputs["k"]))}
-    for constants, name in (({"ROPE_LAYOUT": "steps"}, "steps"), ({"ROPE_WIDE_NORM_GRID_WAVES": 0}, "blocks")):
+    for constants, name in (({"ROPE_LAYOUT": "steps"}, "steps"), ({"ROPE_WIDE_NORM_GRID_WAVES": 0}, "blocks"),
+                            ({}, "default")):
         i = make()
         outs = _under(constants, lambda: _qk(i, True))
         got[name] = b"".join(cupy.asnumpy(o).tobytes() for o in outs)

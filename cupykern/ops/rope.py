@@ -17,6 +17,9 @@ QK_RMS_NORM_ROPE = KernelTemplate("rope.cu", "qk_rms_norm_rope_kernel")
 #: The wide layout (plans.ROPE_LAYOUT "wide"): same math, several heads in flight per thread.
 APPLY_ROPE_WIDE = KernelTemplate("rope.cu", "apply_rope_wide_kernel")
 QK_RMS_NORM_ROPE_WIDE = KernelTemplate("rope.cu", "qk_rms_norm_rope_wide_kernel")
+#: qk_rms_norm_rope at prefill sizes where plans.ROPE_NORM_TOKEN_HEADS says: the wide
+#: kernel's template arguments and bits, one token a block (16-bit q/k only).
+QK_RMS_NORM_ROPE_TOKEN = KernelTemplate("rope.cu", "qk_rms_norm_rope_token_kernel")
 
 #: Position dtypes -> TPos (never reinterpreted: each has its own instantiation).
 POSITION_TYPES = _dtypes.INDEX_C_TYPES
@@ -37,9 +40,10 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
     (x threads per head for qk_rms_norm_rope; x M-RoPE layout for apply_rope, the M-RoPE
     layouts with the NeoX pairing only), of the "steps" kernels and of the wide ones
     (x heads per thread, plans.ROPE_WIDE_HEADS_CHOICES / ROPE_WIDE_NORM_HEADS_CHOICES;
-    apply_rope's also x in place or not, qk_rms_norm_rope's x pass-through dims or not)."""
+    apply_rope's also x in place or not, qk_rms_norm_rope's x pass-through dims or not),
+    and qk_rms_norm_rope's token kernel as its wide one in the 16-bit dtypes."""
     spaces: dict[KernelTemplate, list[str]] = {APPLY_ROPE: [], QK_RMS_NORM_ROPE: [], APPLY_ROPE_WIDE: [],
-                                               QK_RMS_NORM_ROPE_WIDE: []}
+                                               QK_RMS_NORM_ROPE_WIDE: [], QK_RMS_NORM_ROPE_TOKEN: []}
     for d in _dtypes.DTYPES:
         for c in _cache_dtypes(d):
             for p in POSITION_TYPES.values():
@@ -59,6 +63,9 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
                                 for has_pass in (True, False):
                                     spaces[QK_RMS_NORM_ROPE_WIDE].append(
                                         QK_RMS_NORM_ROPE_WIDE.expr(*lead, w, g, heads, has_pass))
+                                    if np.dtype(d).itemsize == 2:
+                                        spaces[QK_RMS_NORM_ROPE_TOKEN].append(
+                                            QK_RMS_NORM_ROPE_TOKEN.expr(*lead, w, g, heads, has_pass))
     return spaces
 
 
@@ -329,8 +336,11 @@ def _prepare_qk_rms_norm_rope(a: launcher.Args) -> launcher.Launch:
                            op="qk_rms_norm_rope")
     targs = (_dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype), POSITION_TYPES[positions.dtype], is_neox,
              plan.vec_width, plan.threads_per_head)
-    template, targs = (QK_RMS_NORM_ROPE_WIDE, (*targs, plan.heads_per_thread, rotary_dim < qh.head_dim)) \
-        if plan.heads_per_thread else (QK_RMS_NORM_ROPE, targs)
+    if plan.heads_per_thread:
+        template = QK_RMS_NORM_ROPE_TOKEN if plan.token_kernel else QK_RMS_NORM_ROPE_WIDE
+        targs = (*targs, plan.heads_per_thread, rotary_dim < qh.head_dim)
+    else:
+        template = QK_RMS_NORM_ROPE
     return launcher.Launch(
         template, targs, plan, regrid=_regrid(plan, qh.num_tokens, a.limits),
         pointers=("q", "k", "q_weight", "k_weight", "positions", "cos_sin_cache"),
