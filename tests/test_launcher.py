@@ -210,12 +210,15 @@ def test_out_of_place_rope_allocates_both_outputs(fake_gpu):
                             check_positions=False)
 
 
-def test_grid_stride_plans_launch_whole_waves_of_the_kernel_s_occupancy(fake_gpu):
+def test_grid_stride_plans_launch_whole_waves_of_the_kernel_s_occupancy(fake_gpu, monkeypatch):
     """qk_rms_norm_rope's grid-stride grid comes from the compiled kernel's blocks an SM
     (Launch.regrid with jit.blocks_per_sm: FAKE_BLOCKS_PER_SM under the stand-ins), in
-    the launch, its recording and plan_for alike; plan_rope's estimate would give 528."""
+    the launch, its recording and plan_for alike; plan_rope's estimate would give 528.
+    llama-3.1-70b's heads, with the token kernel that takes them by default turned off."""
     from tests.helpers import FAKE_BLOCKS_PER_SM
 
+    monkeypatch.setattr(plans, "ROPE_NORM_TOKEN_HEADS", ())
+    launcher.clear_caches()  # (fake_gpu clears them again afterwards)
     n = 16384
     q, k = FakeArray((n, 64, 128), bf16), FakeArray((n, 8, 128), bf16, ptr=1 << 32)
     weights = FakeArray((128,), bf16, ptr=1 << 33), FakeArray((128,), bf16, ptr=(1 << 33) + 4096)
