@@ -1,7 +1,7 @@
 """SASS of the pairs item 38 could not tell apart by timing patches (NOTES item 38, call I):
 call C's bare qk kernel against rope.cu's token kernel under __maxnreg__(96) (8b's 5
 heads), and call A's bare fused add against norm.cu's fused_add_rms_norm_kernel (bf16,
-256 threads). NVRTC cubins for sm_90, disassembled with cuobjdump; writes <name>.sass
+256 threads). NVRTC's PTX assembled by ptxas for sm_90, disassembled with cuobjdump; writes <name>.sass
 and prints each kernel's instruction count and its counts by opcode."""
 import collections
 import os
@@ -32,16 +32,19 @@ for name, (code, expr) in builds.items():
     prog = nvrtc.createProgram(code, name + ".cu", (), ())
     nvrtc.addNameExpression(prog, expr)
     nvrtc.compileProgram(prog, [*jit.nvrtc_options("90")])
-    lowered = nvrtc.getLoweredName(prog, expr)
-    cubin = OUT / f"{name}.cubin"
-    cubin.write_bytes(nvrtc.getCUBIN(prog))
+    ptx = OUT / f"{name}.ptx"
+    ptx.write_bytes(nvrtc.getPTX(prog).rstrip(b"\0"))
     nvrtc.destroyProgram(prog)
-    run = subprocess.run([tool, "-sass", "-fun", lowered, str(cubin)], capture_output=True, text=True)
+    # NVRTC's own cubin read as "no device code" / "an invalid ELF file" to the device's
+    # cuobjdump and nvdisasm (call I's first tries): assemble its PTX with ptxas instead.
+    cubin = OUT / f"{name}.cubin"
+    subprocess.run([str(Path(tool).parent / "ptxas"), "-arch=sm_90", "-o", str(cubin), str(ptx)], check=True)
+    run = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True)
     if run.returncode or not run.stdout:
         print(name, "cuobjdump rc", run.returncode, run.stderr[:500], flush=True)
-        run = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True)
     (OUT / f"{name}.sass").write_text(run.stdout)
     cubin.unlink()
+    ptx.unlink()
     ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", run.stdout)
     counts = collections.Counter(op.split(".")[0] for op in ops)
     print(f"{name}: {len(ops)} instructions; " + ", ".join(f"{k} {v}" for k, v in counts.most_common(18)), flush=True)
