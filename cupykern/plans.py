@@ -1008,15 +1008,17 @@ ROPE_WIDE_NORM_GRID_WAVES = 2
 #: (SmolLM2-135M: 16 threads a token at prefill) still fill whole warps (those sizes untimed).
 ROPE_WIDE_BLOCK_THREADS = 64
 ROPE_WIDE_NORM_BLOCK_THREADS = 128
-#: Heads a thread at which qk_rms_norm_rope's prefill plan (16-bit q/k, one token a block
-#: already: a token's threads fill ROPE_WIDE_NORM_BLOCK_THREADS) launches rope.cu's token
-#: kernel (a block per token, no token loop: the wide kernel's bits) instead of the wide
-#: kernel's waves. Measured on the H200 (bf16, cold L2,
-#: bench/results/NOTES.md item 38, calls E and F): llama-3.1-70b's 3 heads (64 registers
-#: against the wide kernel's 96) 3.4-3.9 % faster at 1024-16384 tokens; llama-3.1-8b's 5
-#: (112 registers against 119) level at 4096 and 5 % slower at 16384, so not 5. fp32
-#: (16 lanes a head) untimed: its 3-heads kernel with pass-through dims spills 8 bytes.
-ROPE_NORM_TOKEN_HEADS = (3,)
+#: Heads a thread at which qk_rms_norm_rope's prefill plan launches rope.cu's token
+#: kernel (one token a block, a block per token, no token loop and no guards: the wide
+#: kernel's bits) instead of the wide kernel, where its shape is full (:func:`_rope_token_full`):
+#: bf16, full rotary with one unit a lane, every slot holding this many heads, whole warps of
+#: at least 64 threads a token. Measured on the H200 (bf16, cold L2, against the wide
+#: kernel's launch, bench/results/NOTES.md item 38, call J): llama-3.1-8b's 5 heads 11.7 /
+#: 6.0 / 5.5 % less at 1024 / 4096 / 16384 tokens, -70b's 3 heads 11-12 / 6 / 3 % less at
+#: 1024 / 4096 and 1 % more at 16384 than the guarded token kernel of 5fe4b27 (itself 3-4 %
+#: under the wide kernel). fp16's 5 heads spill 16 bytes under the kernel's 96 registers
+#: (fp16 untimed: it keeps the wide kernel); 32-thread tokens (SmolLM2-135M) untimed.
+ROPE_NORM_TOKEN_HEADS = (3, 5)
 #: Resident 256-thread blocks an SM a wave counts where the kernel's own count is not known
 #: (planning without a GPU), scaled to the plan's block (4 of 128 threads, the same 512
 #: threads an SM: the 5-heads kernels' 112-128 registers). The ops pass the CUDA
@@ -1064,7 +1066,7 @@ class RopePlan:
     #: capped at n waves of resident blocks (:func:`rope_resident_grid`).
     grid_waves: int = 0
     #: qk_rms_norm_rope's token kernel (:data:`ROPE_NORM_TOKEN_HEADS`): heads_per_thread
-    #: heads a thread, one token a block and exactly one block per token.
+    #: heads a thread, one token a block and exactly one block per token, every thread busy.
     token_kernel: bool = False
 
     kind = "rope"
@@ -1096,9 +1098,9 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     widest compiled one that also divides rotary_dim / 2 and head_dim. For
     qk_rms_norm_rope the row group (threads_per_head) depends on head_dim, rotary_dim
     and the vector width only, so a head's reduction order never depends on the batch.
-    At prefill sizes a 16-bit qk_rms_norm_rope whose wide layout holds a number of
-    :data:`ROPE_NORM_TOKEN_HEADS` heads a thread in one-token blocks takes the token
-    kernel (``token_kernel``: a block per token, no waves). The rule takes no launch overrides: any raise
+    At prefill sizes a bf16 qk_rms_norm_rope whose wide layout holds a number of
+    :data:`ROPE_NORM_TOKEN_HEADS` heads a thread in a shape every thread fills takes the
+    token kernel (``token_kernel``: one token a block, a block per token, no waves). The rule takes no launch overrides: any raise
     ValueError (never ignored).
     """
     check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
@@ -1136,12 +1138,12 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     # one block per SM while tokens last.
     tokens_per_block = max(1, min(min(block_threads, block_cap) // threads_per_token,
                                   -(-num_tokens // limits.sm_count)))
-    # The token kernel where the wide plan already takes one token a block (its launch then
-    # differs only by a block per token instead of waves).
-    token_kernel = (fused_norm and wide and not few_tokens and np.dtype(dtype).itemsize == 2 and tokens_per_block == 1
-                    and heads_per_thread in token_heads and num_tokens <= _limit(limits, "max_grid_x"))
-    if token_kernel:
-        waves = 0
+    token_kernel = (fused_norm and wide and not few_tokens and heads_per_thread in token_heads
+                    and _rope_token_full(dtype, head_dim, rotary_dim, units, threads_per_head, head_slots,
+                                         heads_per_thread, num_heads)
+                    and num_tokens <= _limit(limits, "max_grid_x"))
+    if token_kernel:  # a block per token
+        tokens_per_block, waves = 1, 0
     plan = RopePlan(vec_width, threads_per_head, head_slots, tokens_per_block, (1, 1, 1),
                     heads_per_thread=heads_per_thread if wide else 0, grid_waves=waves, token_kernel=token_kernel)
     if plan.block_size > block_cap:  # a head's threads alone past a very small device's blocks
@@ -1170,6 +1172,16 @@ def rope_resident_grid(plan: RopePlan, num_tokens: int, blocks_per_sm: int, limi
     if waves:
         blocks = min(blocks, waves * blocks_per_sm * int(limits.sm_count))
     return replace(plan, grid=(min(blocks, _limit(limits, "max_grid_x")), 1, 1))
+
+
+def _rope_token_full(dtype, head_dim: int, rotary_dim: int, units: int, threads_per_head: int, head_slots: int,
+                     heads_per_thread: int, num_heads: int) -> bool:
+    """Whether qk_rms_norm_rope's token kernel may run this shape (its launch contract,
+    rope.cu): bf16, full rotary with one unit a lane, every slot holding heads_per_thread
+    heads, a token's threads whole warps, at least 64 of them (the shapes timed)."""
+    threads = threads_per_head * head_slots
+    return (np.dtype(dtype) == np.dtype(_dtypes.bfloat16) and rotary_dim == head_dim and units == threads_per_head
+            and head_slots * heads_per_thread == num_heads and threads % WARP_SIZE == 0 and threads >= 64)
 
 
 def rope_norm_token_heads() -> tuple[int, ...]:

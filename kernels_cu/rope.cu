@@ -698,18 +698,26 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, kQkWideMinBlocksPerSm) qk_r
 }
 
 // qk_rms_norm_rope, token kernel: the wide kernel's work split, per-element expressions
-// and order of the sum of squares (so its bits), without its token loop. Block b is token
-// b (tokens_per_block must be 1 and the grid num_tokens blocks; same signature as the wide
-// kernel), lane and slot come from kThreadsPerHead at compile time, each head is reduced,
-// scaled, rotated and stored in turn, 16-bit elements are widened with element() (with
-// to_float(elt) bf16's 5 heads took 126 registers), and a token out of range returns with
-// its whole block after its q/k loads were requested. plans.py::ROPE_NORM_TOKEN_HEADS says
-// where it is launched: llama-3.1-70b's 3 heads a thread (64 registers against the wide
-// kernel's 96) took 3.4-3.9 % less at 1024-16384 tokens, bf16 (bench/results/NOTES.md,
-// item 38, calls E and F); 8b's 5 (112 against 119) none at 4096.
+// and order of the sum of squares (so its bits: full rotary, no pass-through dims), for
+// shapes every thread fills, without the wide kernel's token loop and guards. Launch
+// contract (plans.py::plan_rope checks it): block = head_slots * kThreadsPerHead threads
+// exactly (a multiple of 32), num_q_heads + num_kv_heads = head_slots * kHeadsPerThread,
+// rotary_dim = head_dim = 2 * kThreadsPerHead * kVecWidth (every lane holds one unit of
+// every head it walks), tokens_per_block 1 and exactly num_tokens blocks (block b is token
+// b); same signature as the wide kernel. Lane and slot come from kThreadsPerHead at
+// compile time, each head is reduced, scaled, rotated and stored in turn, 16-bit elements
+// are widened with element(), and a token out of range returns with its whole block after
+// its q/k loads were requested. Its guards (a slot past head_slots, a head past num_heads,
+// a lane without a unit) took it from 816 to 1368 instructions in sm_90 SASS for bf16's 5
+// heads a thread, 25 of them divergent regions, and 5-9 % of the time. At most 96
+// registers (kQkTokenMaxRegisters): llama-3.1-8b (5 heads, 102 free) took 1.0-3.9 % less
+// with the cap, -70b (3 heads, 66 free, 80 capped) 1.7-5.5 %. Against the wide kernel's
+// launch, bf16: 8b 11.7 / 6.0 / 5.5 % less at 1024 / 4096 / 16384 tokens, 70b against the
+// wide kernel 11-12 / 6 / 3 % (bench/results/NOTES.md, item 38, call J).
+constexpr int kQkTokenMaxRegisters = 96;
 template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidth, int kThreadsPerHead,
-          int kHeadsPerThread, bool kHasPass>
-__global__ void __launch_bounds__(kRopeMaxBlockSize) qk_rms_norm_rope_token_kernel(
+          int kHeadsPerThread>
+__global__ void __maxnreg__(kQkTokenMaxRegisters) qk_rms_norm_rope_token_kernel(
     T* q, T* k, const T* __restrict__ q_weight, const T* __restrict__ k_weight,
     const TPos* __restrict__ positions, const TCache* __restrict__ cos_sin_cache,
     int num_tokens, int num_q_heads, int num_kv_heads, int head_dim,
@@ -721,10 +729,7 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize) qk_rms_norm_rope_token_kern
   const int slot = threadIdx.x / kThreadsPerHead;
   const int64_t token = blockIdx.x;
   const int half = rotary_dim / 2;
-  const int num_heads = num_q_heads + num_kv_heads;
   const float inv_head_dim = 1.0f / static_cast<float>(head_dim);
-  const bool has_unit = lane < half / kVecWidth;
-  const bool has_pass = kHasPass && lane < (head_dim - rotary_dim) / kVecWidth;
   int lo, hi;
   {
     int64_t lo64, hi64;
@@ -732,70 +737,45 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize) qk_rms_norm_rope_token_kern
     lo = static_cast<int>(lo64);
     hi = static_cast<int>(hi64);
   }
-  const int p_off = rotary_dim + lane * kVecWidth;
   // Requested first, waited on only after the token's q/k loads are in flight.
   const int64_t pos = static_cast<int64_t>(positions[token * positions_stride]);
   auto head_ptr = [&](int h) -> T* {
     return h < num_q_heads ? q + token * q_token_stride + static_cast<int64_t>(h) * q_head_stride
                            : k + token * k_token_stride + static_cast<int64_t>(h - num_q_heads) * k_head_stride;
   };
-  V xa[kHeadsPerThread], xb[kHeadsPerThread], xp[kHeadsPerThread];
+  V xa[kHeadsPerThread], xb[kHeadsPerThread];
 #pragma unroll
   for (int j = 0; j < kHeadsPerThread; ++j) {
-    const int h = slot + j * head_slots;
-    if (slot < head_slots && h < num_heads) {
-      const T* x = head_ptr(h);
-      if (has_unit) {
-        xa[j] = load_vec<T, kVecWidth>(x + lo);
-        xb[j] = load_vec<T, kVecWidth>(x + hi);
-      }
-      if (has_pass) xp[j] = load_vec<T, kVecWidth>(x + p_off);
-    }
+    const T* x = head_ptr(slot + j * head_slots);
+    xa[j] = load_vec<T, kVecWidth>(x + lo);
+    xb[j] = load_vec<T, kVecWidth>(x + hi);
   }
   if (pos < 0 || pos >= max_position) return;  // the token is left as it is (the whole block)
   float c[kVecWidth], s[kVecWidth];
-  if (has_unit) load_cos_sin<TCache, kVecWidth>(cos_sin_cache + pos * cache_stride, half, lane, c, s);
+  load_cos_sin<TCache, kVecWidth>(cos_sin_cache + pos * cache_stride, half, lane, c, s);
 #pragma unroll
   for (int j = 0; j < kHeadsPerThread; ++j) {
     const int h = slot + j * head_slots;
-    const bool active = slot < head_slots && h < num_heads;
     float sumsq = 0.0f;
-    if (active && has_unit) {
 #pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) {
-        sumsq = __fmaf_rn(element(xa[j], e), element(xa[j], e), sumsq);
-        sumsq = __fmaf_rn(element(xb[j], e), element(xb[j], e), sumsq);
-      }
+    for (int e = 0; e < kVecWidth; ++e) {
+      sumsq = __fmaf_rn(element(xa[j], e), element(xa[j], e), sumsq);
+      sumsq = __fmaf_rn(element(xb[j], e), element(xb[j], e), sumsq);
     }
-    if (active && has_pass) {
-#pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) sumsq = __fmaf_rn(element(xp[j], e), element(xp[j], e), sumsq);
-    }
-    // Every lane shuffles (a warp may hold slots past head_slots).
     sumsq = warp_reduce<SumOp, kThreadsPerHead>(sumsq);
     const float inv_rms = rsqrtf(sumsq * inv_head_dim + eps);
-    if (!active) continue;
     const T* w = h < num_q_heads ? q_weight : k_weight;
+    const V wa = load_vec<T, kVecWidth>(w + lo);
+    const V wb = load_vec<T, kVecWidth>(w + hi);
+    float a[kVecWidth], b[kVecWidth];
+#pragma unroll
+    for (int e = 0; e < kVecWidth; ++e) {
+      a[e] = element(xa[j], e) * inv_rms * element(wa, e);
+      b[e] = element(xb[j], e) * inv_rms * element(wb, e);
+    }
+    rotate_pairs<kIsNeox, kVecWidth>(a, b, c, s);
     T* x = head_ptr(h);
-    if (has_unit) {
-      const V wa = load_vec<T, kVecWidth>(w + lo);
-      const V wb = load_vec<T, kVecWidth>(w + hi);
-      float a[kVecWidth], b[kVecWidth];
-#pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) {
-        a[e] = element(xa[j], e) * inv_rms * element(wa, e);
-        b[e] = element(xb[j], e) * inv_rms * element(wb, e);
-      }
-      rotate_pairs<kIsNeox, kVecWidth>(a, b, c, s);
-      store_rounded<T, kVecWidth>(x + lo, a);
-      store_rounded<T, kVecWidth>(x + hi, b);
-    }
-    if (has_pass) {
-      const V wp = load_vec<T, kVecWidth>(w + p_off);
-      float y[kVecWidth];
-#pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) y[e] = element(xp[j], e) * inv_rms * element(wp, e);
-      store_rounded<T, kVecWidth>(x + p_off, y);
-    }
+    store_rounded<T, kVecWidth>(x + lo, a);
+    store_rounded<T, kVecWidth>(x + hi, b);
   }
 }

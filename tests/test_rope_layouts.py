@@ -27,10 +27,7 @@ LAYOUTS = [({"ROPE_LAYOUT": "steps"}, "steps"),
            ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_HEADS_CHOICES": (2,)}, "wide-2-heads"),
            ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_GRID_WAVES": 1, "ROPE_WIDE_NORM_GRID_WAVES": 0}, "wide-waves-swapped"),
            ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_BLOCK_THREADS": 256, "ROPE_WIDE_NORM_BLOCK_THREADS": 1},
-            "wide-block-threads-swapped"),
-           # qk_rms_norm_rope's token kernel at every heads-a-thread choice (16-bit, prefill sizes)
-           ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_NORM_BLOCK_THREADS": 1, "ROPE_NORM_TOKEN_HEADS": (2, 3, 4, 5)},
-            "token-kernel-every-heads")]
+            "wide-block-threads-swapped")]
 
 
 def _plan(num_tokens, head_dim=128, rotary_dim=128, dtype=BF16, fused_norm=False, max_vec=None):
@@ -86,7 +83,9 @@ def test_qk_norm_falls_back_to_steps_when_a_lane_holds_two_units():
 
 def test_wide_grid_waves_cap_the_grid(monkeypatch):
     # apply_rope: a block per group of tokens; qk_rms_norm_rope: ROPE_WIDE_NORM_GRID_WAVES waves
-    # (planned without the kernel: ROPE_WIDE_BLOCKS_PER_SM 256-thread blocks an SM, scaled to the block)
+    # (planned without the kernel: ROPE_WIDE_BLOCKS_PER_SM 256-thread blocks an SM, scaled to the block);
+    # 8b's qk takes the token kernel since item 38: the wide kernel's grid with it turned off
+    monkeypatch.setattr(plans, "ROPE_NORM_TOKEN_HEADS", ())
     assert _plan(16384).grid[0] == -(-16384 // _plan(16384).tokens_per_block)
 
     def resident(plan):
@@ -102,7 +101,8 @@ def test_wide_grid_waves_cap_the_grid(monkeypatch):
     assert plan.grid[0] == -(-16384 // plan.tokens_per_block)
 
 
-def test_resident_grid_takes_whole_waves_of_the_kernel_s_blocks():
+def test_resident_grid_takes_whole_waves_of_the_kernel_s_blocks(monkeypatch):
+    monkeypatch.setattr(plans, "ROPE_NORM_TOKEN_HEADS", ())  # the wide kernel's plan (8b takes the token kernel)
     sms, h200 = plans.H200_LIMITS.sm_count, plans.H200_LIMITS
     plan = _plan(16384, fused_norm=True)
     assert plan.grid_waves == plans.ROPE_WIDE_NORM_GRID_WAVES >= 1
@@ -145,6 +145,7 @@ def test_wide_blocks_fill_their_block_threads_with_whole_tokens(monkeypatch, fus
     blocks would leave half of each warp idle."""
     name = "ROPE_WIDE_NORM_BLOCK_THREADS" if fused_norm else "ROPE_WIDE_BLOCK_THREADS"
     assert (plans.ROPE_WIDE_BLOCK_THREADS, plans.ROPE_WIDE_NORM_BLOCK_THREADS) == (64, 128)
+    monkeypatch.setattr(plans, "ROPE_NORM_TOKEN_HEADS", ())  # the wide kernel's blocks (item 38's token kernel off)
     # 8b (40 heads at 5 a thread): 64 threads a token; 4 tokens fill 256 threads
     default = 2 if fused_norm else 1
     for n in (600, 4096, 16384):  # prefill sizes (>= 4 tokens an SM), where ceil(n / 132) >= 4
@@ -320,32 +321,38 @@ def test_wide_kernels_in_the_planned_shape_do_not_spill(dtype, num_tokens, fused
     assert not any(spills.values()), {e: n for e, n in spills.items() if n}
 
 
-def test_qk_token_kernel_where_the_wide_plan_takes_one_token_a_block(monkeypatch):
-    """16-bit qk_rms_norm_rope at prefill sizes with ROPE_NORM_TOKEN_HEADS heads a thread in
-    one-token blocks (llama-3.1-70b's 72 heads at 3) takes the token kernel: a block per
-    token, no waves; not at decode sizes, not fp32, not 8b's 5 heads, not where a block
-    holds several tokens (SmolLM2-135M), not with the constant empty (item 38)."""
-    assert plans.ROPE_NORM_TOKEN_HEADS == (3,)
+def test_qk_token_kernel_where_every_thread_is_busy(monkeypatch):
+    """bf16 qk_rms_norm_rope at prefill sizes with ROPE_NORM_TOKEN_HEADS heads a thread
+    takes the token kernel where its shape is full (every slot holds that many heads, every
+    lane one unit, full rotary, whole warps of at least 64 threads a token): llama-3.1-8b
+    (5 heads, 64 threads) and -70b (3, 192); a block per token, no waves. Not at decode
+    sizes, not fp16 or fp32, not with pass-through dims, not where a slot would hold fewer
+    heads, not SmolLM2-135M's 32-thread tokens, not with the constant empty (item 38)."""
+    assert plans.ROPE_NORM_TOKEN_HEADS == (3, 5)
 
-    def plan(num_tokens, heads=72, dtype=BF16, head_dim=128):
-        return plans.plan_rope(num_tokens, heads, head_dim, head_dim, dtype, max_vec_width=16 // np.dtype(dtype).itemsize,
-                               fused_norm=True, limits=plans.H200_LIMITS)
+    def plan(num_tokens, heads=72, dtype=BF16, head_dim=128, rotary_dim=None):
+        return plans.plan_rope(num_tokens, heads, head_dim, rotary_dim or head_dim, dtype,
+                               max_vec_width=16 // np.dtype(dtype).itemsize, fused_norm=True, limits=plans.H200_LIMITS)
 
-    for dtype in (BF16, np.float16):
+    for heads, per_thread, block in ((72, 3, 192), (40, 5, 64)):
         for n in (528, 4096, 16384):
-            p = plan(n, dtype=dtype)
-            assert (p.token_kernel, p.heads_per_thread, p.tokens_per_block, p.grid_waves, p.grid) == \
-                (True, 3, 1, 0, (n, 1, 1))
-            assert p.block_size == 192
-    assert not plan(527).token_kernel and plan(527).grid_waves  # decode sizes: the wide kernel's waves
-    assert not plan(4096, dtype=np.float32).token_kernel
-    assert plan(4096, heads=40).heads_per_thread == 5 and not plan(4096, heads=40).token_kernel
-    assert plan(4096, heads=12, head_dim=64).tokens_per_block > 1 and not plan(4096, heads=12, head_dim=64).token_kernel
+            p = plan(n, heads)
+            assert (p.token_kernel, p.heads_per_thread, p.tokens_per_block, p.grid_waves, p.grid, p.block_size) == \
+                (True, per_thread, 1, 0, (n, 1, 1), block)
+        assert not plan(527, heads).token_kernel and plan(527, heads).grid_waves  # decode sizes: the wide kernel
+        assert not plan(4096, heads, np.float16).token_kernel and not plan(4096, heads, np.float32).token_kernel
+        assert not plan(4096, heads, rotary_dim=64).token_kernel  # pass-through dims, half the lanes a unit
+    assert plan(4096, 20).heads_per_thread == 5 and not plan(4096, 20).token_kernel  # 4 slots: 32 threads
+    assert plan(4096, 71).heads_per_thread == 3 and not plan(4096, 71).token_kernel  # a slot of 2 heads
+    assert plan(4096, 42).head_slots == 14 and not plan(4096, 42).token_kernel  # 112 threads: not whole warps
+    assert not plan(4096, 12, head_dim=64).token_kernel  # SmolLM2-135M
     assert not plans.plan_rope(4096, 72, 128, 128, BF16, max_vec_width=8, fused_norm=False,
                                limits=plans.H200_LIMITS).token_kernel  # apply_rope has none
     # the grid is a block per token: a device whose grid is shorter takes the wide kernel
     assert not plans.plan_rope(4096, 72, 128, 128, BF16, max_vec_width=8, fused_norm=True,
                                limits=replace(plans.H200_LIMITS, max_grid_x=4095)).token_kernel
+    monkeypatch.setattr(plans, "ROPE_NORM_TOKEN_HEADS", (3,))
+    assert plan(4096).token_kernel and not plan(4096, 40).token_kernel
     monkeypatch.setattr(plans, "ROPE_NORM_TOKEN_HEADS", ())
     assert not plan(4096).token_kernel and plan(4096).grid_waves == plans.ROPE_WIDE_NORM_GRID_WAVES
 
@@ -360,15 +367,16 @@ def test_bad_token_heads_are_refused_by_name_at_every_shape(monkeypatch, value):
                 _plan(n, fused_norm=fused_norm)
 
 
-@pytest.mark.parametrize("dtype", [BF16, np.float16], ids=["bf16", "fp16"])
-def test_token_kernel_in_the_planned_shape_does_not_spill(dtype):
-    plan = plans.plan_rope(4096, 72, 128, 128, dtype, max_vec_width=8, fused_norm=True, limits=plans.H200_LIMITS)
+@pytest.mark.parametrize("num_heads", [40, 72], ids=["8b", "70b"])
+def test_token_kernel_in_the_planned_shape_does_not_spill(num_heads):
+    plan = plans.plan_rope(4096, num_heads, 128, 128, BF16, max_vec_width=8, fused_norm=True, limits=plans.H200_LIMITS)
     assert plan.token_kernel
-    exprs = [rope_ops.QK_RMS_NORM_ROPE_TOKEN.expr(_dtypes.c_type(dtype), "float", "long long", neox, plan.vec_width,
-                                                  plan.threads_per_head, plan.heads_per_thread, has_pass)
-             for neox in (True, False) for has_pass in (True, False)]
-    spills = jit.nvrtc_spills("rope.cu", exprs, "90")
-    assert not any(spills.values()), {e: n for e, n in spills.items() if n}
+    exprs = [rope_ops.QK_RMS_NORM_ROPE_TOKEN.expr("__nv_bfloat16", cache, pos, neox, plan.vec_width,
+                                                  plan.threads_per_head, plan.heads_per_thread)
+             for cache in ("float", "__nv_bfloat16") for pos in ("int", "long long") for neox in (True, False)]
+    for arch in ("80", "90"):
+        spills = jit.nvrtc_spills("rope.cu", exprs, arch)
+        assert not any(spills.values()), {e: n for e, n in spills.items() if n}
 
 
 def test_every_planned_wide_instantiation_is_enumerated(monkeypatch):
@@ -378,10 +386,14 @@ def test_every_planned_wide_instantiation_is_enumerated(monkeypatch):
             assert rope_ops.APPLY_ROPE_WIDE.expr("__nv_bfloat16", "float", "int", False, 1, 0, heads, in_place) in exprs
     assert len(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE_WIDE]) == \
         len(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE]) * len(plans.ROPE_WIDE_NORM_HEADS_CHOICES) * 2
-    # the token kernel: the wide one's 16-bit instantiations under its own name
-    wide_16 = [e for e in rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE_WIDE] if "float," not in e.split("<")[1][:7]]
-    assert sorted(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE_TOKEN]) == \
-        sorted(e.replace("qk_rms_norm_rope_wide_kernel", "qk_rms_norm_rope_token_kernel") for e in wide_16)
+    # the token kernel: the wide one's bf16 instantiations of 16-byte vectors without
+    # pass-through dims, under its own name and without that flag
+    wide = [e for e in rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE_WIDE]
+            if e.startswith("qk_rms_norm_rope_wide_kernel<__nv_bfloat16,") and e.endswith(", false>")
+            and ", 8, " in e]
+    assert wide and sorted(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE_TOKEN]) == \
+        sorted(e.replace("qk_rms_norm_rope_wide_kernel", "qk_rms_norm_rope_token_kernel")[:-len(", false>")] + ">"
+               for e in wide)
     qk_exprs = set(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE_WIDE])
     for heads in plans.ROPE_WIDE_NORM_HEADS_CHOICES:
         for has_pass in (True, False):
@@ -523,6 +535,7 @@ def test_qk_rms_norm_rope_layouts_give_the_same_bytes(dtype, is_neox, num_tokens
     (64, 8, 128),   # llama-3.1-70b: 3 heads a thread at decode, 4 at prefill (18 slots)
     (28, 3, 256),   # 16 lanes a head: 3 at decode, 4 at prefill
     (8, 2, 512),    # 32 lanes a head (16-byte vectors)
+    (32, 8, 128),   # llama-3.1-8b: the token kernel at prefill (5 heads a thread, 64 threads)
 ])
 def test_qk_rms_norm_rope_head_counts_give_the_same_bytes(num_q_heads, num_kv_heads, head_dim, num_tokens):
     """The wide kernel's heads-a-thread choices, q and k heads mixed in one thread's round and
@@ -532,6 +545,39 @@ def test_qk_rms_norm_rope_head_counts_give_the_same_bytes(num_q_heads, num_kv_he
                        np.float32, np.int64, bad=True)
 
     _assert_same(_bytes_under_layouts(make, lambda i: _qk(i, True)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+@pytest.mark.parametrize("num_q_heads, num_kv_heads, head_dim", [(32, 8, 128), (64, 8, 128), (16, 4, 256)],
+                         ids=["8b", "70b", "16-lanes"])
+@pytest.mark.parametrize("variant", ["plain", "fused", "cache_in_dtype_int32", "bad_positions"])
+def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_kv_heads, head_dim, variant):
+    """At 600 tokens bf16 qk_rms_norm_rope takes the token kernel (item 38) in these shapes:
+    its q and k, bit for bit, are the steps kernel's and the wide kernel's, with views of a
+    fused QKV buffer, int32 positions with a bf16 cache, and positions out of range (left
+    unchanged)."""
+    import cupy
+
+    cache_dtype = BF16 if variant == "cache_in_dtype_int32" else np.float32
+    pos_dtype = np.int32 if variant == "cache_in_dtype_int32" else np.int64
+
+    def make():
+        return _inputs(num_q_heads + head_dim, 600, num_q_heads, num_kv_heads, head_dim, head_dim, BF16, cache_dtype,
+                       pos_dtype, fused=variant == "fused", bad=variant == "bad_positions")
+
+    inputs = make()
+    before = (cupy.asnumpy(inputs["q"]).tobytes(), cupy.asnumpy(inputs["k"]).tobytes())
+    with launcher.recording() as launched:
+        _under({}, lambda: _qk(inputs, is_neox))
+    assert [rec.template for rec in launched] == [rope_ops.QK_RMS_NORM_ROPE_TOKEN]
+    assert launched[0].grid == (600, 1, 1)
+    got = {"token": b"".join(cupy.asnumpy(o).tobytes() for o in (inputs["q"], inputs["k"]))}
+    assert got["token"] != b"".join(before)
+    for constants, name in (({"ROPE_LAYOUT": "steps"}, "steps"), ({"ROPE_NORM_TOKEN_HEADS": ()}, "wide")):
+        i = make()
+        got[name] = b"".join(cupy.asnumpy(o).tobytes() for o in _under(constants, lambda: _qk(i, is_neox)))
+    _assert_same(got)
 
 
 @pytest.mark.gpu

@@ -18,7 +18,8 @@ QK_RMS_NORM_ROPE = KernelTemplate("rope.cu", "qk_rms_norm_rope_kernel")
 APPLY_ROPE_WIDE = KernelTemplate("rope.cu", "apply_rope_wide_kernel")
 QK_RMS_NORM_ROPE_WIDE = KernelTemplate("rope.cu", "qk_rms_norm_rope_wide_kernel")
 #: qk_rms_norm_rope at prefill sizes where plans.ROPE_NORM_TOKEN_HEADS says: the wide
-#: kernel's template arguments and bits, one token a block (16-bit q/k only).
+#: kernel's bits and template arguments but the pass-through flag (full rotary only), one
+#: token a block (bf16 only).
 QK_RMS_NORM_ROPE_TOKEN = KernelTemplate("rope.cu", "qk_rms_norm_rope_token_kernel")
 
 #: Position dtypes -> TPos (never reinterpreted: each has its own instantiation).
@@ -41,7 +42,8 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
     layouts with the NeoX pairing only), of the "steps" kernels and of the wide ones
     (x heads per thread, plans.ROPE_WIDE_HEADS_CHOICES / ROPE_WIDE_NORM_HEADS_CHOICES;
     apply_rope's also x in place or not, qk_rms_norm_rope's x pass-through dims or not),
-    and qk_rms_norm_rope's token kernel as its wide one in the 16-bit dtypes."""
+    and qk_rms_norm_rope's token kernel as its wide one without pass-through dims, in bf16
+    with 16-byte vectors."""
     spaces: dict[KernelTemplate, list[str]] = {APPLY_ROPE: [], QK_RMS_NORM_ROPE: [], APPLY_ROPE_WIDE: [],
                                                QK_RMS_NORM_ROPE_WIDE: [], QK_RMS_NORM_ROPE_TOKEN: []}
     for d in _dtypes.DTYPES:
@@ -63,9 +65,8 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
                                 for has_pass in (True, False):
                                     spaces[QK_RMS_NORM_ROPE_WIDE].append(
                                         QK_RMS_NORM_ROPE_WIDE.expr(*lead, w, g, heads, has_pass))
-                                    if np.dtype(d).itemsize == 2:
-                                        spaces[QK_RMS_NORM_ROPE_TOKEN].append(
-                                            QK_RMS_NORM_ROPE_TOKEN.expr(*lead, w, g, heads, has_pass))
+                                if np.dtype(d) == np.dtype(_dtypes.bfloat16) and w > 1:
+                                    spaces[QK_RMS_NORM_ROPE_TOKEN].append(QK_RMS_NORM_ROPE_TOKEN.expr(*lead, w, g, heads))
     return spaces
 
 
@@ -336,9 +337,10 @@ def _prepare_qk_rms_norm_rope(a: launcher.Args) -> launcher.Launch:
                            op="qk_rms_norm_rope")
     targs = (_dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype), POSITION_TYPES[positions.dtype], is_neox,
              plan.vec_width, plan.threads_per_head)
-    if plan.heads_per_thread:
-        template = QK_RMS_NORM_ROPE_TOKEN if plan.token_kernel else QK_RMS_NORM_ROPE_WIDE
-        targs = (*targs, plan.heads_per_thread, rotary_dim < qh.head_dim)
+    if plan.token_kernel:
+        template, targs = QK_RMS_NORM_ROPE_TOKEN, (*targs, plan.heads_per_thread)
+    elif plan.heads_per_thread:
+        template, targs = QK_RMS_NORM_ROPE_WIDE, (*targs, plan.heads_per_thread, rotary_dim < qh.head_dim)
     else:
         template = QK_RMS_NORM_ROPE
     return launcher.Launch(
