@@ -1011,7 +1011,7 @@ ROPE_WIDE_NORM_BLOCK_THREADS = 128
 #: Heads a thread at which qk_rms_norm_rope's prefill plan launches rope.cu's token
 #: kernel (one token a block, a block per token, no token loop and no guards: the wide
 #: kernel's bits) instead of the wide kernel, where its shape is full (:func:`_rope_token_full`):
-#: bf16, full rotary with one unit a lane, every slot holding this many heads, whole warps of
+#: bf16 in 16-byte vectors, full rotary with one unit a lane, every slot holding this many heads, whole warps of
 #: at least 64 threads a token. Measured on the H200 (bf16, cold L2, against the wide
 #: kernel's launch, bench/results/NOTES.md item 38, call J): llama-3.1-8b's 5 heads 11.7 /
 #: 6.0 / 5.5 % less at 1024 / 4096 / 16384 tokens, -70b's 3 heads 11-12 / 6 / 3 % less at
@@ -1139,7 +1139,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     tokens_per_block = max(1, min(min(block_threads, block_cap) // threads_per_token,
                                   -(-num_tokens // limits.sm_count)))
     token_kernel = (fused_norm and wide and not few_tokens and heads_per_thread in token_heads
-                    and _rope_token_full(dtype, head_dim, rotary_dim, units, threads_per_head, head_slots,
+                    and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, head_slots,
                                          heads_per_thread, num_heads)
                     and num_tokens <= _limit(limits, "max_grid_x"))
     if token_kernel:  # a block per token
@@ -1174,13 +1174,15 @@ def rope_resident_grid(plan: RopePlan, num_tokens: int, blocks_per_sm: int, limi
     return replace(plan, grid=(min(blocks, _limit(limits, "max_grid_x")), 1, 1))
 
 
-def _rope_token_full(dtype, head_dim: int, rotary_dim: int, units: int, threads_per_head: int, head_slots: int,
-                     heads_per_thread: int, num_heads: int) -> bool:
+def _rope_token_full(dtype, vec_width: int, head_dim: int, rotary_dim: int, units: int, threads_per_head: int,
+                     head_slots: int, heads_per_thread: int, num_heads: int) -> bool:
     """Whether qk_rms_norm_rope's token kernel may run this shape (its launch contract,
-    rope.cu): bf16, full rotary with one unit a lane, every slot holding heads_per_thread
-    heads, a token's threads whole warps, at least 64 of them (the shapes timed)."""
+    rope.cu): bf16 in 16-byte vectors, full rotary with one unit a lane, every slot holding
+    heads_per_thread heads, a token's threads whole warps, at least 64 of them (the shapes
+    timed)."""
     threads = threads_per_head * head_slots
-    return (np.dtype(dtype) == np.dtype(_dtypes.bfloat16) and rotary_dim == head_dim and units == threads_per_head
+    return (np.dtype(dtype) == np.dtype(_dtypes.bfloat16) and vec_width * np.dtype(dtype).itemsize == LEAF_BYTES
+            and rotary_dim == head_dim and units == threads_per_head
             and head_slots * heads_per_thread == num_heads and threads % WARP_SIZE == 0 and threads >= 64)
 
 

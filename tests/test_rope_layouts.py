@@ -346,6 +346,9 @@ def test_qk_token_kernel_where_every_thread_is_busy(monkeypatch):
     assert plan(4096, 71).heads_per_thread == 3 and not plan(4096, 71).token_kernel  # a slot of 2 heads
     assert plan(4096, 42).head_slots == 14 and not plan(4096, 42).token_kernel  # 112 threads: not whole warps
     assert not plan(4096, 12, head_dim=64).token_kernel  # SmolLM2-135M
+    # the scalar path (vector width 1: 32 lanes a head, one unit each at head_dim 64) keeps the wide kernel
+    scalar = plans.plan_rope(4096, 40, 64, 64, BF16, max_vec_width=1, fused_norm=True, limits=plans.H200_LIMITS)
+    assert scalar.vec_width == 1 and scalar.heads_per_thread and not scalar.token_kernel
     assert not plans.plan_rope(4096, 72, 128, 128, BF16, max_vec_width=8, fused_norm=False,
                                limits=plans.H200_LIMITS).token_kernel  # apply_rope has none
     # the grid is a block per token: a device whose grid is shorter takes the wide kernel
