@@ -1010,14 +1010,14 @@ ROPE_WIDE_BLOCK_THREADS = 64
 ROPE_WIDE_NORM_BLOCK_THREADS = 128
 #: Heads a thread at which qk_rms_norm_rope's prefill plan launches rope.cu's token
 #: kernel (one token a block, a block per token, no token loop and no guards: the wide
-#: kernel's bits) instead of the wide kernel, where its shape is full (:func:`_rope_token_full`):
-#: bf16 in 16-byte vectors, full rotary with one unit a lane, every slot holding this many heads, whole warps of
-#: at least 64 threads a token. Measured on the H200 (bf16, cold L2, against the wide
-#: kernel's launch, bench/results/NOTES.md item 38, call J): llama-3.1-8b's 5 heads 11.7 /
-#: 6.0 / 5.5 % less at 1024 / 4096 / 16384 tokens, -70b's 3 heads 11-12 / 6 / 3 % less at
-#: 1024 / 4096 and 1 % more at 16384 than the guarded token kernel of 5fe4b27 (itself 3-4 %
-#: under the wide kernel). fp16's 5 heads spill 16 bytes under the kernel's 96 registers
-#: (fp16 untimed: it keeps the wide kernel); 32-thread tokens (SmolLM2-135M) untimed.
+#: kernel's bits) instead of the wide kernel, where its shape is full
+#: (:func:`_rope_token_full`: bf16 in 16-byte vectors, full rotary with one unit a lane,
+#: every slot holding this many heads, whole warps of at least 64 threads a token).
+#: Measured on the H200 (bf16, cold L2, bench/results/NOTES.md item 38, calls E and J):
+#: llama-3.1-8b's 5 heads 11.7 / 6.0 / 5.5 % less than the wide kernel at 1024 / 4096 /
+#: 16384 tokens, -70b's 3 heads 12 / 6 / 3 % less. fp16's 5 heads spill 16 bytes under the
+#: kernel's 96 registers (fp16 untimed: it keeps the wide kernel); 32-thread tokens
+#: (SmolLM2-135M) untimed.
 ROPE_NORM_TOKEN_HEADS = (3, 5)
 #: Resident 256-thread blocks an SM a wave counts where the kernel's own count is not known
 #: (planning without a GPU), scaled to the plan's block (4 of 128 threads, the same 512
@@ -1100,8 +1100,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     and the vector width only, so a head's reduction order never depends on the batch.
     At prefill sizes a bf16 qk_rms_norm_rope whose wide layout holds a number of
     :data:`ROPE_NORM_TOKEN_HEADS` heads a thread in a shape every thread fills takes the
-    token kernel (``token_kernel``: one token a block, a block per token, no waves). The rule takes no launch overrides: any raise
-    ValueError (never ignored).
+    token kernel (``token_kernel``: one token a block, a block per token, no waves). The
+    rule takes no launch overrides: any raise ValueError (never ignored).
     """
     check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
     # Python ints from here on (NumPy's unsigned and small ints wrapped in -(-n // h)).

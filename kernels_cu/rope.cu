@@ -710,10 +710,11 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, kQkWideMinBlocksPerSm) qk_r
 // its q/k loads were requested. Its guards (a slot past head_slots, a head past num_heads,
 // a lane without a unit) took it from 816 to 1368 instructions in sm_90 SASS for bf16's 5
 // heads a thread, 25 of them divergent regions, and 5-9 % of the time. At most 96
-// registers (kQkTokenMaxRegisters): llama-3.1-8b (5 heads, 102 free) took 1.0-3.9 % less
-// with the cap, -70b (3 heads, 66 free, 80 capped) 1.7-5.5 %. Against the wide kernel's
-// launch, bf16: 8b 11.7 / 6.0 / 5.5 % less at 1024 / 4096 / 16384 tokens, 70b against the
-// wide kernel 11-12 / 6 / 3 % (bench/results/NOTES.md, item 38, call J).
+// registers (kQkTokenMaxRegisters; __launch_bounds__ cannot ask for 96 with 256-thread
+// blocks): llama-3.1-8b (5 heads, 102 free) took 1.0-3.9 % less with the cap, -70b (3
+// heads, 66 free, 80 capped) 1.7-5.5 %. Against the wide kernel, bf16: 8b 11.7 / 6.0 / 5.5 %
+// less at 1024 / 4096 / 16384 tokens, 70b 12 / 6 / 3 % (bench/results/NOTES.md, item 38,
+// calls E and J).
 constexpr int kQkTokenMaxRegisters = 96;
 template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidth, int kThreadsPerHead,
           int kHeadsPerThread>
