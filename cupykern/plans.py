@@ -1121,7 +1121,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
         threads_per_head = rope_norm_threads_per_head(vec_width, head_dim, rotary_dim)
     else:
         threads_per_head = min(units, block_cap)
-    few_tokens = num_tokens < ROPE_MIN_TOKENS_PER_SM * limits.sm_count
+    few_tokens = num_tokens < _constant("ROPE_MIN_TOKENS_PER_SM") * limits.sm_count
     steps_heads = _constant("ROPE_HEADS_PER_THREAD")  # read at every shape, so a bad value never waits for one
     wide = rope_wide(fused_norm, units, (head_dim - rotary_dim) // vec_width, threads_per_head)
     if wide:

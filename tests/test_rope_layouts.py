@@ -227,7 +227,10 @@ WIDE_CONSTANTS = [("ROPE_WIDE_HEADS_PER_THREAD", (False,)), ("ROPE_WIDE_NORM_HEA
                   ("ROPE_WIDE_DECODE_HEADS_PER_THREAD", (False, True)), ("ROPE_WIDE_GRID_WAVES", (False,)),
                   ("ROPE_WIDE_NORM_GRID_WAVES", (True,)), ("ROPE_WIDE_BLOCKS_PER_SM", (False, True)),
                   ("ROPE_WIDE_NORM_FULL_BLOCK_HEADS", (True,)), ("ROPE_WIDE_BLOCK_THREADS", (False,)),
-                  ("ROPE_WIDE_NORM_BLOCK_THREADS", (True,))]
+                  ("ROPE_WIDE_NORM_BLOCK_THREADS", (True,)),
+                  # below it a batch is decode-sized; 0 once gave zero tokens the token kernel with a
+                  # one-block grid (helper 59)
+                  ("ROPE_MIN_TOKENS_PER_SM", (False, True))]
 
 
 #: Bad values of every constant; 0 (a block per group of tokens) and more are legal waves, 2**40 blocks per SM
@@ -243,7 +246,8 @@ def test_bad_wide_constants_are_refused_by_name_at_every_batch_size(monkeypatch,
     heads-per-thread constant passed at the batch sizes that do not read it."""
     legal = {"ROPE_WIDE_GRID_WAVES": (0, 2**40), "ROPE_WIDE_NORM_GRID_WAVES": (0, 2**40),
              "ROPE_WIDE_BLOCKS_PER_SM": (2**40,), "ROPE_WIDE_NORM_FULL_BLOCK_HEADS": (2**40,),
-             "ROPE_WIDE_BLOCK_THREADS": (2**40,), "ROPE_WIDE_NORM_BLOCK_THREADS": (2**40,)}.get(name, ())
+             "ROPE_WIDE_BLOCK_THREADS": (2**40,), "ROPE_WIDE_NORM_BLOCK_THREADS": (2**40,),
+             "ROPE_MIN_TOKENS_PER_SM": (2**40,)}.get(name, ())
     if type(value) is int and value in legal:
         value = -value - 1
     monkeypatch.setattr(plans, name, value)
@@ -370,10 +374,15 @@ def test_bad_token_heads_are_refused_by_name_at_every_shape(monkeypatch, value):
                 _plan(n, fused_norm=fused_norm)
 
 
-@pytest.mark.parametrize("num_heads", [40, 72], ids=["8b", "70b"])
-def test_token_kernel_in_the_planned_shape_does_not_spill(num_heads):
-    plan = plans.plan_rope(4096, num_heads, 128, 128, BF16, max_vec_width=8, fused_norm=True, limits=plans.H200_LIMITS)
-    assert plan.token_kernel
+@pytest.mark.parametrize("num_heads, head_dim", [(40, 128), (72, 128), (20, 256), (10, 512)],
+                         ids=["8b", "70b", "16-lanes", "32-lanes"])
+def test_token_kernel_in_the_planned_shape_does_not_spill(num_heads, head_dim):
+    """Every lane count the token kernel is planned with (8, 16, 32 lanes a head: head_dim
+    128, 256, 512), on both architectures the tests compile for (helper 59: the spill
+    ledger's heuristic picks have no head_dim 512)."""
+    plan = plans.plan_rope(4096, num_heads, head_dim, head_dim, BF16, max_vec_width=8, fused_norm=True,
+                           limits=plans.H200_LIMITS)
+    assert plan.token_kernel and plan.threads_per_head == head_dim // 16
     exprs = [rope_ops.QK_RMS_NORM_ROPE_TOKEN.expr("__nv_bfloat16", cache, pos, neox, plan.vec_width,
                                                   plan.threads_per_head, plan.heads_per_thread)
              for cache in ("float", "__nv_bfloat16") for pos in ("int", "long long") for neox in (True, False)]
