@@ -1019,6 +1019,12 @@ ROPE_WIDE_NORM_BLOCK_THREADS = 128
 #: kernel's 96 registers (fp16 untimed: it keeps the wide kernel); 32-thread tokens
 #: (SmolLM2-135M) untimed.
 ROPE_NORM_TOKEN_HEADS = (3, 5)
+#: The same for apply_rope's token kernel, at any batch size, in place with one position
+#: a token (no M-RoPE): the wide layout's heads a thread (llama-3.1-8b: 2 at decode sizes,
+#: 5 above; -70b: 3 at decode sizes) where the shape is full (:func:`_rope_token_full`:
+#: 16-bit in 16-byte vectors, one unit a lane, 8 to 32 lanes a head; dims past rotary_dim
+#: are not touched in place). Measured on the H200 (bf16, bench/results/NOTES.md item 39).
+ROPE_TOKEN_HEADS = (2, 3, 5)
 #: Resident 256-thread blocks an SM a wave counts where the kernel's own count is not known
 #: (planning without a GPU), scaled to the plan's block (4 of 128 threads, the same 512
 #: threads an SM: the 5-heads kernels' 112-128 registers). The ops pass the CUDA
@@ -1065,8 +1071,9 @@ class RopePlan:
     #: 0: a block per group of tokens_per_block tokens; n >= 1: grid-stride, the grid
     #: capped at n waves of resident blocks (:func:`rope_resident_grid`).
     grid_waves: int = 0
-    #: qk_rms_norm_rope's token kernel (:data:`ROPE_NORM_TOKEN_HEADS`): heads_per_thread
-    #: heads a thread, one token a block and exactly one block per token, every thread busy.
+    #: The token kernel (qk_rms_norm_rope: :data:`ROPE_NORM_TOKEN_HEADS`; apply_rope:
+    #: :data:`ROPE_TOKEN_HEADS`): heads_per_thread heads a thread, one token a block and
+    #: exactly one block per token, every thread busy.
     token_kernel: bool = False
 
     kind = "rope"
@@ -1090,7 +1097,8 @@ class RopePlan:
 
 
 def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, dtype, *, max_vec_width: int,
-              fused_norm: bool, limits: DeviceLimits, overrides: dict | None = None, op: str = "apply_rope") -> RopePlan:
+              fused_norm: bool, limits: DeviceLimits, overrides: dict | None = None, op: str = "apply_rope",
+              in_place: bool = False, mrope: bool = False) -> RopePlan:
     """Plan for apply_rope_kernel (``fused_norm=False``) or qk_rms_norm_rope_kernel.
 
     ``num_heads`` counts q and k heads; ``max_vec_width`` is the widest access every
@@ -1100,8 +1108,11 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     and the vector width only, so a head's reduction order never depends on the batch.
     At prefill sizes a bf16 qk_rms_norm_rope whose wide layout holds a number of
     :data:`ROPE_NORM_TOKEN_HEADS` heads a thread in a shape every thread fills takes the
-    token kernel (``token_kernel``: one token a block, a block per token, no waves). The
-    rule takes no launch overrides: any raise ValueError (never ignored).
+    token kernel (``token_kernel``: one token a block, a block per token, no waves); so
+    does a 16-bit apply_rope of :data:`ROPE_TOKEN_HEADS` at any size when the call is
+    ``in_place`` without ``mrope`` (M-RoPE's positions; both flags are apply_rope's alone:
+    qk_rms_norm_rope is always in place). The rule takes no launch overrides: any raise
+    ValueError (never ignored).
     """
     check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
     # Python ints from here on (NumPy's unsigned and small ints wrapped in -(-n // h)).
@@ -1131,16 +1142,17 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
         wide = heads_per_thread > 0
     if not wide:
         heads_per_thread, waves, block_threads = (1 if few_tokens else steps_heads), 0, ROPE_MAX_BLOCK_SIZE
-    token_heads = rope_norm_token_heads()  # read at every shape too
+    token_heads = rope_token_heads(fused_norm)  # read at every shape too
     head_slots = max(1, min(-(-num_heads // heads_per_thread), block_cap // threads_per_head))
     threads_per_token = threads_per_head * head_slots
     # Fill the block (the wide kernels' block_threads of it) with tokens, but keep at least
     # one block per SM while tokens last.
     tokens_per_block = max(1, min(min(block_threads, block_cap) // threads_per_token,
                                   -(-num_tokens // limits.sm_count)))
-    token_kernel = (fused_norm and wide and not few_tokens and heads_per_thread in token_heads
+    token_call = not few_tokens if fused_norm else bool(in_place) and not mrope
+    token_kernel = (token_call and wide and heads_per_thread in token_heads
                     and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, head_slots,
-                                         heads_per_thread, num_heads)
+                                         heads_per_thread, num_heads, fused_norm)
                     and num_tokens <= _limit(limits, "max_grid_x"))
     if token_kernel:  # a block per token
         tokens_per_block, waves = 1, 0
@@ -1174,25 +1186,34 @@ def rope_resident_grid(plan: RopePlan, num_tokens: int, blocks_per_sm: int, limi
     return replace(plan, grid=(min(blocks, _limit(limits, "max_grid_x")), 1, 1))
 
 
+#: q/k dtypes of each token kernel (qk_rms_norm_rope's fp16 5 heads spill 16 bytes under its
+#: 96 registers; apply_rope's hold no weights).
+ROPE_TOKEN_DTYPES = {True: (_dtypes.bfloat16,), False: (_dtypes.bfloat16, _dtypes.float16)}
+
+
 def _rope_token_full(dtype, vec_width: int, head_dim: int, rotary_dim: int, units: int, threads_per_head: int,
-                     head_slots: int, heads_per_thread: int, num_heads: int) -> bool:
-    """Whether qk_rms_norm_rope's token kernel may run this shape (its launch contract,
-    rope.cu): bf16 in 16-byte vectors, full rotary with one unit a lane, every slot holding
-    heads_per_thread heads, a token's threads whole warps, at least 64 of them (the shapes
-    timed)."""
+                     head_slots: int, heads_per_thread: int, num_heads: int, fused_norm: bool) -> bool:
+    """Whether a token kernel may run this shape (its launch contract, rope.cu): q/k of
+    :data:`ROPE_TOKEN_DTYPES` in 16-byte vectors, one unit a lane of a compiled row group
+    (:data:`ROPE_NORM_THREADS_PER_HEAD`), every slot holding heads_per_thread heads, a
+    token's threads whole warps, at least 64 of them (the shapes timed); qk_rms_norm_rope's
+    with full rotary (no pass-through dims)."""
     threads = threads_per_head * head_slots
-    return (np.dtype(dtype) == np.dtype(_dtypes.bfloat16) and vec_width * np.dtype(dtype).itemsize == LEAF_BYTES
-            and rotary_dim == head_dim and units == threads_per_head
+    return (np.dtype(dtype) in ROPE_TOKEN_DTYPES[fused_norm] and vec_width * np.dtype(dtype).itemsize == LEAF_BYTES
+            and (rotary_dim == head_dim or not fused_norm) and units == threads_per_head
+            and threads_per_head in ROPE_NORM_THREADS_PER_HEAD
             and head_slots * heads_per_thread == num_heads and threads % WARP_SIZE == 0 and threads >= 64)
 
 
-def rope_norm_token_heads() -> tuple[int, ...]:
-    """:data:`ROPE_NORM_TOKEN_HEADS`, PlanError naming it unless a tuple of choices of
-    :data:`ROPE_WIDE_NORM_HEADS_CHOICES` (the token kernel is compiled for those)."""
-    value, allowed = ROPE_NORM_TOKEN_HEADS, rope_wide_heads_choices(fused_norm=True)
+def rope_token_heads(fused_norm: bool) -> tuple[int, ...]:
+    """:data:`ROPE_NORM_TOKEN_HEADS` (qk_rms_norm_rope) or :data:`ROPE_TOKEN_HEADS`
+    (apply_rope), PlanError naming it unless a tuple of choices of the wide kernel's
+    (:func:`rope_wide_heads_choices`: the token kernels are compiled for those)."""
+    name = "ROPE_NORM_TOKEN_HEADS" if fused_norm else "ROPE_TOKEN_HEADS"
+    value, allowed = globals()[name], rope_wide_heads_choices(fused_norm)
     if not isinstance(value, tuple) or not all(_is_int(h) and h in allowed for h in value):
-        raise PlanError(f"plans.ROPE_NORM_TOKEN_HEADS must be a tuple of plans.ROPE_WIDE_NORM_HEADS_CHOICES "
-                        f"{allowed}, got {value!r}")
+        choices = "ROPE_WIDE_NORM_HEADS_CHOICES" if fused_norm else "ROPE_WIDE_HEADS_CHOICES"
+        raise PlanError(f"plans.{name} must be a tuple of plans.{choices} {allowed}, got {value!r}")
     return value
 
 

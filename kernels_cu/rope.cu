@@ -574,6 +574,63 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, rope_wide_min_blocks<kHeads
   }
 }
 
+// apply_rope, token kernel: apply_rope_wide_kernel's in-place work and per-element
+// expressions (so its bits) for shapes every thread fills, without its token loop and
+// guards, as qk_rms_norm_rope_token_kernel below. Launch contract (plans.py::plan_rope
+// checks it): in place (q_out is q and k_out is k, with their strides), one position a
+// token (no M-RoPE), block = head_slots * kThreadsPerHead threads exactly (a multiple of
+// 32), num_q_heads + num_kv_heads = head_slots * kHeadsPerThread, rotary_dim = 2 *
+// kThreadsPerHead * kVecWidth (every lane holds one unit of every head it walks; dims past
+// rotary_dim are not touched), tokens_per_block 1 and exactly num_tokens blocks (block b is
+// token b); same signature as the wide kernel, whose out-of-place and M-RoPE arguments it
+// does not read. A token out of range returns with its whole block, after its q/k loads
+// were requested, and is left as it is.
+template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidth, int kThreadsPerHead,
+          int kHeadsPerThread>
+__global__ void __launch_bounds__(kRopeMaxBlockSize) apply_rope_token_kernel(
+    T* q_out, T* k_out, const T* q, const T* k,
+    const TPos* __restrict__ positions, const TCache* __restrict__ cos_sin_cache,
+    int num_tokens, int num_q_heads, int num_kv_heads, int head_dim,
+    int rotary_dim, int max_position, int positions_stride,
+    int q_token_stride, int q_head_stride, int k_token_stride, int k_head_stride,
+    int q_out_token_stride, int q_out_head_stride, int k_out_token_stride,
+    int k_out_head_stride, int cache_stride,
+    int threads_per_head, int head_slots, int tokens_per_block, int copy_unrotated,
+    int positions_row_stride, int mrope_t, int mrope_h, int mrope_w) {
+  using V = Vec<T, kVecWidth>;
+  const int lane = threadIdx.x % kThreadsPerHead;
+  const int slot = threadIdx.x / kThreadsPerHead;
+  const int64_t token = blockIdx.x;
+  const int half = rotary_dim / 2;
+  int lo, hi;
+  {
+    int64_t lo64, hi64;
+    unit_offsets<kIsNeox, kVecWidth>(lane, half, lo64, hi64);
+    lo = static_cast<int>(lo64);
+    hi = static_cast<int>(hi64);
+  }
+  // Requested first, waited on only after the token's q/k loads are in flight.
+  const int64_t pos = static_cast<int64_t>(positions[token * positions_stride]);
+  auto head_ptr = [&](int h) -> T* {
+    return h < num_q_heads ? q_out + token * q_out_token_stride + static_cast<int64_t>(h) * q_out_head_stride
+                           : k_out + token * k_out_token_stride + static_cast<int64_t>(h - num_q_heads) * k_out_head_stride;
+  };
+  V va[kHeadsPerThread], vb[kHeadsPerThread];
+#pragma unroll
+  for (int j = 0; j < kHeadsPerThread; ++j) {
+    const T* x = head_ptr(slot + j * head_slots);
+    va[j] = load_vec<T, kVecWidth>(x + lo);
+    vb[j] = load_vec<T, kVecWidth>(x + hi);
+  }
+  if (pos < 0 || pos >= max_position) return;  // the token is left as it is (the whole block)
+  float c[kVecWidth], s[kVecWidth];
+  load_cos_sin<TCache, kVecWidth>(cos_sin_cache + pos * cache_stride, half, lane, c, s);
+#pragma unroll
+  for (int j = 0; j < kHeadsPerThread; ++j) {
+    rotate_and_store<kIsNeox>(head_ptr(slot + j * head_slots), lo, hi, va[j], vb[j], c, s);
+  }
+}
+
 // Blocks of kRopeMaxBlockSize per SM qk_rms_norm_rope_wide_kernel's register budget
 // allows (128 registers): ptxas needs 90-128 for 2 to 5 heads of 16-byte vectors since the
 // 32-bit sizes (item 32; 5 heads spilled 88 bytes at 128 before) and spills none of them

@@ -27,7 +27,8 @@ LAYOUTS = [({"ROPE_LAYOUT": "steps"}, "steps"),
            ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_HEADS_CHOICES": (2,)}, "wide-2-heads"),
            ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_GRID_WAVES": 1, "ROPE_WIDE_NORM_GRID_WAVES": 0}, "wide-waves-swapped"),
            ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_BLOCK_THREADS": 256, "ROPE_WIDE_NORM_BLOCK_THREADS": 1},
-            "wide-block-threads-swapped")]
+            "wide-block-threads-swapped"),
+           ({"ROPE_LAYOUT": "wide", "ROPE_TOKEN_HEADS": (), "ROPE_NORM_TOKEN_HEADS": ()}, "wide-no-token-kernel")]
 
 
 def _plan(num_tokens, head_dim=128, rotary_dim=128, dtype=BF16, fused_norm=False, max_vec=None):
@@ -353,8 +354,8 @@ def test_qk_token_kernel_where_every_thread_is_busy(monkeypatch):
     # the scalar path (vector width 1: 32 lanes a head, one unit each at head_dim 64) keeps the wide kernel
     scalar = plans.plan_rope(4096, 40, 64, 64, BF16, max_vec_width=1, fused_norm=True, limits=plans.H200_LIMITS)
     assert scalar.vec_width == 1 and scalar.heads_per_thread and not scalar.token_kernel
-    assert not plans.plan_rope(4096, 72, 128, 128, BF16, max_vec_width=8, fused_norm=False,
-                               limits=plans.H200_LIMITS).token_kernel  # apply_rope has none
+    assert not plans.plan_rope(4096, 40, 128, 128, BF16, max_vec_width=8, fused_norm=False,
+                               limits=plans.H200_LIMITS).token_kernel  # apply_rope's: in place only
     # the grid is a block per token: a device whose grid is shorter takes the wide kernel
     assert not plans.plan_rope(4096, 72, 128, 128, BF16, max_vec_width=8, fused_norm=True,
                                limits=replace(plans.H200_LIMITS, max_grid_x=4095)).token_kernel
@@ -364,14 +365,58 @@ def test_qk_token_kernel_where_every_thread_is_busy(monkeypatch):
     assert not plan(4096).token_kernel and plan(4096).grid_waves == plans.ROPE_WIDE_NORM_GRID_WAVES
 
 
-@pytest.mark.parametrize("value", [(6,), [3], (True,), ("3",), 3, None])
-def test_bad_token_heads_are_refused_by_name_at_every_shape(monkeypatch, value):
-    monkeypatch.setattr(plans, "ROPE_NORM_TOKEN_HEADS", value)
+def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
+    """16-bit apply_rope in place with one position a token takes the token kernel at any
+    size where the wide layout's heads a thread (one of ROPE_TOKEN_HEADS) fill every slot
+    and every lane holds one unit of 8 to 32 lanes, in whole warps of at least 64 threads:
+    llama-3.1-8b (2 heads a thread, 160 threads, at decode sizes; 5, 64 threads, above),
+    -70b at decode sizes (3, 192); a block per token. Not -70b at prefill sizes (5 heads:
+    15 slots, 120 threads), not out of place or M-RoPE, not fp32, not 4 lanes a head, not
+    with the constant empty (item 39). Dims past rotary_dim do not stop it (in place they
+    are not touched)."""
+    assert plans.ROPE_TOKEN_HEADS == (2, 3, 5)
+
+    def plan(num_tokens, heads=40, dtype=BF16, head_dim=128, rotary_dim=None, **kw):
+        kw = {"in_place": True, **kw}
+        return plans.plan_rope(num_tokens, heads, head_dim, rotary_dim or head_dim, dtype,
+                               max_vec_width=16 // np.dtype(dtype).itemsize, fused_norm=False,
+                               limits=plans.H200_LIMITS, **kw)
+
+    for heads, counts, per_thread, block in ((40, (1, 64, 527), 2, 160), (40, (528, 4096, 16384), 5, 64),
+                                             (72, (1, 64, 527), 3, 192)):
+        for n in counts:
+            for dtype in (BF16, np.float16):
+                p = plan(n, heads, dtype)
+                assert (p.token_kernel, p.heads_per_thread, p.tokens_per_block, p.grid_waves, p.grid, p.block_size) \
+                    == (True, per_thread, 1, 0, (n, 1, 1), block)
+    assert plan(4096, 72).heads_per_thread == 5 and not plan(4096, 72).token_kernel  # 120 threads
     for n in (1, 4096):
-        for fused_norm in (False, True):
-            with pytest.raises(ValueError, match=r"plans\.ROPE_NORM_TOKEN_HEADS must be a tuple of "
-                                                 r"plans\.ROPE_WIDE_NORM_HEADS_CHOICES"):
-                _plan(n, fused_norm=fused_norm)
+        assert not plan(n, in_place=False).token_kernel and not plan(n, mrope=True).token_kernel
+        assert not plan(n, dtype=np.float32).token_kernel
+        assert not plan(n, rotary_dim=64).token_kernel  # 4 lanes a head: no such token kernel
+        assert plan(n, head_dim=256, rotary_dim=128).token_kernel  # 8 lanes, pass-through dims untouched
+        assert plan(n, 20, head_dim=256).token_kernel and plan(n, 20, head_dim=256).threads_per_head == 16
+        assert not plan(n, 12, head_dim=64).token_kernel  # SmolLM2-135M: 4 lanes a head
+    assert not plans.plan_rope(4096, 40, 128, 128, BF16, max_vec_width=4, fused_norm=False, in_place=True,
+                               limits=plans.H200_LIMITS).token_kernel  # 8-byte vectors
+    assert not plans.plan_rope(4096, 40, 128, 128, BF16, max_vec_width=8, fused_norm=False, in_place=True,
+                               limits=replace(plans.H200_LIMITS, max_grid_x=4095)).token_kernel
+    monkeypatch.setattr(plans, "ROPE_TOKEN_HEADS", (5,))
+    assert plan(4096).token_kernel and not plan(1).token_kernel
+    monkeypatch.setattr(plans, "ROPE_TOKEN_HEADS", ())
+    assert not plan(4096).token_kernel and not plan(1).token_kernel
+
+
+@pytest.mark.parametrize("name, fused_norm, choices", [
+    ("ROPE_NORM_TOKEN_HEADS", True, "ROPE_WIDE_NORM_HEADS_CHOICES"),
+    ("ROPE_TOKEN_HEADS", False, "ROPE_WIDE_HEADS_CHOICES")])
+@pytest.mark.parametrize("value", [(6,), [3], (True,), ("3",), 3, None])
+def test_bad_token_heads_are_refused_by_name_at_every_shape(monkeypatch, name, fused_norm, choices, value):
+    monkeypatch.setattr(plans, name, value)
+    for n in (1, 4096):
+        with pytest.raises(ValueError, match=rf"plans\.{name} must be a tuple of plans\.{choices}"):
+            plans.plan_rope(n, 40, 128, 128, BF16, max_vec_width=8, fused_norm=fused_norm, in_place=True,
+                            limits=plans.H200_LIMITS)
 
 
 @pytest.mark.parametrize("num_heads, head_dim", [(40, 128), (72, 128), (20, 256), (10, 512)],
@@ -386,6 +431,26 @@ def test_token_kernel_in_the_planned_shape_does_not_spill(num_heads, head_dim):
     exprs = [rope_ops.QK_RMS_NORM_ROPE_TOKEN.expr("__nv_bfloat16", cache, pos, neox, plan.vec_width,
                                                   plan.threads_per_head, plan.heads_per_thread)
              for cache in ("float", "__nv_bfloat16") for pos in ("int", "long long") for neox in (True, False)]
+    for arch in ("80", "90"):
+        spills = jit.nvrtc_spills("rope.cu", exprs, arch)
+        assert not any(spills.values()), {e: n for e, n in spills.items() if n}
+
+
+@pytest.mark.parametrize("num_heads, head_dim", [(40, 128), (72, 128), (20, 256), (10, 512)],
+                         ids=["8b", "70b", "16-lanes", "32-lanes"])
+def test_apply_rope_token_kernel_in_the_planned_shapes_does_not_spill(num_heads, head_dim):
+    """apply_rope's token kernel at every lane count it is planned with and its heads a
+    thread at decode and prefill sizes, bf16 and fp16, sm_80 and sm_90."""
+    exprs = []
+    for n in (1, 4096):
+        for dtype, c_type in ((BF16, "__nv_bfloat16"), (np.float16, "__half")):
+            plan = plans.plan_rope(n, num_heads, head_dim, head_dim, dtype, max_vec_width=8, fused_norm=False,
+                                   in_place=True, limits=plans.H200_LIMITS)
+            if plan.token_kernel:
+                exprs += [rope_ops.APPLY_ROPE_TOKEN.expr(c_type, cache, pos, neox, 8, plan.threads_per_head,
+                                                         plan.heads_per_thread)
+                          for cache in ("float", c_type) for pos in ("int", "long long") for neox in (True, False)]
+    assert len(exprs) >= 16  # at least one size of each shape takes it
     for arch in ("80", "90"):
         spills = jit.nvrtc_spills("rope.cu", exprs, arch)
         assert not any(spills.values()), {e: n for e, n in spills.items() if n}
@@ -406,6 +471,14 @@ def test_every_planned_wide_instantiation_is_enumerated(monkeypatch):
     assert wide and sorted(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE_TOKEN]) == \
         sorted(e.replace("qk_rms_norm_rope_wide_kernel", "qk_rms_norm_rope_token_kernel")[:-len(", false>")] + ">"
                for e in wide)
+    # apply_rope's: the wide one's in-place 16-bit instantiations of 16-byte vectors without
+    # M-RoPE, x the row groups, under its own name
+    wide = [e for e in rope_ops.instantiations()[rope_ops.APPLY_ROPE_WIDE]
+            if e.startswith(("apply_rope_wide_kernel<__nv_bfloat16,", "apply_rope_wide_kernel<__half,"))
+            and e.endswith(", true>") and ", 8, 0, " in e]
+    assert wide and sorted(rope_ops.instantiations()[rope_ops.APPLY_ROPE_TOKEN]) == sorted(
+        e.replace("apply_rope_wide_kernel", "apply_rope_token_kernel").replace(", 8, 0, ", f", 8, {lanes}, ")
+        [:-len(", true>")] + ">" for e in wide for lanes in plans.ROPE_NORM_THREADS_PER_HEAD)
     qk_exprs = set(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE_WIDE])
     for heads in plans.ROPE_WIDE_NORM_HEADS_CHOICES:
         for has_pass in (True, False):
@@ -589,6 +662,46 @@ def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_
     for constants, name in (({"ROPE_LAYOUT": "steps"}, "steps"), ({"ROPE_NORM_TOKEN_HEADS": ()}, "wide")):
         i = make()
         got[name] = b"".join(cupy.asnumpy(o).tobytes() for o in _under(constants, lambda: _qk(i, is_neox)))
+    _assert_same(got)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [BF16, np.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+@pytest.mark.parametrize("num_tokens, num_q_heads, num_kv_heads, head_dim, rotary_dim", [
+    (1, 32, 8, 128, 128),     # llama-3.1-8b at decode sizes: 2 heads a thread, 160 threads
+    (600, 32, 8, 128, 128),   # llama-3.1-8b at prefill sizes: 5 heads a thread, 64 threads
+    (7, 64, 8, 128, 128),     # llama-3.1-70b at decode sizes: 3 heads a thread, 192 threads
+    (600, 16, 4, 256, 256),   # 16 lanes a head, 5 heads a thread
+    (600, 32, 8, 256, 128),   # 8 lanes a head, dims past rotary_dim (left as they are)
+], ids=["8b-1", "8b-600", "70b-7", "16-lanes", "pass-through"])
+@pytest.mark.parametrize("variant", ["plain", "fused", "cache_in_dtype_int32", "bad_positions"])
+def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, num_tokens, num_q_heads, num_kv_heads,
+                                                              head_dim, rotary_dim, variant):
+    """apply_rope in place takes its token kernel in these shapes (item 39): q and k, bit
+    for bit, are the steps kernel's and the wide kernel's, with views of a fused QKV buffer,
+    int32 positions with a cache in q's dtype, and positions out of range (left unchanged)."""
+    import cupy
+
+    cache_dtype = dtype if variant == "cache_in_dtype_int32" else np.float32
+    pos_dtype = np.int32 if variant == "cache_in_dtype_int32" else np.int64
+
+    def make():
+        return _inputs(num_tokens + head_dim + rotary_dim, num_tokens, num_q_heads, num_kv_heads, head_dim, rotary_dim,
+                       dtype, cache_dtype, pos_dtype, fused=variant == "fused", bad=variant == "bad_positions")
+
+    inputs = make()
+    before = b"".join(cupy.asnumpy(inputs[a]).tobytes() for a in ("q", "k"))
+    with launcher.recording() as launched:
+        _under({}, lambda: _apply(inputs, is_neox=is_neox))
+    assert [rec.template for rec in launched] == [rope_ops.APPLY_ROPE_TOKEN]
+    assert launched[0].grid == (num_tokens, 1, 1)
+    got = {"token": b"".join(cupy.asnumpy(inputs[a]).tobytes() for a in ("q", "k"))}
+    assert got["token"] != before
+    for constants, name in (({"ROPE_LAYOUT": "steps"}, "steps"), ({"ROPE_TOKEN_HEADS": ()}, "wide")):
+        i = make()
+        _under(constants, lambda: _apply(i, is_neox=is_neox))
+        got[name] = b"".join(cupy.asnumpy(i[a]).tobytes() for a in ("q", "k"))
     _assert_same(got)
 
 

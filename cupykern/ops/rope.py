@@ -21,6 +21,9 @@ QK_RMS_NORM_ROPE_WIDE = KernelTemplate("rope.cu", "qk_rms_norm_rope_wide_kernel"
 #: kernel's bits and template arguments but the pass-through flag (full rotary only), one
 #: token a block (bf16 only).
 QK_RMS_NORM_ROPE_TOKEN = KernelTemplate("rope.cu", "qk_rms_norm_rope_token_kernel")
+#: apply_rope in place with one position a token where plans.ROPE_TOKEN_HEADS says: the
+#: wide kernel's bits, one token a block (16-bit q/k in 16-byte vectors, one unit a lane).
+APPLY_ROPE_TOKEN = KernelTemplate("rope.cu", "apply_rope_token_kernel")
 
 #: Position dtypes -> TPos (never reinterpreted: each has its own instantiation).
 POSITION_TYPES = _dtypes.INDEX_C_TYPES
@@ -42,10 +45,12 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
     layouts with the NeoX pairing only), of the "steps" kernels and of the wide ones
     (x heads per thread, plans.ROPE_WIDE_HEADS_CHOICES / ROPE_WIDE_NORM_HEADS_CHOICES;
     apply_rope's also x in place or not, qk_rms_norm_rope's x pass-through dims or not),
-    and qk_rms_norm_rope's token kernel as its wide one without pass-through dims, in bf16
-    with 16-byte vectors."""
+    and the token kernels in 16-byte vectors (plans.ROPE_TOKEN_DTYPES): qk_rms_norm_rope's
+    as its wide one without pass-through dims, apply_rope's as its wide one in place
+    without M-RoPE, x its row groups (plans.ROPE_NORM_THREADS_PER_HEAD)."""
     spaces: dict[KernelTemplate, list[str]] = {APPLY_ROPE: [], QK_RMS_NORM_ROPE: [], APPLY_ROPE_WIDE: [],
-                                               QK_RMS_NORM_ROPE_WIDE: [], QK_RMS_NORM_ROPE_TOKEN: []}
+                                               QK_RMS_NORM_ROPE_WIDE: [], QK_RMS_NORM_ROPE_TOKEN: [],
+                                               APPLY_ROPE_TOKEN: []}
     for d in _dtypes.DTYPES:
         for c in _cache_dtypes(d):
             for p in POSITION_TYPES.values():
@@ -65,8 +70,13 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
                                 for has_pass in (True, False):
                                     spaces[QK_RMS_NORM_ROPE_WIDE].append(
                                         QK_RMS_NORM_ROPE_WIDE.expr(*lead, w, g, heads, has_pass))
-                                if np.dtype(d) == np.dtype(_dtypes.bfloat16) and w > 1:
+                                if d in plans.ROPE_TOKEN_DTYPES[True] and w > 1:
                                     spaces[QK_RMS_NORM_ROPE_TOKEN].append(QK_RMS_NORM_ROPE_TOKEN.expr(*lead, w, g, heads))
+                    if d in plans.ROPE_TOKEN_DTYPES[False]:
+                        w = _dtypes.vec_width(d)
+                        for g in plans.ROPE_NORM_THREADS_PER_HEAD:
+                            for heads in plans.rope_wide_heads_choices():
+                                spaces[APPLY_ROPE_TOKEN].append(APPLY_ROPE_TOKEN.expr(*lead, w, g, heads))
     return spaces
 
 
@@ -300,11 +310,15 @@ def _prepare_apply_rope(a: launcher.Args) -> launcher.Launch:
     max_vec = _max_vec_width(q.dtype, False, cache, cache_stride, *strided)
     plan = plans.plan_rope(qh.num_tokens, qh.num_heads + num_kv_heads, qh.head_dim, rotary_dim, q.dtype,
                            max_vec_width=max_vec, fused_norm=False, limits=a.limits, overrides=a.overrides,
-                           op="apply_rope")
+                           op="apply_rope", in_place=inplace, mrope=layout != MROPE_NONE)
     targs = (_dtypes.c_type(q.dtype), _dtypes.c_type(cache.dtype), POSITION_TYPES[positions.dtype], is_neox,
-             plan.vec_width, layout)
-    template, targs = (APPLY_ROPE_WIDE, (*targs, plan.heads_per_thread, inplace)) if plan.heads_per_thread \
-        else (APPLY_ROPE, targs)
+             plan.vec_width)
+    if plan.token_kernel:
+        template, targs = APPLY_ROPE_TOKEN, (*targs, plan.threads_per_head, plan.heads_per_thread)
+    elif plan.heads_per_thread:
+        template, targs = APPLY_ROPE_WIDE, (*targs, layout, plan.heads_per_thread, inplace)
+    else:
+        template, targs = APPLY_ROPE, (*targs, layout)
     return launcher.Launch(
         template, targs, plan, regrid=_regrid(plan, qh.num_tokens, a.limits),
         pointers=(*names, "q", "k", "positions", "cos_sin_cache"),
