@@ -32,10 +32,10 @@ CASES = [  # (model, dtype, token counts, {variant: plan constants})
     ("llama-3.1-8b", cupykern.bfloat16, DECODE, {"wide": OFF, "token": {},
                                                   "token5": {"ROPE_WIDE_DECODE_HEADS_PER_THREAD": 5}}),
     ("llama-3.1-8b", cupykern.bfloat16, PREFILL, {"wide": OFF, "token": {},
-                                                   "token2": {"ROPE_WIDE_HEADS_CHOICES": (2,)}}),
+                                                   "token2": {"ROPE_WIDE_HEADS_CHOICES": (2,), "ROPE_TOKEN_HEADS": (2,)}}),
     ("llama-3.1-70b", cupykern.bfloat16, DECODE, {"wide": OFF, "token": {}}),
     ("llama-3.1-70b", cupykern.bfloat16, PREFILL, {"wide": OFF, "wide3": {**OFF, "ROPE_WIDE_HEADS_CHOICES": (2, 3)},
-                                                    "token3": {"ROPE_WIDE_HEADS_CHOICES": (2, 3)}}),
+                                                    "token3": {"ROPE_WIDE_HEADS_CHOICES": (2, 3), "ROPE_TOKEN_HEADS": (2, 3)}}),
     ("llama-3.1-8b", np.float16, (4096, 16384), {"wide": OFF, "token": {}}),
 ]
 
