@@ -1019,11 +1019,16 @@ ROPE_WIDE_NORM_BLOCK_THREADS = 128
 #: kernel's 96 registers (fp16 untimed: it keeps the wide kernel); 32-thread tokens
 #: (SmolLM2-135M) untimed.
 ROPE_NORM_TOKEN_HEADS = (3, 5)
-#: The same for apply_rope's token kernel, at any batch size, in place with one position
-#: a token (no M-RoPE): the wide layout's heads a thread (llama-3.1-8b: 2 at decode sizes,
-#: 5 above; -70b: 3 at decode sizes) where the shape is full (:func:`_rope_token_full`:
+#: The same for apply_rope's token kernel, at decode sizes (fewer than
+#: ROPE_MIN_TOKENS_PER_SM tokens an SM), in place with one position a token (no M-RoPE):
+#: the wide layout's heads a thread where the shape is full (:func:`_rope_token_full`:
 #: 16-bit in 16-byte vectors, one unit a lane, 8 to 32 lanes a head; dims past rotary_dim
-#: are not touched in place). Measured on the H200 (bf16, bench/results/NOTES.md item 39).
+#: are not touched in place): llama-3.1-8b 2 heads (160 threads), -70b 3 (192). Measured on
+#: the H200 (bf16, graph replay, bench/results/NOTES.md item 39, call A): 8b 1.59 / 1.65 /
+#: 1.74 us at 1 / 16 / 64 tokens against the wide kernel's 1.83 / 1.91 / 1.97, 70b 1.81 /
+#: 1.90 / 2.02 against 1.92 / 2.03 / 2.16; cold L2 at 256 tokens 8b -3 %, 70b level. At
+#: prefill sizes it was level or slower (8b's 5 heads +1.1 % at 16384 tokens, 70b's 3 heads
+#: +3 % at 1024): the wide kernel there.
 ROPE_TOKEN_HEADS = (2, 3, 5)
 #: Resident 256-thread blocks an SM a wave counts where the kernel's own count is not known
 #: (planning without a GPU), scaled to the plan's block (4 of 128 threads, the same 512
@@ -1109,7 +1114,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     At prefill sizes a bf16 qk_rms_norm_rope whose wide layout holds a number of
     :data:`ROPE_NORM_TOKEN_HEADS` heads a thread in a shape every thread fills takes the
     token kernel (``token_kernel``: one token a block, a block per token, no waves); so
-    does a 16-bit apply_rope of :data:`ROPE_TOKEN_HEADS` at any size when the call is
+    does a 16-bit apply_rope of :data:`ROPE_TOKEN_HEADS` at decode sizes when the call is
     ``in_place`` without ``mrope`` (M-RoPE's positions; both flags are apply_rope's alone:
     qk_rms_norm_rope is always in place). The rule takes no launch overrides: any raise
     ValueError (never ignored).
@@ -1149,7 +1154,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     # one block per SM while tokens last.
     tokens_per_block = max(1, min(min(block_threads, block_cap) // threads_per_token,
                                   -(-num_tokens // limits.sm_count)))
-    token_call = not few_tokens if fused_norm else bool(in_place) and not mrope
+    # Where each token kernel was measured faster than the wide one (items 38, 39).
+    token_call = not few_tokens if fused_norm else few_tokens and bool(in_place) and not mrope
     token_kernel = (token_call and wide and heads_per_thread in token_heads
                     and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, head_slots,
                                          heads_per_thread, num_heads, fused_norm)

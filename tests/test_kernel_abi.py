@@ -114,7 +114,7 @@ def test_scalars_match_the_kernel_parameters():
         parameters.update(_ptx_parameters(source, exprs))
     assert len(launches) >= 18  # every op at two sizes and two dtypes, less shared instantiations
     rope_kernels = {launch.template.name for (op, _), launch in launches.items() if op == "apply_rope"}
-    assert rope_kernels == {"apply_rope_kernel", "apply_rope_wide_kernel"}
+    assert rope_kernels == {"apply_rope_kernel", "apply_rope_wide_kernel", "apply_rope_token_kernel"}
     for (op, expr), launch in launches.items():
         params = parameters[expr]
         pointers, scalars = params[:len(launch.pointers)], params[len(launch.pointers):]

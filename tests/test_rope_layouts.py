@@ -367,14 +367,13 @@ def test_qk_token_kernel_where_every_thread_is_busy(monkeypatch):
 
 
 def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
-    """16-bit apply_rope in place with one position a token takes the token kernel at any
-    size where the wide layout's heads a thread (one of ROPE_TOKEN_HEADS) fill every slot
+    """16-bit apply_rope in place with one position a token takes the token kernel at decode
+    sizes where the wide layout's heads a thread (one of ROPE_TOKEN_HEADS) fill every slot
     and every lane holds one unit of 8 to 32 lanes, in whole warps of at least 64 threads:
-    llama-3.1-8b (2 heads a thread, 160 threads, at decode sizes; 5, 64 threads, above),
-    -70b at decode sizes (3, 192); a block per token. Not -70b at prefill sizes (5 heads:
-    15 slots, 120 threads), not out of place or M-RoPE, not fp32, not 4 lanes a head, not
-    with the constant empty (item 39). Dims past rotary_dim do not stop it (in place they
-    are not touched)."""
+    llama-3.1-8b (2 heads a thread, 160 threads), -70b (3, 192); a block per token. Not at
+    prefill sizes, not out of place or M-RoPE, not fp32, not 4 lanes a head, not with the
+    constant empty (item 39). Dims past rotary_dim do not stop it (in place they are not
+    touched)."""
     assert plans.ROPE_TOKEN_HEADS == (2, 3, 5)
 
     def plan(num_tokens, heads=40, dtype=BF16, head_dim=128, rotary_dim=None, **kw):
@@ -383,29 +382,29 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
                                max_vec_width=16 // np.dtype(dtype).itemsize, fused_norm=False,
                                limits=plans.H200_LIMITS, **kw)
 
-    for heads, counts, per_thread, block in ((40, (1, 64, 527), 2, 160), (40, (528, 4096, 16384), 5, 64),
-                                             (72, (1, 64, 527), 3, 192)):
-        for n in counts:
+    for heads, per_thread, block in ((40, 2, 160), (72, 3, 192)):
+        for n in (1, 64, 527):
             for dtype in (BF16, np.float16):
                 p = plan(n, heads, dtype)
                 assert (p.token_kernel, p.heads_per_thread, p.tokens_per_block, p.grid_waves, p.grid, p.block_size) \
                     == (True, per_thread, 1, 0, (n, 1, 1), block)
-    assert plan(4096, 72).heads_per_thread == 5 and not plan(4096, 72).token_kernel  # 120 threads
-    for n in (1, 4096):
+        assert not plan(528, heads).token_kernel and not plan(16384, heads).token_kernel  # prefill sizes
+    assert plan(4096, 40).heads_per_thread == 5 and plan(4096, 40).block_size == 64  # full, yet the wide kernel
+    for n in (1, 527):
         assert not plan(n, in_place=False).token_kernel and not plan(n, mrope=True).token_kernel
         assert not plan(n, dtype=np.float32).token_kernel
         assert not plan(n, rotary_dim=64).token_kernel  # 4 lanes a head: no such token kernel
         assert plan(n, head_dim=256, rotary_dim=128).token_kernel  # 8 lanes, pass-through dims untouched
         assert plan(n, 20, head_dim=256).token_kernel and plan(n, 20, head_dim=256).threads_per_head == 16
         assert not plan(n, 12, head_dim=64).token_kernel  # SmolLM2-135M: 4 lanes a head
-    assert not plans.plan_rope(4096, 40, 128, 128, BF16, max_vec_width=4, fused_norm=False, in_place=True,
+    assert not plans.plan_rope(64, 40, 128, 128, BF16, max_vec_width=4, fused_norm=False, in_place=True,
                                limits=plans.H200_LIMITS).token_kernel  # 8-byte vectors
-    assert not plans.plan_rope(4096, 40, 128, 128, BF16, max_vec_width=8, fused_norm=False, in_place=True,
-                               limits=replace(plans.H200_LIMITS, max_grid_x=4095)).token_kernel
-    monkeypatch.setattr(plans, "ROPE_TOKEN_HEADS", (5,))
-    assert plan(4096).token_kernel and not plan(1).token_kernel
+    assert not plans.plan_rope(64, 40, 128, 128, BF16, max_vec_width=8, fused_norm=False, in_place=True,
+                               limits=replace(plans.H200_LIMITS, max_grid_x=63)).token_kernel
+    monkeypatch.setattr(plans, "ROPE_TOKEN_HEADS", (3,))
+    assert plan(64, 72).token_kernel and not plan(64).token_kernel
     monkeypatch.setattr(plans, "ROPE_TOKEN_HEADS", ())
-    assert not plan(4096).token_kernel and not plan(1).token_kernel
+    assert not plan(64, 72).token_kernel and not plan(1).token_kernel
 
 
 @pytest.mark.parametrize("name, fused_norm, choices", [
@@ -441,17 +440,20 @@ def test_token_kernel_in_the_planned_shape_does_not_spill(num_heads, head_dim):
                          ids=["8b", "70b", "16-lanes", "32-lanes"])
 def test_apply_rope_token_kernel_in_the_planned_shapes_does_not_spill(num_heads, head_dim):
     """apply_rope's token kernel at every lane count it is planned with and its heads a
-    thread at decode and prefill sizes, bf16 and fp16, sm_80 and sm_90."""
+    thread at decode sizes (and at prefill sizes' 5 heads, planned with the rule's sizes
+    reversed), bf16 and fp16, sm_80 and sm_90."""
     exprs = []
     for n in (1, 4096):
         for dtype, c_type in ((BF16, "__nv_bfloat16"), (np.float16, "__half")):
             plan = plans.plan_rope(n, num_heads, head_dim, head_dim, dtype, max_vec_width=8, fused_norm=False,
                                    in_place=True, limits=plans.H200_LIMITS)
-            if plan.token_kernel:
+            if plan.heads_per_thread in plans.ROPE_TOKEN_HEADS and plans._rope_token_full(
+                    dtype, 8, head_dim, head_dim, head_dim // 16, plan.threads_per_head, plan.head_slots,
+                    plan.heads_per_thread, num_heads, False):
                 exprs += [rope_ops.APPLY_ROPE_TOKEN.expr(c_type, cache, pos, neox, 8, plan.threads_per_head,
                                                          plan.heads_per_thread)
                           for cache in ("float", c_type) for pos in ("int", "long long") for neox in (True, False)]
-    assert len(exprs) >= 16  # at least one size of each shape takes it
+    assert len(exprs) >= 16  # at least one size of each shape is full
     for arch in ("80", "90"):
         spills = jit.nvrtc_spills("rope.cu", exprs, arch)
         assert not any(spills.values()), {e: n for e, n in spills.items() if n}
@@ -670,17 +672,17 @@ def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_
 @pytest.mark.parametrize("dtype", [BF16, np.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
 @pytest.mark.parametrize("num_tokens, num_q_heads, num_kv_heads, head_dim, rotary_dim", [
-    (1, 32, 8, 128, 128),     # llama-3.1-8b at decode sizes: 2 heads a thread, 160 threads
-    (600, 32, 8, 128, 128),   # llama-3.1-8b at prefill sizes: 5 heads a thread, 64 threads
-    (7, 64, 8, 128, 128),     # llama-3.1-70b at decode sizes: 3 heads a thread, 192 threads
-    (600, 16, 4, 256, 256),   # 16 lanes a head, 5 heads a thread
-    (600, 32, 8, 256, 128),   # 8 lanes a head, dims past rotary_dim (left as they are)
-], ids=["8b-1", "8b-600", "70b-7", "16-lanes", "pass-through"])
+    (3, 32, 8, 128, 128),     # llama-3.1-8b: 2 heads a thread, 160 threads
+    (300, 32, 8, 128, 128),   # the same in 300 blocks
+    (7, 64, 8, 128, 128),     # llama-3.1-70b: 3 heads a thread, 192 threads
+    (300, 16, 4, 256, 256),   # 16 lanes a head, 2 heads a thread
+    (300, 32, 8, 256, 128),   # 8 lanes a head (2 heads a thread), dims past rotary_dim (left as they are)
+], ids=["8b-3", "8b-300", "70b-7", "16-lanes", "pass-through"])
 @pytest.mark.parametrize("variant", ["plain", "fused", "cache_in_dtype_int32", "bad_positions"])
 def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, num_tokens, num_q_heads, num_kv_heads,
                                                               head_dim, rotary_dim, variant):
-    """apply_rope in place takes its token kernel in these shapes (item 39): q and k, bit
-    for bit, are the steps kernel's and the wide kernel's, with views of a fused QKV buffer,
+    """apply_rope in place at decode sizes takes its token kernel in these shapes (item 39):
+    q and k, bit for bit, are the steps kernel's and the wide kernel's, with views of a fused QKV buffer,
     int32 positions with a cache in q's dtype, and positions out of range (left unchanged)."""
     import cupy
 
