@@ -1008,17 +1008,19 @@ ROPE_WIDE_NORM_GRID_WAVES = 2
 #: (SmolLM2-135M: 16 threads a token at prefill) still fill whole warps (those sizes untimed).
 ROPE_WIDE_BLOCK_THREADS = 64
 ROPE_WIDE_NORM_BLOCK_THREADS = 128
-#: Heads a thread at which qk_rms_norm_rope's prefill plan launches rope.cu's token
-#: kernel (one token a block, a block per token, no token loop and no guards: the wide
-#: kernel's bits) instead of the wide kernel, where its shape is full
+#: Heads a thread at which qk_rms_norm_rope's plan launches rope.cu's token kernel (one
+#: token a block, a block per token, no token loop and no guards: the wide kernel's bits)
+#: instead of the wide kernel, at any batch size, where its shape is full
 #: (:func:`_rope_token_full`: bf16 in 16-byte vectors, full rotary with one unit a lane,
 #: every slot holding this many heads, whole warps of at least 64 threads a token).
-#: Measured on the H200 (bf16, cold L2, bench/results/NOTES.md item 38, calls E and J):
-#: llama-3.1-8b's 5 heads 11.7 / 6.0 / 5.5 % less than the wide kernel at 1024 / 4096 /
-#: 16384 tokens, -70b's 3 heads 12 / 6 / 3 % less. fp16's 5 heads spill 16 bytes under the
-#: kernel's 96 registers (fp16 untimed: it keeps the wide kernel); 32-thread tokens
-#: (SmolLM2-135M) untimed.
-ROPE_NORM_TOKEN_HEADS = (3, 5)
+#: Measured on the H200 (bf16): at prefill sizes (cold L2, bench/results/NOTES.md item 38,
+#: calls E and J) llama-3.1-8b's 5 heads 11.7 / 6.0 / 5.5 % less than the wide kernel at
+#: 1024 / 4096 / 16384 tokens, -70b's 3 heads 12 / 6 / 3 % less; at decode sizes (graph
+#: replay, item 39, call B) 8b's 2 heads 1.79 / 1.86 / 1.91 us at 1 / 16 / 64 tokens against
+#: 2.18 / 2.27 / 2.33, 70b's 3 heads 2.06 / 2.16 / 2.24 against 2.65 / 2.72 / 2.81. fp16's
+#: 5 heads spill 16 bytes under the kernel's 96 registers (fp16 untimed: it keeps the wide
+#: kernel); 32-thread tokens (SmolLM2-135M) untimed.
+ROPE_NORM_TOKEN_HEADS = (2, 3, 5)
 #: The same for apply_rope's token kernel, at decode sizes (fewer than
 #: ROPE_MIN_TOKENS_PER_SM tokens an SM), in place with one position a token (no M-RoPE):
 #: the wide layout's heads a thread where the shape is full (:func:`_rope_token_full`:
@@ -1111,7 +1113,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     widest compiled one that also divides rotary_dim / 2 and head_dim. For
     qk_rms_norm_rope the row group (threads_per_head) depends on head_dim, rotary_dim
     and the vector width only, so a head's reduction order never depends on the batch.
-    At prefill sizes a bf16 qk_rms_norm_rope whose wide layout holds a number of
+    A bf16 qk_rms_norm_rope whose wide layout holds a number of
     :data:`ROPE_NORM_TOKEN_HEADS` heads a thread in a shape every thread fills takes the
     token kernel (``token_kernel``: one token a block, a block per token, no waves); so
     does a 16-bit apply_rope of :data:`ROPE_TOKEN_HEADS` at decode sizes when the call is
@@ -1154,8 +1156,9 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     # one block per SM while tokens last.
     tokens_per_block = max(1, min(min(block_threads, block_cap) // threads_per_token,
                                   -(-num_tokens // limits.sm_count)))
-    # Where each token kernel was measured faster than the wide one (items 38, 39).
-    token_call = not few_tokens if fused_norm else few_tokens and bool(in_place) and not mrope
+    # Where each token kernel was measured faster than the wide one (items 38, 39): qk at
+    # every size, apply_rope at decode sizes.
+    token_call = fused_norm or (few_tokens and bool(in_place) and not mrope)
     token_kernel = (token_call and wide and heads_per_thread in token_heads
                     and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, head_slots,
                                          heads_per_thread, num_heads, fused_norm)

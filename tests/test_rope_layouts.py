@@ -328,24 +328,24 @@ def test_wide_kernels_in_the_planned_shape_do_not_spill(dtype, num_tokens, fused
 
 
 def test_qk_token_kernel_where_every_thread_is_busy(monkeypatch):
-    """bf16 qk_rms_norm_rope at prefill sizes with ROPE_NORM_TOKEN_HEADS heads a thread
-    takes the token kernel where its shape is full (every slot holds that many heads, every
-    lane one unit, full rotary, whole warps of at least 64 threads a token): llama-3.1-8b
-    (5 heads, 64 threads) and -70b (3, 192); a block per token, no waves. Not at decode
-    sizes, not fp16 or fp32, not with pass-through dims, not where a slot would hold fewer
-    heads, not SmolLM2-135M's 32-thread tokens, not with the constant empty (item 38)."""
-    assert plans.ROPE_NORM_TOKEN_HEADS == (3, 5)
+    """bf16 qk_rms_norm_rope with ROPE_NORM_TOKEN_HEADS heads a thread takes the token
+    kernel where its shape is full (every slot holds that many heads, every lane one unit,
+    full rotary, whole warps of at least 64 threads a token): llama-3.1-8b (5 heads, 64
+    threads; 2 heads, 160 threads, at decode sizes) and -70b (3, 192); a block per token, no
+    waves. Not fp16 or fp32, not with pass-through dims, not where a slot would hold fewer
+    heads, not SmolLM2-135M's 32-thread tokens, not with the constant empty (items 38, 39)."""
+    assert plans.ROPE_NORM_TOKEN_HEADS == (2, 3, 5)
 
     def plan(num_tokens, heads=72, dtype=BF16, head_dim=128, rotary_dim=None):
         return plans.plan_rope(num_tokens, heads, head_dim, rotary_dim or head_dim, dtype,
                                max_vec_width=16 // np.dtype(dtype).itemsize, fused_norm=True, limits=plans.H200_LIMITS)
 
-    for heads, per_thread, block in ((72, 3, 192), (40, 5, 64)):
-        for n in (528, 4096, 16384):
+    for heads, counts, per_thread, block in ((72, (1, 64, 527, 528, 4096, 16384), 3, 192),
+                                             (40, (528, 4096, 16384), 5, 64), (40, (1, 64, 527), 2, 160)):
+        for n in counts:
             p = plan(n, heads)
             assert (p.token_kernel, p.heads_per_thread, p.tokens_per_block, p.grid_waves, p.grid, p.block_size) == \
                 (True, per_thread, 1, 0, (n, 1, 1), block)
-        assert not plan(527, heads).token_kernel and plan(527, heads).grid_waves  # decode sizes: the wide kernel
         assert not plan(4096, heads, np.float16).token_kernel and not plan(4096, heads, np.float32).token_kernel
         assert not plan(4096, heads, rotary_dim=64).token_kernel  # pass-through dims, half the lanes a unit
     assert plan(4096, 20).heads_per_thread == 5 and not plan(4096, 20).token_kernel  # 4 slots: 32 threads
@@ -361,7 +361,7 @@ def test_qk_token_kernel_where_every_thread_is_busy(monkeypatch):
     assert not plans.plan_rope(4096, 72, 128, 128, BF16, max_vec_width=8, fused_norm=True,
                                limits=replace(plans.H200_LIMITS, max_grid_x=4095)).token_kernel
     monkeypatch.setattr(plans, "ROPE_NORM_TOKEN_HEADS", (3,))
-    assert plan(4096).token_kernel and not plan(4096, 40).token_kernel
+    assert plan(4096).token_kernel and not plan(4096, 40).token_kernel and not plan(1, 40).token_kernel
     monkeypatch.setattr(plans, "ROPE_NORM_TOKEN_HEADS", ())
     assert not plan(4096).token_kernel and plan(4096).grid_waves == plans.ROPE_WIDE_NORM_GRID_WAVES
 
@@ -640,8 +640,11 @@ def test_qk_rms_norm_rope_head_counts_give_the_same_bytes(num_q_heads, num_kv_he
 @pytest.mark.parametrize("num_q_heads, num_kv_heads, head_dim", [(32, 8, 128), (64, 8, 128), (16, 4, 256)],
                          ids=["8b", "70b", "16-lanes"])
 @pytest.mark.parametrize("variant", ["plain", "fused", "cache_in_dtype_int32", "bad_positions"])
-def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_kv_heads, head_dim, variant):
-    """At 600 tokens bf16 qk_rms_norm_rope takes the token kernel (item 38) in these shapes:
+@pytest.mark.parametrize("num_tokens", [3, 600])
+def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_kv_heads, head_dim, variant,
+                                                      num_tokens):
+    """bf16 qk_rms_norm_rope takes the token kernel in these shapes at decode sizes (3
+    tokens: 2 heads a thread, 3 for 70b; item 39) and prefill sizes (600: 5 and 3; item 38):
     its q and k, bit for bit, are the steps kernel's and the wide kernel's, with views of a
     fused QKV buffer, int32 positions with a bf16 cache, and positions out of range (left
     unchanged)."""
@@ -651,15 +654,15 @@ def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_
     pos_dtype = np.int32 if variant == "cache_in_dtype_int32" else np.int64
 
     def make():
-        return _inputs(num_q_heads + head_dim, 600, num_q_heads, num_kv_heads, head_dim, head_dim, BF16, cache_dtype,
-                       pos_dtype, fused=variant == "fused", bad=variant == "bad_positions")
+        return _inputs(num_q_heads + head_dim + num_tokens, num_tokens, num_q_heads, num_kv_heads, head_dim, head_dim,
+                       BF16, cache_dtype, pos_dtype, fused=variant == "fused", bad=variant == "bad_positions")
 
     inputs = make()
     before = (cupy.asnumpy(inputs["q"]).tobytes(), cupy.asnumpy(inputs["k"]).tobytes())
     with launcher.recording() as launched:
         _under({}, lambda: _qk(inputs, is_neox))
     assert [rec.template for rec in launched] == [rope_ops.QK_RMS_NORM_ROPE_TOKEN]
-    assert launched[0].grid == (600, 1, 1)
+    assert launched[0].grid == (num_tokens, 1, 1)
     got = {"token": b"".join(cupy.asnumpy(o).tobytes() for o in (inputs["q"], inputs["k"]))}
     assert got["token"] != b"".join(before)
     for constants, name in (({"ROPE_LAYOUT": "steps"}, "steps"), ({"ROPE_NORM_TOKEN_HEADS": ()}, "wide")):

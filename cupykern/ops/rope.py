@@ -17,7 +17,7 @@ QK_RMS_NORM_ROPE = KernelTemplate("rope.cu", "qk_rms_norm_rope_kernel")
 #: The wide layout (plans.ROPE_LAYOUT "wide"): same math, several heads in flight per thread.
 APPLY_ROPE_WIDE = KernelTemplate("rope.cu", "apply_rope_wide_kernel")
 QK_RMS_NORM_ROPE_WIDE = KernelTemplate("rope.cu", "qk_rms_norm_rope_wide_kernel")
-#: qk_rms_norm_rope at prefill sizes where plans.ROPE_NORM_TOKEN_HEADS says: the wide
+#: qk_rms_norm_rope where plans.ROPE_NORM_TOKEN_HEADS says: the wide
 #: kernel's bits and template arguments but the pass-through flag (full rotary only), one
 #: token a block (bf16 only).
 QK_RMS_NORM_ROPE_TOKEN = KernelTemplate("rope.cu", "qk_rms_norm_rope_token_kernel")
