@@ -766,16 +766,24 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, kQkWideMinBlocksPerSm) qk_r
 // are widened with element(), and a token out of range returns with its whole block after
 // its q/k loads were requested. Its guards (a slot past head_slots, a head past num_heads,
 // a lane without a unit) took it from 816 to 1368 instructions in sm_90 SASS for bf16's 5
-// heads a thread, 25 of them divergent regions, and 5-9 % of the time. At most 96
-// registers (kQkTokenMaxRegisters; __launch_bounds__ cannot ask for 96 with 256-thread
-// blocks): llama-3.1-8b (5 heads, 102 free) took 1.0-3.9 % less with the cap, -70b (3
-// heads, 66 free, 80 capped) 1.7-5.5 %. Against the wide kernel, bf16: 8b 11.7 / 6.0 / 5.5 %
-// less at 1024 / 4096 / 16384 tokens, 70b 12 / 6 / 3 % (bench/results/NOTES.md, item 38,
-// calls E and J).
-constexpr int kQkTokenMaxRegisters = 96;
+// heads a thread, 25 of them divergent regions, and 5-9 % of the time. Against the wide
+// kernel, bf16: 8b 11.7 / 6.0 / 5.5 % less at 1024 / 4096 / 16384 tokens, 70b 12 / 6 / 3 %
+// (bench/results/NOTES.md, item 38, calls E and J); at 1-64 tokens 18-22 % (item 39, call B).
+//
+// Registers a thread by heads a thread (__maxnreg__; __launch_bounds__ cannot ask for 96
+// with 256-thread blocks). ptxas takes the cap as its budget, and a free build is no better:
+// 5 heads (llama-3.1-8b) 96 (95 free, same time; 88 level, 80 10-11 % slower); 3 heads
+// (-70b) 88, which it fills with 80 (92 under 96: 3 blocks of 192 threads an SM where 80
+// leave 4; 96 took 8-9 % longer at 1024-16384 tokens); 2 heads (8b at decode sizes) 80,
+// which it fills with 78 (51 free took 0.3 us longer at 1-64 tokens, 88 under 96 0.03 us).
+// Measured on the H200, bf16 (item 39, call C).
+template <int kHeadsPerThread>
+constexpr int qk_token_max_registers() {
+  return kHeadsPerThread >= 5 ? 96 : (kHeadsPerThread >= 3 ? 88 : 80);
+}
 template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidth, int kThreadsPerHead,
           int kHeadsPerThread>
-__global__ void __maxnreg__(kQkTokenMaxRegisters) qk_rms_norm_rope_token_kernel(
+__global__ void __maxnreg__(qk_token_max_registers<kHeadsPerThread>()) qk_rms_norm_rope_token_kernel(
     T* q, T* k, const T* __restrict__ q_weight, const T* __restrict__ k_weight,
     const TPos* __restrict__ positions, const TCache* __restrict__ cos_sin_cache,
     int num_tokens, int num_q_heads, int num_kv_heads, int head_dim,

@@ -423,14 +423,17 @@ def test_bad_token_heads_are_refused_by_name_at_every_shape(monkeypatch, name, f
                          ids=["8b", "70b", "16-lanes", "32-lanes"])
 def test_token_kernel_in_the_planned_shape_does_not_spill(num_heads, head_dim):
     """Every lane count the token kernel is planned with (8, 16, 32 lanes a head: head_dim
-    128, 256, 512), on both architectures the tests compile for (helper 59: the spill
-    ledger's heuristic picks have no head_dim 512)."""
-    plan = plans.plan_rope(4096, num_heads, head_dim, head_dim, BF16, max_vec_width=8, fused_norm=True,
-                           limits=plans.H200_LIMITS)
-    assert plan.token_kernel and plan.threads_per_head == head_dim // 16
-    exprs = [rope_ops.QK_RMS_NORM_ROPE_TOKEN.expr("__nv_bfloat16", cache, pos, neox, plan.vec_width,
-                                                  plan.threads_per_head, plan.heads_per_thread)
-             for cache in ("float", "__nv_bfloat16") for pos in ("int", "long long") for neox in (True, False)]
+    128, 256, 512) at decode and prefill sizes (each heads a thread under its own register
+    cap, rope.cu::qk_token_max_registers), on both architectures the tests compile for
+    (helper 59: the spill ledger's heuristic picks have no head_dim 512)."""
+    exprs = []
+    for n in (1, 4096):
+        plan = plans.plan_rope(n, num_heads, head_dim, head_dim, BF16, max_vec_width=8, fused_norm=True,
+                               limits=plans.H200_LIMITS)
+        assert plan.token_kernel and plan.threads_per_head == head_dim // 16
+        exprs += [rope_ops.QK_RMS_NORM_ROPE_TOKEN.expr("__nv_bfloat16", cache, pos, neox, plan.vec_width,
+                                                       plan.threads_per_head, plan.heads_per_thread)
+                  for cache in ("float", "__nv_bfloat16") for pos in ("int", "long long") for neox in (True, False)]
     for arch in ("80", "90"):
         spills = jit.nvrtc_spills("rope.cu", exprs, arch)
         assert not any(spills.values()), {e: n for e, n in spills.items() if n}
