@@ -1125,10 +1125,13 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     # Python ints from here on (NumPy's unsigned and small ints wrapped in -(-n // h)).
     num_tokens, num_heads = _count(num_tokens, "num_tokens", 0), _count(num_heads, "num_heads", 1)
     head_dim, rotary_dim = _count(head_dim, "head_dim", 2), _count(rotary_dim, "rotary_dim", 2)
-    _resident_threads(limits)  # sm_count is divided by below: checked by name first
+    _resident_threads(limits)  # its type, sm_count and max_threads_per_sm checked by name
+    # The limits read below as Python ints (helper 59: a numpy.uint8 sm_count wrapped in
+    # -(-num_tokens // sm_count), a NaN max_threads_per_block passed min()).
+    sm_count = _limit(limits, "sm_count")
     # Every size below fits the device's blocks as well as the kernels' launch bounds:
     # a GPU of 128-thread blocks gets fewer tokens (or head slots) a block, not a refusal.
-    block_cap = min(limits.max_threads_per_block, ROPE_MAX_BLOCK_SIZE)
+    block_cap = min(_limit(limits, "max_threads_per_block"), ROPE_MAX_BLOCK_SIZE)
     if rotary_dim > head_dim or rotary_dim % 2:
         raise ValueError(f"rotary_dim: expected an even number <= head_dim ({head_dim}), got {rotary_dim}")
     half = rotary_dim // 2
@@ -1139,7 +1142,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
         threads_per_head = rope_norm_threads_per_head(vec_width, head_dim, rotary_dim)
     else:
         threads_per_head = min(units, block_cap)
-    few_tokens = num_tokens < _constant("ROPE_MIN_TOKENS_PER_SM") * limits.sm_count
+    few_tokens = num_tokens < _constant("ROPE_MIN_TOKENS_PER_SM") * sm_count
     steps_heads = _constant("ROPE_HEADS_PER_THREAD")  # read at every shape, so a bad value never waits for one
     wide = rope_wide(fused_norm, units, (head_dim - rotary_dim) // vec_width, threads_per_head)
     if wide:
@@ -1155,7 +1158,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     # Fill the block (the wide kernels' block_threads of it) with tokens, but keep at least
     # one block per SM while tokens last.
     tokens_per_block = max(1, min(min(block_threads, block_cap) // threads_per_token,
-                                  -(-num_tokens // limits.sm_count)))
+                                  -(-num_tokens // sm_count)))
     # Where each token kernel was measured faster than the wide one (items 38, 39): qk at
     # every size, apply_rope at decode sizes.
     token_call = fused_norm or (few_tokens and bool(in_place) and not mrope)
@@ -1191,7 +1194,7 @@ def rope_resident_grid(plan: RopePlan, num_tokens: int, blocks_per_sm: int, limi
     waves = _count(plan.grid_waves, "plan.grid_waves", 0)
     blocks = max(1, -(-num_tokens // _count(plan.tokens_per_block, "plan.tokens_per_block", 1)))
     if waves:
-        blocks = min(blocks, waves * blocks_per_sm * int(limits.sm_count))
+        blocks = min(blocks, waves * blocks_per_sm * _limit(limits, "sm_count"))
     return replace(plan, grid=(min(blocks, _limit(limits, "max_grid_x")), 1, 1))
 
 

@@ -191,6 +191,32 @@ def test_bad_device_limits_are_refused_by_name(field, value):
         plans.row_layout(4096, _dtypes.bfloat16, True, num_rows=1, limits={"sm_count": 132})
 
 
+@pytest.mark.parametrize("field, value", [("max_threads_per_block", float("nan")), ("max_threads_per_block", 1024.0),
+                                          ("max_threads_per_block", 0), ("sm_count", 132.0), ("sm_count", None)])
+@pytest.mark.parametrize("fused_norm", [False, True])
+def test_plan_rope_refuses_bad_device_limits_by_name(field, value, fused_norm):
+    """Helper 59: a NaN max_threads_per_block passed plan_rope's min(), a float one was
+    refused under another name."""
+    limits = replace(H200_LIMITS, **{field: value})
+    for n in (1, 4096):
+        with pytest.raises(ValueError, match=f"limits.{field}: expected an int >= 1, got {value!r}"):
+            plans.plan_rope(n, 40, 128, 128, _dtypes.bfloat16, max_vec_width=8, fused_norm=fused_norm,
+                            in_place=True, limits=limits)
+
+
+@pytest.mark.parametrize("fused_norm", [False, True])
+def test_plan_rope_takes_numpy_device_limits(fused_norm):
+    """Helper 59: a numpy.uint8 sm_count wrapped in -(-num_tokens // sm_count); NumPy ints
+    plan as Python ints do."""
+    small = replace(H200_LIMITS, sm_count=100, max_threads_per_block=512)
+    as_numpy = replace(small, sm_count=np.uint8(100), max_threads_per_block=np.uint16(512))
+    for n in (1, 64, 399, 400, 4096, 300000):
+        want = plans.plan_rope(n, 40, 128, 128, _dtypes.bfloat16, max_vec_width=8, fused_norm=fused_norm,
+                               in_place=True, limits=small)
+        assert plans.plan_rope(n, 40, 128, 128, _dtypes.bfloat16, max_vec_width=8, fused_norm=fused_norm,
+                               in_place=True, limits=as_numpy) == want
+
+
 @pytest.mark.parametrize("value", [np.float32(0.5), np.int64(1), 1])
 def test_decode_fill_shares_take_any_real_number(monkeypatch, value):
     monkeypatch.setitem(plans.DECODE_FILL_SHARE, "rms_norm", value)
