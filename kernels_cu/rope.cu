@@ -64,13 +64,16 @@
 //   kVecWidth         1, 8 / sizeof(T) or 16 / sizeof(T) elements per access (apply_rope);
 //                     1 or 16 / sizeof(T) (qk_rms_norm_rope). Every pointer and stride
 //                     is aligned to it and rotary_dim/2 and head_dim are multiples of it.
-//   kThreadsPerHead   8, 16, 32 (qk_rms_norm_rope: the row group that reduces a head)
+//   kThreadsPerHead   8, 16, 32 (qk_rms_norm_rope: the row group that reduces a head;
+//                     the token kernels: the lanes of a head, one unit each)
+//   kHeadsPerThread   the wide and token kernels' heads a thread holds at once (compiled
+//                     for plans.ROPE_WIDE_HEADS_CHOICES / ROPE_WIDE_NORM_HEADS_CHOICES)
 //   kMropeLayout      0 (one position per token), 1 (M-RoPE, sectioned), 2 (M-RoPE,
 //                     interleaved) (apply_rope; 1 and 2 with kIsNeox = true only)
 // Launch contract (planned by cupykern/plans.py::plan_rope): 1-D block of at most
 // kRopeMaxBlockSize threads, tokens_per_block * threads_per_head * head_slots of them
-// active, rounded up to a multiple of 32; 1-D grid of any size (qk_rms_norm_rope's
-// token kernel: tokens_per_block 1 and exactly num_tokens blocks); no dynamic shared
+// active, rounded up to a multiple of 32; 1-D grid of any size (the token kernels:
+// tokens_per_block 1 and exactly num_tokens blocks); no dynamic shared
 // memory. qk_rms_norm_rope needs threads_per_head = kThreadsPerHead.
 #include <cupykern/vec.cuh>
 #include <cupykern/reduce.cuh>
