@@ -1119,9 +1119,14 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     does a 16-bit apply_rope of :data:`ROPE_TOKEN_HEADS` at decode sizes when the call is
     ``in_place`` without ``mrope`` (M-RoPE's positions; both flags are apply_rope's alone:
     qk_rms_norm_rope is always in place). The rule takes no launch overrides: any raise
-    ValueError (never ignored).
+    ValueError (never ignored); ``fused_norm``, ``in_place`` and ``mrope`` not bools raise
+    TypeError naming them.
     """
     check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
+    for name, flag in (("fused_norm", fused_norm), ("in_place", in_place), ("mrope", mrope)):
+        if not isinstance(flag, (bool, np.bool_)):  # "no" or NaN would read as True
+            raise TypeError(f"{name}: expected a bool, got {flag!r}")
+    fused_norm, in_place, mrope = bool(fused_norm), bool(in_place), bool(mrope)
     # Python ints from here on (NumPy's unsigned and small ints wrapped in -(-n // h)).
     num_tokens, num_heads = _count(num_tokens, "num_tokens", 0), _count(num_heads, "num_heads", 1)
     head_dim, rotary_dim = _count(head_dim, "head_dim", 2), _count(rotary_dim, "rotary_dim", 2)
@@ -1161,8 +1166,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
                                   -(-num_tokens // sm_count)))
     # Where each token kernel was measured faster than the wide one (items 38, 39): qk at
     # every size, apply_rope at decode sizes.
-    token_call = fused_norm or (few_tokens and bool(in_place) and not mrope)
-    token_kernel = (token_call and wide and heads_per_thread in token_heads
+    token_call = fused_norm or (few_tokens and in_place and not mrope)
+    token_kernel = (token_call and wide and num_tokens >= 1 and heads_per_thread in token_heads
                     and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, head_slots,
                                          heads_per_thread, num_heads, fused_norm)
                     and num_tokens <= _limit(limits, "max_grid_x"))

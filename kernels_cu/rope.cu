@@ -585,9 +585,11 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, rope_wide_min_blocks<kHeads
 // 32), num_q_heads + num_kv_heads = head_slots * kHeadsPerThread, rotary_dim = 2 *
 // kThreadsPerHead * kVecWidth (every lane holds one unit of every head it walks; dims past
 // rotary_dim are not touched), tokens_per_block 1 and exactly num_tokens blocks (block b is
-// token b); same signature as the wide kernel, whose out-of-place and M-RoPE arguments it
-// does not read. A token out of range returns with its whole block, after its q/k loads
-// were requested, and is left as it is.
+// token b); same signature as the wide kernel. It reads and writes through q_out and k_out
+// with their strides (in place, q and k's; unlike the wide kernel's in-place build, which
+// goes through q and k), and reads neither q, k and their strides nor copy_unrotated and
+// the M-RoPE arguments. A token out of range returns with its whole block, after its q/k
+// loads were requested, and is left as it is.
 template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidth, int kThreadsPerHead,
           int kHeadsPerThread>
 __global__ void __launch_bounds__(kRopeMaxBlockSize) apply_rope_token_kernel(
@@ -779,10 +781,11 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, kQkWideMinBlocksPerSm) qk_r
 // (-70b) 88, which it fills with 80 (92 under 96: 3 blocks of 192 threads an SM where 80
 // leave 4; 96 took 8-9 % longer at 1024-16384 tokens); 2 heads (8b at decode sizes) 80,
 // which it fills with 78 (51 free took 0.3 us longer at 1-64 tokens, 88 under 96 0.03 us).
-// Measured on the H200, bf16 (item 39, call C).
+// Measured on the H200, bf16 (item 39, call C). 4 heads (not planned by default, untimed)
+// 96: under 88, 32 lanes with a bf16 cache spilled 8 bytes (helper 60).
 template <int kHeadsPerThread>
 constexpr int qk_token_max_registers() {
-  return kHeadsPerThread >= 5 ? 96 : (kHeadsPerThread >= 3 ? 88 : 80);
+  return kHeadsPerThread >= 4 ? 96 : (kHeadsPerThread == 3 ? 88 : 80);
 }
 template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidth, int kThreadsPerHead,
           int kHeadsPerThread>

@@ -86,6 +86,17 @@ def test_heuristic_picks_do_not_spill(compiled, heuristic_picks, filename, arch)
                          f"{known_spills.recorded_nvrtc()}: tests/known_spills.py rewrites it)")
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_rope_token_kernels_do_not_spill(compiled, arch):
+    """Every instantiation of RoPE's token kernels this run compiled (all of them with
+    --compile-all, in CI) spills nothing, whatever the plan constants make planned: under
+    its register cap of 88 qk_rms_norm_rope's 4 heads a thread spilled 8 bytes (helper 60)."""
+    spills = compiled[("rope.cu", arch)]["spills"]
+    names = ("apply_rope_token_kernel<", "qk_rms_norm_rope_token_kernel<")
+    token = {e: n for e, n in spills.items() if e.startswith(names)}
+    assert token and not any(token.values()), {e: n for e, n in token.items() if n}
+
+
 def test_every_family_is_compiled():
     assert sorted(families.instantiations()) == sorted(f"{family}.cu" for family in families.FAMILIES)
 

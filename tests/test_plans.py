@@ -204,6 +204,19 @@ def test_plan_rope_refuses_bad_device_limits_by_name(field, value, fused_norm):
                             in_place=True, limits=limits)
 
 
+@pytest.mark.parametrize("name", ["fused_norm", "in_place", "mrope"])
+@pytest.mark.parametrize("value", ["no", float("nan"), None, 0, 1.0])
+def test_plan_rope_flags_are_bools(name, value):
+    """Helper 60: in_place="no" or NaN planned apply_rope's in-place token kernel, a
+    fused_norm of None raised a bare KeyError."""
+    kwargs = {"fused_norm": False, "in_place": True, "mrope": False, name: value}
+    for n in (1, 4096):
+        with pytest.raises(TypeError, match=f"{name}: expected a bool, got {value!r}"):
+            plans.plan_rope(n, 40, 128, 128, _dtypes.bfloat16, max_vec_width=8, limits=H200_LIMITS, **kwargs)
+    assert plans.plan_rope(1, 40, 128, 128, _dtypes.bfloat16, max_vec_width=8, fused_norm=np.bool_(False),
+                           in_place=np.bool_(True), limits=H200_LIMITS).token_kernel
+
+
 @pytest.mark.parametrize("fused_norm", [False, True])
 def test_plan_rope_takes_numpy_device_limits(fused_norm):
     """Helper 59: a numpy.uint8 sm_count wrapped in -(-num_tokens // sm_count); NumPy ints

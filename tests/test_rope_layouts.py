@@ -346,6 +346,7 @@ def test_qk_token_kernel_where_every_thread_is_busy(monkeypatch):
             p = plan(n, heads)
             assert (p.token_kernel, p.heads_per_thread, p.tokens_per_block, p.grid_waves, p.grid, p.block_size) == \
                 (True, per_thread, 1, 0, (n, 1, 1), block)
+        assert not plan(0, heads).token_kernel  # no block to launch (helper 60)
         assert not plan(4096, heads, np.float16).token_kernel and not plan(4096, heads, np.float32).token_kernel
         assert not plan(4096, heads, rotary_dim=64).token_kernel  # pass-through dims, half the lanes a unit
     assert plan(4096, 20).heads_per_thread == 5 and not plan(4096, 20).token_kernel  # 4 slots: 32 threads
@@ -389,6 +390,7 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
                 assert (p.token_kernel, p.heads_per_thread, p.tokens_per_block, p.grid_waves, p.grid, p.block_size) \
                     == (True, per_thread, 1, 0, (n, 1, 1), block)
         assert not plan(528, heads).token_kernel and not plan(16384, heads).token_kernel  # prefill sizes
+        assert not plan(0, heads).token_kernel  # no block to launch (helper 60)
     assert plan(4096, 40).heads_per_thread == 5 and plan(4096, 40).block_size == 64  # full, yet the wide kernel
     for n in (1, 527):
         assert not plan(n, in_place=False).token_kernel and not plan(n, mrope=True).token_kernel
