@@ -1019,7 +1019,7 @@ ROPE_WIDE_NORM_BLOCK_THREADS = 128
 #: replay, item 39, call B) 8b's 2 heads 1.79 / 1.86 / 1.91 us at 1 / 16 / 64 tokens against
 #: 2.18 / 2.27 / 2.33, 70b's 3 heads 2.06 / 2.16 / 2.24 against 2.65 / 2.72 / 2.81. fp16's
 #: 5 heads spill 16 bytes under the kernel's 96 registers (fp16 untimed: it keeps the wide
-#: kernel); 32-thread tokens (SmolLM2-135M) untimed.
+#: kernel); SmolLM2-135M's 32-thread tokens keep it too (the rule wants 64 threads a token).
 ROPE_NORM_TOKEN_HEADS = (2, 3, 5)
 #: The same for apply_rope's token kernel, at decode sizes (fewer than
 #: ROPE_MIN_TOKENS_PER_SM tokens an SM), in place with one position a token (no M-RoPE):
