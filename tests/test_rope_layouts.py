@@ -562,6 +562,30 @@ def _qk(i, is_neox):
                                      i["cos_sin_cache"], 1e-6, is_neox=is_neox, check_positions=False)
 
 
+def _assert_token_kernel_bytes(make, run, template, num_tokens, token_off: dict):
+    """``run(make())`` (an in-place RoPE op) launches ``template`` alone with a block per
+    token and changes q or k; its q and k, bit for bit, are the steps kernel's and, under
+    ``token_off`` (the op's token heads emptied), the wide kernel's on fresh inputs."""
+    import cupy
+
+    def qk_bytes(i):
+        return b"".join(cupy.asnumpy(i[a]).tobytes() for a in ("q", "k"))
+
+    inputs = make()
+    before = qk_bytes(inputs)
+    with launcher.recording() as launched:
+        _under({}, lambda: run(inputs))
+    assert [rec.template for rec in launched] == [template]
+    assert launched[0].grid == (num_tokens, 1, 1)
+    got = {"token": qk_bytes(inputs)}
+    assert got["token"] != before
+    for constants, name in (({"ROPE_LAYOUT": "steps"}, "steps"), (token_off, "wide")):
+        i = make()
+        _under(constants, lambda: run(i))
+        got[name] = qk_bytes(i)
+    _assert_same(got)
+
+
 def _assert_same(got):
     first = got["steps"]
     assert len(first) > 0 or all(len(v) == 0 for v in got.values())
@@ -653,8 +677,6 @@ def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_
     its q and k, bit for bit, are the steps kernel's and the wide kernel's, with views of a
     fused QKV buffer, int32 positions with a bf16 cache, and positions out of range (left
     unchanged)."""
-    import cupy
-
     cache_dtype = BF16 if variant == "cache_in_dtype_int32" else np.float32
     pos_dtype = np.int32 if variant == "cache_in_dtype_int32" else np.int64
 
@@ -662,18 +684,8 @@ def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_
         return _inputs(num_q_heads + head_dim + num_tokens, num_tokens, num_q_heads, num_kv_heads, head_dim, head_dim,
                        BF16, cache_dtype, pos_dtype, fused=variant == "fused", bad=variant == "bad_positions")
 
-    inputs = make()
-    before = (cupy.asnumpy(inputs["q"]).tobytes(), cupy.asnumpy(inputs["k"]).tobytes())
-    with launcher.recording() as launched:
-        _under({}, lambda: _qk(inputs, is_neox))
-    assert [rec.template for rec in launched] == [rope_ops.QK_RMS_NORM_ROPE_TOKEN]
-    assert launched[0].grid == (num_tokens, 1, 1)
-    got = {"token": b"".join(cupy.asnumpy(o).tobytes() for o in (inputs["q"], inputs["k"]))}
-    assert got["token"] != b"".join(before)
-    for constants, name in (({"ROPE_LAYOUT": "steps"}, "steps"), ({"ROPE_NORM_TOKEN_HEADS": ()}, "wide")):
-        i = make()
-        got[name] = b"".join(cupy.asnumpy(o).tobytes() for o in _under(constants, lambda: _qk(i, is_neox)))
-    _assert_same(got)
+    _assert_token_kernel_bytes(make, lambda i: _qk(i, is_neox), rope_ops.QK_RMS_NORM_ROPE_TOKEN, num_tokens,
+                               {"ROPE_NORM_TOKEN_HEADS": ()})
 
 
 @pytest.mark.gpu
@@ -692,8 +704,6 @@ def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, nu
     """apply_rope in place at decode sizes takes its token kernel in these shapes (item 39):
     q and k, bit for bit, are the steps kernel's and the wide kernel's, with views of a fused QKV buffer,
     int32 positions with a cache in q's dtype, and positions out of range (left unchanged)."""
-    import cupy
-
     cache_dtype = dtype if variant == "cache_in_dtype_int32" else np.float32
     pos_dtype = np.int32 if variant == "cache_in_dtype_int32" else np.int64
 
@@ -701,19 +711,8 @@ def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, nu
         return _inputs(num_tokens + head_dim + rotary_dim, num_tokens, num_q_heads, num_kv_heads, head_dim, rotary_dim,
                        dtype, cache_dtype, pos_dtype, fused=variant == "fused", bad=variant == "bad_positions")
 
-    inputs = make()
-    before = b"".join(cupy.asnumpy(inputs[a]).tobytes() for a in ("q", "k"))
-    with launcher.recording() as launched:
-        _under({}, lambda: _apply(inputs, is_neox=is_neox))
-    assert [rec.template for rec in launched] == [rope_ops.APPLY_ROPE_TOKEN]
-    assert launched[0].grid == (num_tokens, 1, 1)
-    got = {"token": b"".join(cupy.asnumpy(inputs[a]).tobytes() for a in ("q", "k"))}
-    assert got["token"] != before
-    for constants, name in (({"ROPE_LAYOUT": "steps"}, "steps"), ({"ROPE_TOKEN_HEADS": ()}, "wide")):
-        i = make()
-        _under(constants, lambda: _apply(i, is_neox=is_neox))
-        got[name] = b"".join(cupy.asnumpy(i[a]).tobytes() for a in ("q", "k"))
-    _assert_same(got)
+    _assert_token_kernel_bytes(make, lambda i: _apply(i, is_neox=is_neox), rope_ops.APPLY_ROPE_TOKEN, num_tokens,
+                               {"ROPE_TOKEN_HEADS": ()})
 
 
 @pytest.mark.gpu
