@@ -26,7 +26,7 @@ in as a dict; each plan rule names the keys it takes and rejects the others.
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 from functools import lru_cache
 
@@ -111,9 +111,25 @@ def max_block_size(threads_per_row: int) -> int:
     return max(threads_per_row, 256)
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _count(value, name: str, lowest: int) -> int:
+    """``value`` as an int, ValueError naming ``name`` unless an int (not a bool) >= ``lowest``."""
+    if not _is_int(value) or value < lowest:
+        raise ValueError(f"{name}: expected an int >= {lowest}, got {value!r}")
+    return int(value)
+
+
 @dataclass(frozen=True)
 class DeviceLimits:
-    """What a plan must respect on a device; built from the device or by hand in tests."""
+    """What a plan must respect on a device; built from the device or by hand in tests.
+
+    Checked where it is built, so that every plan may read the fields as they are: each
+    count a Python int >= 1 (NumPy ints converted; ValueError naming the field for a
+    float, a bool, None or a count below 1: a NaN sm_count made a float grid, a negative
+    one flipped the decode layout's test, a zero one divided), ``name`` a str (TypeError)."""
 
     name: str
     sm_count: int
@@ -122,6 +138,13 @@ class DeviceLimits:
     max_grid_y: int = 65535
     warp_size: int = WARP_SIZE
     max_threads_per_sm: int = 2048
+
+    def __post_init__(self):
+        if not isinstance(self.name, str):
+            raise TypeError(f"limits.name: expected a str, got {type(self.name).__name__}")
+        for field in fields(self):
+            if field.name != "name":  # frozen: set through object's own __setattr__
+                object.__setattr__(self, field.name, _count(getattr(self, field.name), f"limits.{field.name}", 1))
 
     @staticmethod
     @lru_cache(maxsize=None)
@@ -184,17 +207,6 @@ def checked_overrides(overrides: dict | None, allowed, what: str) -> dict:
 
 def _pow2(n: int) -> bool:
     return n >= 1 and not n & (n - 1)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def _count(value, name: str, lowest: int) -> int:
-    """``value`` as an int, ValueError naming ``name`` unless an int (not a bool) >= ``lowest``."""
-    if not _is_int(value) or value < lowest:
-        raise ValueError(f"{name}: expected an int >= {lowest}, got {value!r}")
-    return int(value)
 
 
 def _constant(name: str, allowed=None, lowest: int = 1, allowed_by: str = "") -> int:
@@ -517,28 +529,18 @@ def _prefill_max_threads_per_row(op: str | None) -> int:
                             f"one of {THREADS_PER_ROW_CHOICES}")
 
 
-def _resident_threads(limits: DeviceLimits) -> int:
-    """sm_count x max_threads_per_sm of ``limits``, PlanError naming the field unless each
-    is an int >= 1 (a NaN or negative count would flip the decode layout's test, a zero
-    one divide)."""
+def _device_limits(limits) -> DeviceLimits:
+    """``limits``, TypeError unless a DeviceLimits (whose counts its constructor checked)."""
     if not isinstance(limits, DeviceLimits):
         raise TypeError(f"limits: expected a plans.DeviceLimits, got {type(limits).__name__}")
-    return _limit(limits, "sm_count") * _limit(limits, "max_threads_per_sm")
-
-
-def _limit(limits: DeviceLimits, field: str) -> int:
-    """limits.<field> as an int, PlanError naming it unless an int >= 1."""
-    try:
-        return _count(getattr(limits, field), f"limits.{field}", 1)
-    except ValueError as exc:
-        raise PlanError(str(exc)) from None
+    return limits
 
 
 def _row_threads_cap(limits: DeviceLimits) -> int:
-    """The most threads a row may take on ``limits``: its max_threads_per_block (PlanError
-    naming it unless an int >= 1) within MAX_BLOCK_SIZE, rounded down to a power of two
-    (THREADS_PER_ROW_CHOICES are powers of two)."""
-    return _pow2_floor(min(MAX_BLOCK_SIZE, _limit(limits, "max_threads_per_block")))
+    """The most threads a row may take on ``limits``: its max_threads_per_block within
+    MAX_BLOCK_SIZE, rounded down to a power of two (THREADS_PER_ROW_CHOICES are powers of
+    two)."""
+    return _pow2_floor(min(MAX_BLOCK_SIZE, limits.max_threads_per_block))
 
 
 def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str | None = None,
@@ -566,7 +568,8 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
                        for name in ("DECODE_VECS_PER_THREAD", "PREFILL_VECS_PER_THREAD"))
     vec_width = _dtypes.vec_width(dtype) if aligned else 1
     columns = tree_columns(hidden_size, dtype)
-    resident = _resident_threads(limits)
+    limits = _device_limits(limits)
+    resident = limits.sm_count * limits.max_threads_per_sm
     # Never fewer threads than the compiled leaves a thread allow, whatever the cap; never
     # more than a block of the device holds.
     fewest = max(1, columns // max(VECS_PER_THREAD_CHOICES))
@@ -595,6 +598,7 @@ def default_rows_per_block(threads_per_row: int) -> int:
 def validate(plan: RowPlan, dtype, aligned: bool, limits: DeviceLimits, hidden_size: int) -> RowPlan:
     """Returns ``plan`` if it can run on rows of ``hidden_size`` elements and gives them
     the tree's bits, else raises PlanError (a ValueError) saying what is wrong."""
+    limits = _device_limits(limits)
     layout = plan.layout
     if layout.threads_per_row not in THREADS_PER_ROW_CHOICES:
         raise PlanError(f"threads_per_row must be one of {THREADS_PER_ROW_CHOICES}, got {layout.threads_per_row}")
@@ -690,6 +694,7 @@ def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: 
 def _plan_row_launch(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: DeviceLimits,
                      op: str | None, overrides: dict | None) -> RowPlan:
     """:func:`plan_rows` up to the walk: the tuned, overridden or heuristic launch."""
+    limits = _device_limits(limits)
     overrides = checked_overrides(overrides, ROW_OVERRIDE_KEYS, op or "a row kernel")
     hidden_size, num_rows = _count(hidden_size, "hidden_size", 1), _count(num_rows, "num_rows", 0)
     _check_op(op)
@@ -872,7 +877,7 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     limits, or with a d that is not a multiple of ``vec_width``.
     """
     overrides = checked_overrides(overrides, ACTIVATION_OVERRIDE_KEYS, op)
-    _resident_threads(limits)  # limits checked by name (a NaN sm_count made a float grid)
+    limits = _device_limits(limits)
     num_rows, d = _count(num_rows, "num_rows", 0), _count(d, "d", 1)
     if d >= ACTIVATION_MAX_ROW:
         raise ValueError(f"d: expected 1 .. {ACTIVATION_MAX_ROW - 1} outputs a row (the kernel's in-row indices are "
@@ -1130,13 +1135,11 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     # Python ints from here on (NumPy's unsigned and small ints wrapped in -(-n // h)).
     num_tokens, num_heads = _count(num_tokens, "num_tokens", 0), _count(num_heads, "num_heads", 1)
     head_dim, rotary_dim = _count(head_dim, "head_dim", 2), _count(rotary_dim, "rotary_dim", 2)
-    _resident_threads(limits)  # its type, sm_count and max_threads_per_sm checked by name
-    # The limits read below as Python ints (helper 59: a numpy.uint8 sm_count wrapped in
-    # -(-num_tokens // sm_count), a NaN max_threads_per_block passed min()).
-    sm_count = _limit(limits, "sm_count")
+    limits = _device_limits(limits)
+    sm_count = limits.sm_count
     # Every size below fits the device's blocks as well as the kernels' launch bounds:
     # a GPU of 128-thread blocks gets fewer tokens (or head slots) a block, not a refusal.
-    block_cap = min(_limit(limits, "max_threads_per_block"), ROPE_MAX_BLOCK_SIZE)
+    block_cap = min(limits.max_threads_per_block, ROPE_MAX_BLOCK_SIZE)
     if rotary_dim > head_dim or rotary_dim % 2:
         raise ValueError(f"rotary_dim: expected an even number <= head_dim ({head_dim}), got {rotary_dim}")
     half = rotary_dim // 2
@@ -1170,7 +1173,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     token_kernel = (token_call and wide and num_tokens >= 1 and heads_per_thread in token_heads
                     and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, head_slots,
                                          heads_per_thread, num_heads, fused_norm)
-                    and num_tokens <= _limit(limits, "max_grid_x"))
+                    and num_tokens <= limits.max_grid_x)
     if token_kernel:  # a block per token
         tokens_per_block, waves = 1, 0
     plan = RopePlan(vec_width, threads_per_head, head_slots, tokens_per_block, (1, 1, 1),
@@ -1188,19 +1191,19 @@ def rope_resident_grid(plan: RopePlan, num_tokens: int, blocks_per_sm: int, limi
     count (the CUDA occupancy API's, for plan.block_size threads: ops/rope.py) or, without
     the kernel, ROPE_WIDE_BLOCKS_PER_SM. A grid that is not a whole number of waves runs
     its last blocks at a fraction of the SMs' slots (item 33). ValueError naming the
-    argument (or the plan's or the limits' field) unless each count is an int, >= 0 for
-    num_tokens and plan.grid_waves, >= 1 otherwise; TypeError for a plan that is not a
-    RopePlan or limits that are not DeviceLimits."""
+    argument (or the plan's field) unless each count is an int, >= 0 for num_tokens and
+    plan.grid_waves, >= 1 otherwise; TypeError for a plan that is not a RopePlan or
+    limits that are not DeviceLimits."""
     if not isinstance(plan, RopePlan):
         raise TypeError(f"plan: expected a plans.RopePlan, got {type(plan).__name__}")
-    _resident_threads(limits)  # its type and sm_count checked by name
+    limits = _device_limits(limits)
     num_tokens = _count(num_tokens, "num_tokens", 0)
     blocks_per_sm = _count(blocks_per_sm, "blocks_per_sm", 1)
     waves = _count(plan.grid_waves, "plan.grid_waves", 0)
     blocks = max(1, -(-num_tokens // _count(plan.tokens_per_block, "plan.tokens_per_block", 1)))
     if waves:
-        blocks = min(blocks, waves * blocks_per_sm * _limit(limits, "sm_count"))
-    return replace(plan, grid=(min(blocks, _limit(limits, "max_grid_x")), 1, 1))
+        blocks = min(blocks, waves * blocks_per_sm * limits.sm_count)
+    return replace(plan, grid=(min(blocks, limits.max_grid_x), 1, 1))
 
 
 #: q/k dtypes of each token kernel (qk_rms_norm_rope's fp16 5 heads spill 16 bytes under its
@@ -1422,6 +1425,7 @@ def plan_gemv(num_tokens: int, n_out: int, dtype, *, aligned: bool, limits: Devi
     vectors when ``aligned`` (the caller checks pointers, strides and that the row length
     is a multiple of the vector). Takes no overrides."""
     check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
+    limits = _device_limits(limits)
     rows = GEMV_MANY_ROWS_PER_WARP if many_rows and n_out >= GEMV_MANY_ROWS else 1
     units = -(-n_out // rows)
     blocks = max(1, min(-(-units // GEMV_WARPS), limits.max_grid_x))
@@ -1438,6 +1442,7 @@ def plan_attention(num_tokens: int, num_heads: int, cache_rows: int, dtype, *, l
     :data:`ATTENTION_MIN_SPLIT_ROWS` rows. The split depends on the cache's capacity, not
     on the positions (which live on the device), so a captured graph fits every step."""
     check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
+    limits = _device_limits(limits)
     num_splits = 1
     if cache_rows > ATTENTION_ONE_SPLIT_ROWS:
         wanted = -(-2 * limits.sm_count // max(1, num_heads * num_tokens))
@@ -1459,6 +1464,7 @@ def plan_prefill_attention(num_tokens: int, num_heads: int, num_kv_heads: int, d
         ValueError: more blocks than the grid's x dimension holds.
     """
     check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
+    limits = _device_limits(limits)
     rows_per_tile = WARP_SIZE // PREFILL_ATTENTION_LANES_PER_ROW
     group = num_heads // num_kv_heads
     blocks = -(-num_tokens * group // rows_per_tile) * num_kv_heads

@@ -178,30 +178,60 @@ def test_bad_prefill_thread_caps_are_refused_by_name(monkeypatch, value):
         plans.plan_rows(4096, 8192, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="layer_norm")
 
 
-@pytest.mark.parametrize("field, value", [("sm_count", 0), ("sm_count", -1), ("sm_count", float("nan")),
-                                          ("sm_count", None), ("max_threads_per_sm", 0), ("max_threads_per_sm", 2048.0)])
-def test_bad_device_limits_are_refused_by_name(field, value):
-    """A negative sm_count flipped the fused add (share inf) to the prefill layout, a NaN
-    kept softmax (share 0) on the decode layout at 4096 rows."""
-    limits = replace(H200_LIMITS, **{field: value})
-    for op in ("fused_add_rms_norm", "softmax"):
-        with pytest.raises(ValueError, match=f"limits.{field}: expected an int >= 1, got {value!r}"):
-            plans.plan_rows(4096, 4096, _dtypes.bfloat16, aligned=True, limits=limits, op=op)
-    with pytest.raises(TypeError, match="limits: expected a plans.DeviceLimits, got dict"):
-        plans.row_layout(4096, _dtypes.bfloat16, True, num_rows=1, limits={"sm_count": 132})
+_LIMIT_FIELDS = ("sm_count", "max_threads_per_block", "max_grid_x", "max_grid_y", "warp_size", "max_threads_per_sm")
 
 
-@pytest.mark.parametrize("field, value", [("max_threads_per_block", float("nan")), ("max_threads_per_block", 1024.0),
-                                          ("max_threads_per_block", 0), ("sm_count", 132.0), ("sm_count", None)])
-@pytest.mark.parametrize("fused_norm", [False, True])
-def test_plan_rope_refuses_bad_device_limits_by_name(field, value, fused_norm):
-    """Helper 59: a NaN max_threads_per_block passed plan_rope's min(), a float one was
-    refused under another name."""
-    limits = replace(H200_LIMITS, **{field: value})
-    for n in (1, 4096):
-        with pytest.raises(ValueError, match=f"limits.{field}: expected an int >= 1, got {value!r}"):
-            plans.plan_rope(n, 40, 128, 128, _dtypes.bfloat16, max_vec_width=8, fused_norm=fused_norm,
-                            in_place=True, limits=limits)
+@pytest.mark.parametrize("field", _LIMIT_FIELDS)
+@pytest.mark.parametrize("value", [0, -1, float("nan"), None, 2048.0, 132.5, True, "132"])
+def test_device_limits_refuse_bad_counts_where_built(field, value):
+    """Every count is checked once, where the limits are built, so no plan reads a bad
+    one: a negative sm_count flipped the fused add (share inf) to the prefill layout, a
+    NaN kept softmax (share 0) on the decode layout at 4096 rows, a NaN
+    max_threads_per_block passed plan_rope's min() (helper 59), a NaN or fractional
+    sm_count made the activations' grid a float (helper 44), and the row, activation and
+    attention plans read the fields unchecked (item 40)."""
+    with pytest.raises(ValueError, match=f"limits.{field}: expected an int >= 1, got {value!r}"):
+        replace(H200_LIMITS, **{field: value})
+
+
+def test_device_limits_hold_python_ints():
+    """A NumPy count becomes a Python int (a numpy.uint8 sm_count wrapped in -(-n // sm_count))."""
+    limits = DeviceLimits(name="numpy", sm_count=np.uint8(132), max_threads_per_block=np.int64(1024))
+    assert type(limits.sm_count) is int and type(limits.max_threads_per_block) is int
+    assert limits == replace(H200_LIMITS, name="numpy")
+    with pytest.raises(TypeError, match="limits.name: expected a str, got NoneType"):
+        DeviceLimits(name=None, sm_count=132)
+
+
+def _planners() -> dict:
+    """Each plan rule that takes limits, as a call of them with everything else valid."""
+    bf16 = _dtypes.bfloat16
+    row_plan = plans.plan_rows(1, 4096, bf16, aligned=True, limits=H200_LIMITS)
+    rope_plan = plans.plan_rope(4096, 40, 128, 128, bf16, max_vec_width=8, fused_norm=False, limits=H200_LIMITS)
+    return {
+        "row_layout": lambda limits: plans.row_layout(4096, bf16, True, num_rows=1, limits=limits),
+        "plan_rows": lambda limits: plans.plan_rows(1, 4096, bf16, aligned=True, limits=limits, op="rms_norm"),
+        "validate": lambda limits: plans.validate(row_plan, bf16, True, limits, 4096),
+        "plan_activation": lambda limits: plans.plan_activation(16, 14336, bf16, aligned=True, limits=limits),
+        "plan_rope": lambda limits: plans.plan_rope(1, 40, 128, 128, bf16, max_vec_width=8, fused_norm=False,
+                                                    in_place=True, limits=limits),
+        "rope_resident_grid": lambda limits: plans.rope_resident_grid(rope_plan, 4096, 3, limits),
+        "plan_gemv": lambda limits: plans.plan_gemv(1, 4096, bf16, aligned=True, limits=limits),
+        "plan_attention": lambda limits: plans.plan_attention(1, 32, 8192, bf16, limits=limits),
+        "plan_prefill_attention": lambda limits: plans.plan_prefill_attention(16, 32, 8, bf16, limits=limits),
+    }
+
+
+@pytest.mark.parametrize("planner", ["row_layout", "plan_rows", "validate", "plan_activation", "plan_rope",
+                                     "rope_resident_grid", "plan_gemv", "plan_attention", "plan_prefill_attention"])
+def test_planners_refuse_limits_that_are_not_device_limits(planner):
+    """A dict of the same fields is not taken (plan_rows read its .name for the tuned
+    file first: AttributeError); each rule plans on the H200's own limits."""
+    call = _planners()[planner]
+    assert call(H200_LIMITS) is not None
+    for bad in ({"sm_count": 132}, None):
+        with pytest.raises(TypeError, match=f"limits: expected a plans.DeviceLimits, got {type(bad).__name__}"):
+            call(bad)
 
 
 @pytest.mark.parametrize("name", ["fused_norm", "in_place", "mrope"])
@@ -649,13 +679,6 @@ def test_row_plans_respect_a_smaller_block_limit(max_threads_per_block):
                         continue
                     assert plan.block_size <= max_threads_per_block, (op, hidden, rows, plan)
                     assert plan.layout.threads_per_row in plans.tree_threads_per_row(hidden, dtype)
-
-
-def test_row_plans_refuse_a_bad_block_limit():
-    for bad in (0, -1, 2.5, True):
-        with pytest.raises(plans.PlanError, match="limits.max_threads_per_block"):
-            plans.row_layout(4096, _dtypes.bfloat16, True, num_rows=1,
-                             limits=replace(H200_LIMITS, max_threads_per_block=bad))
 
 
 def test_reread_is_built_for_its_layouts_only():

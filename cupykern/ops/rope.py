@@ -264,8 +264,7 @@ def _regrid(plan: plans.RopePlan, num_tokens: int, limits: plans.DeviceLimits):
     waves of the blocks an SM holds of the kernel it launches (the occupancy API's count,
     where plan_rope could only estimate it). None for a block per token group, and for
     grids no count could cap (at most a block an SM a wave: decode sizes)."""
-    # int(): plan_rope checked sm_count (an int >= 1), and a NumPy one would wrap here.
-    if not plan.grid_waves or -(-num_tokens // plan.tokens_per_block) <= plan.grid_waves * int(limits.sm_count):
+    if not plan.grid_waves or -(-num_tokens // plan.tokens_per_block) <= plan.grid_waves * limits.sm_count:
         return None
     return partial(plans.rope_resident_grid, plan, num_tokens, limits=limits)
 
