@@ -410,7 +410,11 @@ def test_apply_rope_vector_width_follows_alignment():
     (dict(cache=contiguous((8, 7), F32)), ValueError, r"cos_sin_cache: rotary_dim = shape\[1\] must be even"),
     (dict(cache=contiguous((8, 0), F32)), ValueError, "cos_sin_cache: rotary_dim"),
     (dict(cache=contiguous((8, 256), F32)), ValueError, r"rotary_dim \(256\) must be <= head_dim \(128\)"),
-    (dict(cache=contiguous((8, 128), F16)), TypeError, "cos_sin_cache: expected dtype float32 or q's dtype"),
+    (dict(cache=contiguous((8, 128), F16)), TypeError,
+     r"cos_sin_cache: expected dtype float32 or q's dtype bfloat16, got float16"),
+    # helper 61: "float32 or q's dtype float32" said the one dtype twice
+    (dict(q=contiguous((4, 8, 128), F32), k=None, cache=contiguous((8, 128), F16)), TypeError,
+     r"cos_sin_cache: expected dtype float32 \(q's dtype\), got float16"),
     (dict(cache=contiguous((8, 2, 64), F32)), ValueError,
      r"cos_sin_cache: expected shape \(max_position, rotary_dim\)"),
     (dict(cache=Sig((8, 128), (1024, 8), np.dtype(F32), 0)), ValueError,
@@ -524,6 +528,7 @@ _WEIGHT = np.ones(64, F32)
     ("apply_rope", (_Q, _K.astype(F16), _POS, _CACHE), {}),
     ("apply_rope", (_Q, np.ones((3, 2, 64), F32), _POS, _CACHE), {}),
     ("apply_rope", (_Q, _K, _POS.astype(np.float32), _CACHE), {}),
+    ("apply_rope", (_Q, _K, _POS.astype(np.float64), _CACHE), {}),  # helper 61: was named float32
     ("apply_rope", (_Q, _K, np.arange(5), _CACHE), {}),
     ("apply_rope", (_Q, _K, None, _CACHE), {}),
     ("apply_rope", (_Q, _K, _POS, np.ones((16, 63), F32)), {}),
@@ -538,6 +543,7 @@ _WEIGHT = np.ones(64, F32)
     ("qk_rms_norm_rope", (np.lib.stride_tricks.as_strided(_Q, shape=(2, 8, 64), strides=(2**33, 256, 4)),
                           _K[:2], _WEIGHT, _WEIGHT, _POS[:2], _CACHE), {}),
     ("qk_rms_norm_rope", (_Q, None, _WEIGHT, _WEIGHT, _POS, _CACHE), {}),
+    ("qk_rms_norm_rope", (_Q, _K, _WEIGHT, _WEIGHT, _POS.astype(np.float64), _CACHE), {}),
     ("qk_rms_norm_rope", (_Q, _K, np.ones(32, F32), _WEIGHT, _POS, _CACHE), {}),
     ("qk_rms_norm_rope", (_Q, _K, _WEIGHT, _WEIGHT.astype(F16), _POS, _CACHE), {}),
     ("qk_rms_norm_rope", (_Q, _K, _WEIGHT, _WEIGHT, _POS, _CACHE), {"eps": -1.0}),
@@ -1352,8 +1358,6 @@ def test_apply_rope_mrope_launch(interleaved, layout):
     (dict(mrope_section=(-8, 36, 36)), r"mrope_section: expected 3 ints >= 0"),
     (dict(mrope_section=(True, 31, 32)), r"mrope_section: expected 3 ints >= 0"),
     (dict(mrope_section="16,24,24"), r"mrope_section: expected 3 ints >= 0"),
-    (dict(mrope_section=(16, 24, 24), mrope_interleaved="yes"), "mrope_interleaved: expected a bool"),
-    (dict(mrope_section=(16, 24, 24), mrope_interleaved=1), "mrope_interleaved: expected a bool"),
     (dict(mrope_interleaved=True), "mrope_interleaved: True needs mrope_section"),
     (dict(mrope_section=(16, 24, 24), is_neox=False), "is_neox: M-RoPE .* NeoX pairing only"),
     (dict(mrope_section=(16, 24, 24), positions=contiguous((4,), np.int64)),
@@ -1367,6 +1371,16 @@ def test_apply_rope_mrope_intake_errors_name_the_argument(kwargs, message):
         _apply(limits=None, **kwargs)
     with pytest.raises(TypeError, match="positions: expected dtype int32 or int64"):
         _apply(limits=None, mrope_section=(16, 24, 24), positions=contiguous((3, 4), F32))
+
+
+@pytest.mark.parametrize("value", ["yes", 2, 0.5, (True,)])
+def test_apply_rope_mrope_interleaved_is_a_flag_like_is_neox(value):
+    """Helper 61: mrope_interleaved=1 was a ValueError where is_neox=1 is taken; both are
+    flags now (_arrays.flag: True, False, 1, 0; TypeError otherwise)."""
+    with pytest.raises(TypeError, match="mrope_interleaved: expected a bool, got "):
+        _apply(mrope_section=(16, 24, 24), mrope_interleaved=value)
+    assert _apply(mrope_section=(16, 24, 24), mrope_interleaved=1).template_args == \
+        _apply(mrope_section=(16, 24, 24), mrope_interleaved=True).template_args
 
 
 def test_interleaved_mrope_sections_fit_the_kernels_32_bit_bound():

@@ -103,6 +103,10 @@ def test_reference_embedding_checks_ids_as_the_kernel():
         reference.embedding(np.array([0]), np.zeros((0, 2), np.float32))
     with pytest.raises(TypeError, match="check_ids: expected a bool"):
         reference.embedding(np.array([0]), table, check_ids="yes")
+    # float64 ids are named as the kernel names them (the references check a float64
+    # array as float32, the kernels' compute type: helper 61 read "got float32")
+    with pytest.raises(TypeError, match=r"token_ids: expected dtype int32 or int64, got float64$"):
+        reference.embedding(np.array([0.0]), table)
 
 
 def test_reference_sample_tokens_takes_a_temperature_as_the_kernel():

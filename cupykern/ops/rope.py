@@ -154,12 +154,12 @@ def mrope_layout(mrope_section, mrope_interleaved, rotary_dim: int, is_neox: boo
     Raises:
         ValueError: ``mrope_section`` not 3 ints >= 0 summing to ``rotary_dim / 2``, or
             interleaved with a height or width section of 2**31 / 3 or more;
-            ``mrope_interleaved`` not a bool, or True without ``mrope_section``;
-            M-RoPE with ``is_neox=False`` (compiled for the NeoX pairing of HF/vLLM only).
+            ``mrope_interleaved`` True without ``mrope_section``; M-RoPE with
+            ``is_neox=False`` (compiled for the NeoX pairing of HF/vLLM only).
+        TypeError: ``mrope_interleaved`` not a bool (nor 1 or 0).
     """
-    interleaved = False if mrope_interleaved is None else mrope_interleaved
-    if not isinstance(interleaved, (bool, np.bool_)):  # 1 == True: a membership test would take ints
-        raise ValueError(f"mrope_interleaved: expected a bool, got {mrope_interleaved!r}")
+    # A flag as is_neox and inplace are (_arrays.flag: True, False, 1, 0, NumPy bools; else TypeError).
+    interleaved = False if mrope_interleaved is None else _arrays.flag(mrope_interleaved, "mrope_interleaved")
     if mrope_section is None:
         if interleaved:
             raise ValueError("mrope_interleaved: True needs mrope_section (the (t, h, w) split of rotary_dim / 2)")
@@ -210,7 +210,8 @@ def _cache(sig, dtype, head_dim: int) -> tuple[_arrays.Sig, int, int]:
     """The cos/sin table with its rotary_dim and row stride (elements)."""
     cache = _arrays.required(sig, "cos_sin_cache", "a device array (max_position, rotary_dim)")
     if cache.dtype not in _cache_dtypes(dtype):
-        raise TypeError(f"cos_sin_cache: expected dtype float32 or q's dtype {dtype}, got {cache.dtype}")
+        allowed = "float32 (q's dtype)" if np.dtype(dtype) == np.float32 else f"float32 or q's dtype {dtype}"
+        raise TypeError(f"cos_sin_cache: expected dtype {allowed}, got {cache.dtype}")
     if len(cache.shape) != 2:
         raise ValueError(f"cos_sin_cache: expected shape (max_position, rotary_dim), got {tuple(cache.shape)}")
     rows, rotary_dim = cache.shape
@@ -521,15 +522,15 @@ def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, inplace:
     Raises:
         TypeError: q/k/positions/cos_sin_cache not on the device (e.g. NumPy arrays:
             pass ``cupy.asarray(...)``), unsupported dtype, k or cache of another dtype
-            than allowed, positions not int32/int64, ``is_neox``, ``inplace`` or
-            ``check_positions`` not a bool.
+            than allowed, positions not int32/int64, ``is_neox``, ``inplace``,
+            ``check_positions`` or ``mrope_interleaved`` not a bool.
         ValueError: wrong number of axes, non-unit head_dim stride, token axes that do
             not flatten, q/k with different token axes or head_dim, positions of the
             wrong shape (``(3, num_tokens)`` positions without ``mrope_section`` say
             so), odd rotary_dim or rotary_dim > head_dim, a position out of range (with
             ``check_positions``), an array on another GPU; ``mrope_section`` not 3 ints
-            >= 0 summing to rotary_dim / 2, ``mrope_interleaved`` not a bool or set
-            without ``mrope_section``, M-RoPE with ``is_neox=False``; a size or stride
+            >= 0 summing to rotary_dim / 2, ``mrope_interleaved`` set without
+            ``mrope_section``, M-RoPE with ``is_neox=False``; a size or stride
             (in elements) of 2**31 or more (the kernels' arguments are 32-bit); in place,
             q and k sharing memory with each other, ``positions`` or ``cos_sin_cache``.
 

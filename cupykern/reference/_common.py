@@ -70,4 +70,14 @@ def check(op_name: str, **values) -> None:
     imports every family's ops module), which happens before any reference module runs.
     """
     op = launcher.ops()[op_name]
-    op.check({name: signature(value, name) if name in op.arrays else value for name, value in values.items()})
+    try:
+        op.check({name: signature(value, name) if name in op.arrays else value for name, value in values.items()})
+    except TypeError as exc:
+        # A float64 array is checked as float32 (signature); where that dtype is refused
+        # (an index array: positions, ids), the kernel's own message names float64.
+        message = str(exc)
+        name = message.split(":", 1)[0]
+        given = getattr(values.get(name), "dtype", None) if name in op.arrays else None
+        if message.endswith("got float32") and given is not None and np.dtype(given) == _FLOAT64:
+            raise TypeError(message.removesuffix("float32") + "float64") from None
+        raise
