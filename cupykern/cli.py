@@ -116,11 +116,13 @@ def main():
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="print the environment as JSON")
 def info(as_json):
-    """GPU, versions and the kernel cache location (works without a GPU)."""
-    from cupykern import environment, tuning
+    """GPU, versions and where the caches are (works without a GPU): CuPy's compiled
+    kernels, cupykern's cache directory (models/ and the tuned file), the tuned file."""
+    from cupykern import environment, tuning, user_cache
 
     env = environment.describe()
     env["kernel_cache_dir"] = os.environ.get("CUPY_CACHE_DIR", str(Path.home() / ".cupy" / "kernel_cache"))
+    env["cache_dir"] = str(user_cache.cache_dir())
     env["tuned_configs"] = str(tuning.path())
     if as_json:
         click.echo(json.dumps(env, indent=1))
@@ -352,8 +354,9 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
     --hidden-size is given. The launch options are crossed and applied to the ops
     whose plan takes them: the row kernels' five to the norms, softmax and row_reduce;
     --block-size, --vec-width and --grid-stride to the activations; none to RoPE or the
-    decode ops (gemv, attention and tokens families). A combination the plan rejects
-    for a shape is skipped with a yellow line. Each point reports the plan that was
+    decode ops (gemv, attention and tokens families); an option that none of the
+    chosen ops takes is a usage error. A combination the plan rejects for a shape is
+    skipped with a yellow line. Each point reports the plan that was
     launched, its errors against the float64 reference and the device memory one call
     allocates. Exits 1 if any point disagreed with the reference.
 
@@ -382,6 +385,19 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
     if tune and not any(engine.tunable(op) for op in chosen):
         raise click.UsageError(f"--tune tunes the row kernels ({', '.join(o for o in specs if engine.tunable(o))}); "
                                "none was chosen")
+    options = dict(threads_per_row=threads_per_row, vec_width=vec_width, vecs_per_thread=vecs_per_thread,
+                   rows_per_block=rows_per_block, block_size=block_size, grid_stride=grid_stride)
+    ignored = {op: engine.ignored_options(op, options) for op in chosen}
+    unused = [key for key in options if all(key in keys for keys in ignored.values())]
+    if unused:  # helper 61: `sweep apply_rope --block-size 128` ran RoPE's own plans, saying nothing without a GPU
+        raise click.UsageError(f"{_flags(unused)} {'applies' if len(unused) == 1 else 'apply'} to none of the "
+                               f"chosen ops ({', '.join(chosen)}): the row kernels take "
+                               f"{_flags(plans.ROW_OVERRIDE_KEYS)}; the activations "
+                               f"{_flags(plans.ACTIVATION_OVERRIDE_KEYS)}; RoPE and the decode ops none")
+    for op, keys in ignored.items():
+        if keys:
+            takes = _flags(engine.launch_options(op)) or "none"
+            console.print(f"[yellow]{op} ignores {_flags(keys)} (its launch options: {takes})[/]", soft_wrap=True)
     if not environment.gpu_available():
         reason = environment.gpu_problem() or "CuPy sees no CUDA GPU"
         if tune:
@@ -401,13 +417,6 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
                       "[green]compile check passed[/] (run `cupykern sweep` on a GPU to validate and time)")
         sys.exit(1 if failures else 0)
 
-    options = dict(threads_per_row=threads_per_row, vec_width=vec_width, vecs_per_thread=vecs_per_thread,
-                   rows_per_block=rows_per_block, block_size=block_size, grid_stride=grid_stride)
-    for op in chosen:
-        ignored = engine.ignored_options(op, options)
-        if ignored:
-            takes = _flags(engine.launch_options(op)) or "none"
-            console.print(f"[yellow]{op} ignores {_flags(ignored)} (its launch options: {takes})[/]", soft_wrap=True)
     for op in chosen:
         dropped = [n for n in num_tokens if not specs[op].takes_tokens(n)]
         if dropped:

@@ -205,9 +205,11 @@ def test_tune_show_of_an_invalid_file_is_one_line(tune_file, text, args):
     assert invoke("tune", "--clear").exit_code == 0 and not tune_file.exists()
 
 
-def test_info_names_the_tuned_file(tune_file):
+def test_info_names_the_tuned_file_and_the_cache_dir(tune_file, monkeypatch, tmp_path):
     result = invoke("info", "--json")
     assert json.loads(result.output)["tuned_configs"] == str(tune_file)
+    monkeypatch.setenv("CUPYKERN_CACHE_DIR", str(tmp_path / "c"))  # helper 61: info showed no cache dir
+    assert json.loads(invoke("info", "--json").output)["cache_dir"] == str(tmp_path / "c")
 
 
 # ----------------------------------------------------------------- sweep with a fake GPU
@@ -337,11 +339,24 @@ def test_activation_grid_stride_option(fake_gpu, tmp_path):
 
 
 def test_options_an_op_does_not_take_are_named(fake_gpu):
-    result = invoke("sweep", "apply_rope", "silu_and_mul", "--num-tokens", "4", "--threads-per-row", "64")
+    result = invoke("sweep", "apply_rope", "silu_and_mul", "rms_norm", "--num-tokens", "4", "--threads-per-row", "64")
     assert result.exit_code == 0, result.output
     assert "apply_rope ignores --threads-per-row (its launch options: none)" in result.output
     assert "silu_and_mul ignores --threads-per-row" in result.output
-    assert [c for c in fake_gpu if "threads_per_row" in c] == []  # timed with their own plans
+    # The others are timed with their own plans.
+    assert [c["op"] for c in fake_gpu if "threads_per_row" in c] == ["rms_norm"]
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_options_no_chosen_op_takes_are_refused(monkeypatch, gpu):
+    """Helper 61: `sweep apply_rope --block-size 128` timed RoPE's own plans, and without a
+    GPU said nothing of the option."""
+    monkeypatch.setattr(environment, "gpu_available", lambda: gpu)
+    result = invoke("sweep", "apply_rope", "gemv", "--num-tokens", "4", "--block-size", "128", "--threads-per-row", "64")
+    assert result.exit_code == 2, result.output
+    assert "--threads-per-row, --block-size apply to none of the chosen ops (apply_rope, gemv)" in result.output
+    result = invoke("sweep", "apply_rope", "--grid-stride", "true")
+    assert result.exit_code == 2 and "--grid-stride applies to none of the chosen ops (apply_rope)" in result.output
 
 
 def test_sweep_tune_writes_the_winner(fake_gpu, tune_file):

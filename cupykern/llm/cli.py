@@ -25,8 +25,9 @@ def fetch_model_command(name, force):
     """Download NAME's GGUF (default smollm2) into the cache and check its SHA-256.
 
     The file goes in models/ of the cupykern cache dir: $CUPYKERN_CACHE_DIR if set, else
-    the platform's user cache dir (~/.cache/cupykern on Linux). CUPYKERN_CACHE_DIR moves
-    both the tuned file and the models. Prints the file's path.
+    the platform's user cache dir (on Linux $XDG_CACHE_HOME/cupykern, by default
+    ~/.cache/cupykern; `cupykern info` prints it). CUPYKERN_CACHE_DIR moves both the
+    tuned file and the models. Prints the file's path.
     """
     from cupykern.llm import fetch
 
