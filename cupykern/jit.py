@@ -146,6 +146,18 @@ def nvrtc_compile(filename: str, exprs: list[str], arch: str, extra_options=()) 
     Returns ({name expression: lowered name}, compile log). Raises RuntimeError with
     the NVRTC log on a compile error.
     """
+    lowered, log, _ = _nvrtc(filename, exprs, arch, extra_options, cubin=False)
+    return lowered, log
+
+
+def nvrtc_cubin(filename: str, exprs: list[str], arch: str, extra_options=()) -> tuple[bytes, dict[str, str], str]:
+    """As :func:`nvrtc_compile`, and the machine code: (cubin for sm_``arch``, {name
+    expression: lowered name}, compile log). bench/sass.py reads its SASS, no GPU needed."""
+    lowered, log, cubin = _nvrtc(filename, exprs, arch, extra_options, cubin=True)
+    return cubin, lowered, log
+
+
+def _nvrtc(filename: str, exprs: list[str], arch: str, extra_options, *, cubin: bool):
     from cupy_backends.cuda.libs import nvrtc
 
     prog = nvrtc.createProgram(source(filename), filename, (), ())
@@ -157,9 +169,27 @@ def nvrtc_compile(filename: str, exprs: list[str], arch: str, extra_options=()) 
         except nvrtc.NVRTCError as exc:
             raise RuntimeError(f"{filename} (sm_{arch}) failed to compile:\n{nvrtc.getProgramLog(prog)}") from exc
         lowered = {expr: nvrtc.getLoweredName(prog, expr) for expr in exprs}
-        return lowered, nvrtc.getProgramLog(prog)
+        return lowered, nvrtc.getProgramLog(prog), _cubin(prog) if cubin else None
     finally:
         nvrtc.destroyProgram(prog)
+
+
+def _cubin(prog: int) -> bytes:
+    """The cubin of NVRTC program ``prog`` (CuPy's handle), read through NVRTC's own calls:
+    CuPy 14.2's ``nvrtc.getCUBIN`` drops the last byte (it strips a trailing NUL, as for
+    PTX and the log), which leaves an ELF whose program headers run past its end."""
+    import ctypes
+
+    import cuda.pathfinder
+
+    lib = ctypes.CDLL(cuda.pathfinder.load_nvidia_dynamic_lib("nvrtc").abs_path)
+    size = ctypes.c_size_t()
+    if lib.nvrtcGetCUBINSize(ctypes.c_void_p(prog), ctypes.byref(size)):
+        raise RuntimeError("nvrtcGetCUBINSize failed")
+    buf = ctypes.create_string_buffer(size.value)
+    if lib.nvrtcGetCUBIN(ctypes.c_void_p(prog), buf):
+        raise RuntimeError("nvrtcGetCUBIN failed")
+    return buf.raw
 
 
 #: ptxas's report of one kernel (``--ptxas-options=-v``): its name, then its spill stores.

@@ -181,3 +181,25 @@ def test_decode_row_layouts_do_not_spill(decode_row_spills, filename, arch):
     spills = decode_row_spills[(filename, arch)]
     assert spills, filename
     assert not any(spills.values()), {e: n for e, n in spills.items() if n}
+
+
+def test_nvrtc_cubin_is_whole_and_its_sass_readable():
+    """jit.nvrtc_cubin reads the cubin through NVRTC itself (CuPy 14.2's getCUBIN drops its
+    last byte: the ELF's headers then ran past its end and nvdisasm refused it), and
+    bench/sass.py reads each kernel's SASS, registers and spills from it, the same on
+    every compile."""
+    import struct
+
+    from bench import sass
+
+    exprs = ["append_tokens_kernel", "sample_tokens_kernel<int, true>"]
+    cubin, lowered, _ = jit.nvrtc_cubin("tokens.cu", exprs, "90")
+    phoff, shoff = struct.unpack_from("<QQ", cubin, 32)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", cubin, 54)
+    assert cubin[:4] == b"\x7fELF" and max(phoff + phentsize * phnum, shoff + shentsize * shnum) <= len(cubin)
+    first, again = sass.sass_of("tokens.cu", exprs, "90"), sass.sass_of("tokens.cu", exprs, "90")
+    assert first == again and list(first) == exprs
+    for found in first.values():
+        assert found["registers"] > 0 and found["spill_bytes"] == 0
+        assert any(line.startswith("EXIT") for line in found["instructions"])
+        assert not any("/*" in line for line in found["instructions"])  # addresses and encodings stripped
