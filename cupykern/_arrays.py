@@ -401,12 +401,14 @@ def eps(value, name: str = "eps") -> np.float32:
 
 
 def flag(value, name: str) -> bool:
-    """True or False (or a value equal to one of them: 1, 0, numpy bools)."""
+    """True or False, or a NumPy bool, or an int (Python or NumPy) equal to 1 or 0;
+    TypeError naming ``name`` otherwise (a float, a string, an array: helper 63 found 1.0,
+    1+0j and Decimal(1) taken as True)."""
     if value is True or value is False:  # the common case, first: ops check a flag per call
         return value
-    if np.ndim(value) != 0 or isinstance(value, (str, bytes)) or value not in (True, False):
-        raise TypeError(f"{name}: expected a bool, got {value!r}")
-    return bool(value)
+    if isinstance(value, np.bool_) or (isinstance(value, (int, np.integer)) and value in (0, 1)):
+        return bool(value)
+    raise TypeError(f"{name}: expected a bool, got {value!r}")
 
 
 def choice(value, choices, name: str):

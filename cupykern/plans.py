@@ -111,15 +111,23 @@ def max_block_size(threads_per_row: int) -> int:
     return max(threads_per_row, 256)
 
 
+#: The largest count a CUDA device attribute (a C int) can hold.
+_INT32_MAX = 2**31 - 1
+
+
 def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
-def _count(value, name: str, lowest: int) -> int:
-    """``value`` as an int, ValueError naming ``name`` unless an int (not a bool) >= ``lowest``."""
-    if not _is_int(value) or value < lowest:
-        raise ValueError(f"{name}: expected an int >= {lowest}, got {value!r}")
-    return int(value)
+def _count(value, name: str, lowest: int, highest: int | None = None) -> int:
+    """``value`` as a Python int, ValueError naming ``name`` unless an int (not a bool) >=
+    ``lowest`` (and <= ``highest`` if given). Converted before it is compared, so that an
+    int subclass compares as the int it holds."""
+    number = int(value) if _is_int(value) else None
+    if number is None or number < lowest or (highest is not None and number > highest):
+        want = f"an int >= {lowest}" if highest is None else f"an int in [{lowest}, {highest}]"
+        raise ValueError(f"{name}: expected {want}, got {value!r}")
+    return number
 
 
 @dataclass(frozen=True)
@@ -127,9 +135,10 @@ class DeviceLimits:
     """What a plan must respect on a device; built from the device or by hand in tests.
 
     Checked where it is built, so that every plan may read the fields as they are: each
-    count a Python int >= 1 (NumPy ints converted; ValueError naming the field for a
-    float, a bool, None or a count below 1: a NaN sm_count made a float grid, a negative
-    one flipped the decode layout's test, a zero one divided), ``name`` a str (TypeError)."""
+    count a Python int from 1 to 2**31 - 1, as CUDA reports them (NumPy ints converted;
+    ValueError naming the field for a float, a bool, None or a count out of that range: a
+    NaN sm_count made a float grid, a negative one flipped the decode layout's test, a
+    zero one divided, one past 2**1023 overflowed a float), ``name`` a str (TypeError)."""
 
     name: str
     sm_count: int
@@ -144,7 +153,8 @@ class DeviceLimits:
             raise TypeError(f"limits.name: expected a str, got {type(self.name).__name__}")
         for field in fields(self):
             if field.name != "name":  # frozen: set through object's own __setattr__
-                object.__setattr__(self, field.name, _count(getattr(self, field.name), f"limits.{field.name}", 1))
+                object.__setattr__(self, field.name,
+                                   _count(getattr(self, field.name), f"limits.{field.name}", 1, _INT32_MAX))
 
     @staticmethod
     @lru_cache(maxsize=None)
@@ -533,6 +543,18 @@ def _device_limits(limits) -> DeviceLimits:
     """``limits``, TypeError unless a DeviceLimits (whose counts its constructor checked)."""
     if not isinstance(limits, DeviceLimits):
         raise TypeError(f"limits: expected a plans.DeviceLimits, got {type(limits).__name__}")
+    return limits
+
+
+def _fixed_block(limits, block_size: int, what: str) -> DeviceLimits:
+    """``limits`` (checked as :func:`_device_limits`), PlanError unless a kernel written
+    for 32-lane warps in blocks of ``block_size`` threads (``what``) fits them."""
+    limits = _device_limits(limits)
+    if limits.warp_size != WARP_SIZE:
+        raise PlanError(f"{what} are written for {WARP_SIZE}-lane warps; the device's are {limits.warp_size}")
+    if block_size > limits.max_threads_per_block:
+        raise PlanError(f"{what} take blocks of {block_size} threads; the device's hold at most "
+                        f"{limits.max_threads_per_block}")
     return limits
 
 
@@ -1125,7 +1147,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     ``in_place`` without ``mrope`` (M-RoPE's positions; both flags are apply_rope's alone:
     qk_rms_norm_rope is always in place). The rule takes no launch overrides: any raise
     ValueError (never ignored); ``fused_norm``, ``in_place`` and ``mrope`` not bools raise
-    TypeError naming them.
+    TypeError naming them; a device whose warps are not 32 lanes, PlanError.
     """
     check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
     for name, flag in (("fused_norm", fused_norm), ("in_place", in_place), ("mrope", mrope)):
@@ -1135,7 +1157,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     # Python ints from here on (NumPy's unsigned and small ints wrapped in -(-n // h)).
     num_tokens, num_heads = _count(num_tokens, "num_tokens", 0), _count(num_heads, "num_heads", 1)
     head_dim, rotary_dim = _count(head_dim, "head_dim", 2), _count(rotary_dim, "rotary_dim", 2)
-    limits = _device_limits(limits)
+    limits = _fixed_block(limits, WARP_SIZE, "RoPE's kernels")
     sm_count = limits.sm_count
     # Every size below fits the device's blocks as well as the kernels' launch bounds:
     # a GPU of 128-thread blocks gets fewer tokens (or head slots) a block, not a refusal.
@@ -1423,9 +1445,17 @@ def plan_gemv(num_tokens: int, n_out: int, dtype, *, aligned: bool, limits: Devi
     kernel that takes several features a warp) per :data:`GEMV_MANY_ROWS_PER_WARP` of them
     from :data:`GEMV_MANY_ROWS` features on; blocks of :data:`GEMV_WARPS` warps, 16-byte
     vectors when ``aligned`` (the caller checks pointers, strides and that the row length
-    is a multiple of the vector). Takes no overrides."""
+    is a multiple of the vector). Takes no overrides.
+
+    Raises:
+        ValueError: a count that is not an int >= 0, more than GEMV_MAX_TOKENS[-1] tokens;
+            PlanError (a ValueError) for a device whose warps are not 32 lanes or whose
+            blocks hold fewer than GEMV_WARPS warps.
+        TypeError: ``limits`` not a DeviceLimits.
+    """
     check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
-    limits = _device_limits(limits)
+    limits = _fixed_block(limits, GEMV_WARPS * WARP_SIZE, "the GEMV kernels")
+    num_tokens, n_out = _count(num_tokens, "num_tokens", 0), _count(n_out, "n_out", 0)
     rows = GEMV_MANY_ROWS_PER_WARP if many_rows and n_out >= GEMV_MANY_ROWS else 1
     units = -(-n_out // rows)
     blocks = max(1, min(-(-units // GEMV_WARPS), limits.max_grid_x))
@@ -1440,9 +1470,21 @@ def plan_attention(num_tokens: int, num_heads: int, cache_rows: int, dtype, *, l
     split (then combined by a second launch) only past :data:`ATTENTION_ONE_SPLIT_ROWS`
     rows, into enough splits for about two blocks per SM, each at least
     :data:`ATTENTION_MIN_SPLIT_ROWS` rows. The split depends on the cache's capacity, not
-    on the positions (which live on the device), so a captured graph fits every step."""
+    on the positions (which live on the device), so a captured graph fits every step.
+
+    Raises:
+        ValueError: a count that is not an int >= 0; PlanError (a ValueError) for heads or
+            tokens past the device's grid, warps not of 32 lanes, or blocks of fewer than
+            ATTENTION_WARPS warps.
+        TypeError: ``limits`` not a DeviceLimits.
+    """
     check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
-    limits = _device_limits(limits)
+    limits = _fixed_block(limits, ATTENTION_WARPS * WARP_SIZE, "the decode attention kernels")
+    num_tokens, num_heads = _count(num_tokens, "num_tokens", 0), _count(num_heads, "num_heads", 0)
+    cache_rows = _count(cache_rows, "cache_rows", 0)
+    if num_heads > limits.max_grid_x or num_tokens > limits.max_grid_y:
+        raise PlanError(f"a (head, token, split) grid of {num_heads} x {num_tokens} exceeds the device's "
+                        f"{limits.max_grid_x} x {limits.max_grid_y}")
     num_splits = 1
     if cache_rows > ATTENTION_ONE_SPLIT_ROWS:
         wanted = -(-2 * limits.sm_count // max(1, num_heads * num_tokens))
@@ -1461,10 +1503,18 @@ def plan_prefill_attention(num_tokens: int, num_heads: int, num_kv_heads: int, d
     graph fits any positions; takes no overrides.
 
     Raises:
-        ValueError: more blocks than the grid's x dimension holds.
+        ValueError: more blocks than the grid's x dimension holds; a count that is not an
+            int (>= 0 tokens, >= 1 heads), num_heads not a multiple of num_kv_heads;
+            PlanError (a ValueError) for warps not of 32 lanes or blocks of fewer than
+            PREFILL_ATTENTION_WARPS warps.
+        TypeError: ``limits`` not a DeviceLimits.
     """
     check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
-    limits = _device_limits(limits)
+    limits = _fixed_block(limits, PREFILL_ATTENTION_WARPS * WARP_SIZE, "the prefill attention kernels")
+    num_tokens = _count(num_tokens, "num_tokens", 0)
+    num_heads, num_kv_heads = _count(num_heads, "num_heads", 1), _count(num_kv_heads, "num_kv_heads", 1)
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads: expected a multiple of num_kv_heads ({num_kv_heads}), got {num_heads}")
     rows_per_tile = WARP_SIZE // PREFILL_ATTENTION_LANES_PER_ROW
     group = num_heads // num_kv_heads
     blocks = -(-num_tokens * group // rows_per_tile) * num_kv_heads

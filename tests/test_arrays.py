@@ -3,6 +3,9 @@ per-call overlap rules (cupykern/launcher.py), no GPU needed."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
@@ -153,7 +156,9 @@ def test_eps_and_choice():
     with pytest.raises(ValueError, match="weight_offset: expected a finite value"):
         _arrays.finite(float("nan"), "weight_offset")
     assert _arrays.flag(True, "is_neox") is True and _arrays.flag(0, "is_neox") is False
-    for bad in ("False", None, 0.5, np.array([True, False])):
+    assert _arrays.flag(np.True_, "is_neox") is True and _arrays.flag(np.int8(1), "is_neox") is True
+    # helper 63: 1.0, 1+0j, Decimal(1), Fraction(1) and 0-d arrays were taken as True
+    for bad in ("False", None, 0.5, np.array([True, False]), 1.0, 1 + 0j, Decimal(1), Fraction(1), np.array(True), 2):
         with pytest.raises(TypeError, match="is_neox: expected a bool"):
             _arrays.flag(bad, "is_neox")
     for bad in ("median", None, 2, ["max"]):

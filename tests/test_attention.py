@@ -113,6 +113,12 @@ def test_workspace_size_refuses_sizes_that_are_not_counts(sizes):
         attention.workspace_size(*sizes, limits=plans.H200_LIMITS)
 
 
+def test_workspace_size_of_numpy_counts_is_a_python_int():
+    """Helper 63: numpy.uint8 counts wrapped in the product (0 floats for 16 tokens of 16 heads)."""
+    size = attention.workspace_size(np.uint8(16), np.uint8(16), np.uint16(128), np.int32(8192), limits=plans.H200_LIMITS)
+    assert type(size) is int and size == attention.workspace_size(16, 16, 128, 8192, limits=plans.H200_LIMITS) > 0
+
+
 def test_rope_kv_append_intake_checks_caches_and_flags():
     values = dict(q=contiguous((2, 4, 64), np.float16), k=contiguous((2, 2, 64), np.float16),
                   v=contiguous((2, 2, 64), np.float16), positions=contiguous((2,), np.int64),

@@ -57,6 +57,16 @@ def test_reference_fused_add_rounds_the_residual():
     np.testing.assert_array_equal(summed, [[2.0, 1.0]])
 
 
+def test_reference_says_a_float64_array_s_stride_bytes_are_its_float32_twin_s():
+    """Helper 63: a float64 array's stride message quoted the float32 array it is checked
+    as (8 bytes for a stride of 16) without saying so."""
+    with pytest.raises(ValueError, match=r"got stride 8 bytes; .* \(bytes of the float32 array this float64 one is "
+                                         r"checked as: half its own\)$"):
+        reference.rms_norm(np.zeros((4, 512))[:, ::2], np.ones(256))
+    with pytest.raises(ValueError, match=r"got stride 8 bytes; pass cupy.ascontiguousarray\(x\)$"):
+        reference.rms_norm(np.zeros((4, 512), np.float32)[:, ::2], np.ones(256, np.float32))
+
+
 def test_reference_layer_norm_is_stable_with_large_mean():
     rng = np.random.default_rng(1)
     x = 1e4 + rng.standard_normal((4, 1024))

@@ -181,16 +181,24 @@ def test_bad_prefill_thread_caps_are_refused_by_name(monkeypatch, value):
 _LIMIT_FIELDS = ("sm_count", "max_threads_per_block", "max_grid_x", "max_grid_y", "warp_size", "max_threads_per_sm")
 
 
+class _LyingInt(int):
+    """An int whose comparisons say it is never below anything (helper 63)."""
+    def __lt__(self, other):
+        return False
+
+
 @pytest.mark.parametrize("field", _LIMIT_FIELDS)
-@pytest.mark.parametrize("value", [0, -1, float("nan"), None, 2048.0, 132.5, True, "132"])
+@pytest.mark.parametrize("value", [0, -1, float("nan"), None, 2048.0, 132.5, True, "132", 2**31, 2**1100,
+                                   np.uint64(2**63), _LyingInt(-5)])
 def test_device_limits_refuse_bad_counts_where_built(field, value):
     """Every count is checked once, where the limits are built, so no plan reads a bad
     one: a negative sm_count flipped the fused add (share inf) to the prefill layout, a
     NaN kept softmax (share 0) on the decode layout at 4096 rows, a NaN
     max_threads_per_block passed plan_rope's min() (helper 59), a NaN or fractional
     sm_count made the activations' grid a float (helper 44), and the row, activation and
-    attention plans read the fields unchecked (item 40)."""
-    with pytest.raises(ValueError, match=f"limits.{field}: expected an int >= 1, got {value!r}"):
+    attention plans read the fields unchecked (item 40); one past 2**1023 overflowed a
+    float in the row plans, and an int subclass compared as it chose (helper 63)."""
+    with pytest.raises(ValueError, match=rf"limits.{field}: expected an int in \[1, 2147483647\], got "):
         replace(H200_LIMITS, **{field: value})
 
 
@@ -220,6 +228,37 @@ def _planners() -> dict:
         "plan_attention": lambda limits: plans.plan_attention(1, 32, 8192, bf16, limits=limits),
         "plan_prefill_attention": lambda limits: plans.plan_prefill_attention(16, 32, 8, bf16, limits=limits),
     }
+
+
+def test_decode_plans_check_their_counts_and_the_device():
+    """Helper 63: plan_prefill_attention divided by a zero num_kv_heads, plan_gemv wrapped a
+    numpy.uint8 n_out (242 blocks for 200 features), plan_attention made a float grid of
+    1.5 tokens, and none of them (nor plan_rope) looked at the device's block size or warp
+    width."""
+    f32 = _dtypes.float32
+    with pytest.raises(ValueError, match="num_kv_heads: expected an int >= 1, got 0"):
+        plans.plan_prefill_attention(16, 16, 0, f32, limits=H200_LIMITS)
+    with pytest.raises(ValueError, match="num_heads: expected a multiple of num_kv_heads"):
+        plans.plan_prefill_attention(16, 12, 8, f32, limits=H200_LIMITS)
+    assert plans.plan_gemv(1, np.uint8(200), f32, aligned=True, limits=H200_LIMITS).grid == (50, 1, 1)
+    for bad in (1.5, -1, None, "4"):
+        with pytest.raises(ValueError, match="num_tokens: expected an int >= 0, got "):
+            plans.plan_attention(bad, 16, 8192, f32, limits=H200_LIMITS)
+        with pytest.raises(ValueError, match="n_out: expected an int >= 0, got "):
+            plans.plan_gemv(1, bad, f32, aligned=True, limits=H200_LIMITS)
+    with pytest.raises(plans.PlanError, match=r"grid of 32 x 4096 exceeds the device's 2147483647 x 1"):
+        plans.plan_attention(4096, 32, 8192, f32, limits=replace(H200_LIMITS, max_grid_y=1))
+    small, wide = replace(H200_LIMITS, max_threads_per_block=64), replace(H200_LIMITS, warp_size=64)
+    calls = {"plan_gemv": lambda limits: plans.plan_gemv(1, 4096, f32, aligned=True, limits=limits),
+             "plan_attention": lambda limits: plans.plan_attention(1, 32, 8192, f32, limits=limits),
+             "plan_prefill_attention": lambda limits: plans.plan_prefill_attention(16, 32, 8, f32, limits=limits)}
+    for name, call in calls.items():
+        with pytest.raises(plans.PlanError, match=r"take blocks of \d+ threads; the device's hold at most 64"):
+            call(small)
+        with pytest.raises(plans.PlanError, match="written for 32-lane warps; the device's are 64"):
+            call(wide)
+    with pytest.raises(plans.PlanError, match="RoPE's kernels are written for 32-lane warps"):
+        plans.plan_rope(1, 40, 128, 128, f32, max_vec_width=4, fused_norm=False, limits=wide)
 
 
 @pytest.mark.parametrize("planner", ["row_layout", "plan_rows", "validate", "plan_activation", "plan_rope",

@@ -555,6 +555,29 @@ def test_reference_refuses_what_the_kernel_refuses(fake_launcher, op, args, kwar
 
 
 
+_I32 = np.int32
+_CACHE_ROWS = np.zeros((16, 2, 64), F32)
+
+
+@pytest.mark.parametrize("op, args, kwargs, message", [
+    ("apply_rope", (_Q.astype(_I32), _K, _POS, _CACHE), {"check_positions": "yes"}, "check_positions: expected a bool"),
+    ("qk_rms_norm_rope", (_Q.astype(_I32), _K, _WEIGHT, _WEIGHT, _POS, _CACHE), {"check_positions": 0.5},
+     "check_positions: expected a bool"),
+    ("rope_kv_append", (_Q.astype(_I32), _K, _K, _POS, _CACHE, _CACHE_ROWS, _CACHE_ROWS), {"check_positions": "no"},
+     "check_positions: expected a bool"),
+    ("rms_norm_gemv_rope_kv_append", (np.ones((4, 64), _I32), np.ones(64, F32), np.ones((12 * 64, 64), F32), _POS,
+                                      _CACHE, _CACHE_ROWS, _CACHE_ROWS), {"check_positions": None},
+     "check_positions: expected a bool"),
+    ("embedding", (np.zeros(4, F32), np.ones((8, 64), F32)), {"check_ids": "yes"}, "check_ids: expected a bool"),
+    ("sample_tokens", (np.zeros((2, 8), _I32),), {"seed": 1.5}, "seed: expected an int"),
+])
+def test_references_check_flags_before_arrays_as_the_ops(fake_launcher, op, args, kwargs, message):
+    """Helper 63: the ops check check_positions, check_ids and a non-int seed before their
+    arrays, the references after (another message for the same bad call)."""
+    error = assert_same_error(getattr(cupykern, op), getattr(reference, op), *args, **kwargs)
+    assert message in str(error)
+
+
 @pytest.mark.parametrize("q_heads, k_heads", [(0, 2), (8, 0), (0, 0)])
 def test_references_take_arrays_without_heads(q_heads, k_heads):
     """No heads in q or k (which the ops accept, launching for the other or not at all):

@@ -66,18 +66,26 @@ def check(op_name: str, **values) -> None:
     NumPy or CuPy (:func:`signature`); a name not given (``out``) is None. Nothing is
     planned or launched, and no GPU is needed.
 
+    A float64 array is checked as the float32 array of its shape and element strides
+    (:func:`signature`), so two messages about one say so: a refused dtype is named
+    float64 (an index array: ``positions``, ``token_ids``), as the op names it, and byte
+    counts (strides) get a note that they are the float32 array's.
+
     The ops are declared when the cupykern package is imported (``cupykern/__init__.py``
     imports every family's ops module), which happens before any reference module runs.
     """
     op = launcher.ops()[op_name]
     try:
         op.check({name: signature(value, name) if name in op.arrays else value for name, value in values.items()})
-    except TypeError as exc:
-        # A float64 array is checked as float32 (signature); where that dtype is refused
-        # (an index array: positions, ids), the kernel's own message names float64.
+    except (TypeError, ValueError) as exc:
         message = str(exc)
         name = message.split(":", 1)[0]
         given = getattr(values.get(name), "dtype", None) if name in op.arrays else None
-        if message.endswith("got float32") and given is not None and np.dtype(given) == _FLOAT64:
+        if given is None or np.dtype(given) != _FLOAT64:
+            raise
+        if isinstance(exc, TypeError) and message.endswith("got float32"):
             raise TypeError(message.removesuffix("float32") + "float64") from None
+        if " bytes" in message:  # helper 63: "got stride 8 bytes" for a float64 stride of 16
+            raise type(exc)(f"{message} (bytes of the float32 array this float64 one is checked as: half its "
+                            f"own)") from None
         raise

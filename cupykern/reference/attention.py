@@ -25,10 +25,11 @@ def rope_kv_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, *, is_ne
     max_tokens))`` raise the kernel's ValueError with ``check_positions``, else are left
     out (q unrotated, nothing written), as the kernel does; so do repeated positions,
     else the last token's row is written (the kernel's is then undefined)."""
+    checking = _arrays.flag(check_positions, "check_positions")  # before the arrays, as the op
     check("rope_kv_append", q=q, k=k, v=v, positions=positions, cos_sin_cache=cos_sin_cache, k_cache=k_cache,
           v_cache=v_cache, is_neox=is_neox)
     pos = host(positions).astype(np.int64).reshape(-1)
-    if _arrays.flag(check_positions, "check_positions"):  # the kernel's own flag check
+    if checking:
         _attention_ops.check_cache_positions(pos, min(host(cos_sin_cache).shape[0], host(k_cache).shape[0]))
     return rope_append(q, k, v, positions, cos_sin_cache, k_cache, v_cache, is_neox=is_neox)
 

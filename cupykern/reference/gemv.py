@@ -65,11 +65,12 @@ def rms_norm_gemv_rope_kv_append(x, norm_weight, qkv_weight, positions, cos_sin_
     ``check_positions``, a position outside ``[0, min(max_position, max_tokens))`` or a
     repeated one raises the kernel's ValueError; without, such a token's q is left unrotated and nothing is
     written, as the kernel does."""
+    checking = _arrays.flag(check_positions, "check_positions")  # before the arrays, as the op
     check("rms_norm_gemv_rope_kv_append", x=x, norm_weight=norm_weight, qkv_weight=qkv_weight, positions=positions,
           cos_sin_cache=cos_sin_cache, k_cache=k_cache, v_cache=v_cache, q_out=q_out, eps=eps, is_neox=is_neox)
     _, num_kv_heads, head_dim = host(k_cache).shape
     pos = host(positions).astype(np.int64).reshape(-1)
-    if _arrays.flag(check_positions, "check_positions"):
+    if checking:
         _attention_ops.check_cache_positions(pos, min(host(cos_sin_cache).shape[0], host(k_cache).shape[0]))
     qkv = _normalised(x, norm_weight, eps) @ f64(qkv_weight).T
     qkv = qkv.reshape(qkv.shape[0], qkv.shape[1] // head_dim, head_dim)  # -1 cannot be inferred for 0 tokens

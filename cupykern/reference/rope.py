@@ -74,9 +74,10 @@ def apply_rope(q, k, positions, cos_sin_cache, *, is_neox: bool = True, check_po
     """
     if isinstance(mrope_section, list):
         mrope_section = tuple(mrope_section)
+    checking = _arrays.flag(check_positions, "check_positions")  # before the arrays, as the op
     check("apply_rope", q=q, k=k, positions=positions, cos_sin_cache=cos_sin_cache, is_neox=is_neox, inplace=False,
           mrope_section=mrope_section, mrope_interleaved=mrope_interleaved)
-    if _arrays.flag(check_positions, "check_positions"):
+    if checking:
         _check_positions(positions, cos_sin_cache)
     return _apply_rope(q, k, positions, cos_sin_cache, is_neox, mrope_section, bool(mrope_interleaved))
 
@@ -130,9 +131,10 @@ def qk_rms_norm_rope(q, k, q_weight, k_weight, positions, cos_sin_cache, eps: fl
 
     Raises: what :func:`cupykern.qk_rms_norm_rope` raises for such arguments.
     """
+    checking = _arrays.flag(check_positions, "check_positions")  # before the arrays, as the op
     check("qk_rms_norm_rope", q=q, k=k, q_weight=q_weight, k_weight=k_weight, positions=positions,
           cos_sin_cache=cos_sin_cache, eps=eps, is_neox=is_neox)
-    if _arrays.flag(check_positions, "check_positions"):
+    if checking:
         _check_positions(positions, cos_sin_cache)
     pos = host(positions).astype(np.int64)
     valid = ((pos >= 0) & (pos < host(cos_sin_cache).shape[0]))[..., None, None]

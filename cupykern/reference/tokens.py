@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from cupykern import _arrays
+from cupykern.ops import tokens as _tokens_ops
 from cupykern.reference._common import check, f64, host
 
 __all__ = ["append_tokens", "embedding", "philox4x32_10", "sample_tokens"]
@@ -53,6 +54,8 @@ def sample_tokens(logits, *, temperature=0.0, seed=0, positions=None, out=None) 
     float64 and rounded once to float32 (the kernel's ``fmaf``, so ties between
     perturbed logits break alike); ``-n`` for a row with ``n`` NaN or infinite logits.
     int32 array, as the op's (so it feeds :func:`append_tokens` as it is)."""
+    if type(seed) is not int:  # the op checks such a seed before the arrays
+        _tokens_ops.seed(seed)
     check("sample_tokens", logits=logits, positions=positions, out=out, temperature=temperature, seed=seed)
     rows = f64(logits)
     pos = host(positions).astype(np.int64).reshape(-1) if positions is not None else np.zeros(len(rows), np.int64)
@@ -73,10 +76,11 @@ def sample_tokens(logits, *, temperature=0.0, seed=0, positions=None, out=None) 
 def embedding(token_ids, weight, *, out=None, check_ids=True) -> np.ndarray:
     """``weight[token_ids]`` in float64. An id outside the table raises the kernel's
     ValueError with ``check_ids``; without, it gives a row of NaN (as the kernel writes)."""
+    checking = _arrays.flag(check_ids, "check_ids")  # before the arrays, as the op
     check("embedding", token_ids=token_ids, weight=weight, out=out)
     ids = host(token_ids).astype(np.int64).reshape(-1)
     table = f64(weight)
-    if _arrays.flag(check_ids, "check_ids") and ids.size:
+    if checking and ids.size:
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= table.shape[0]:
             raise ValueError(f"token_ids: expected values in [0, {table.shape[0]}) (the rows of weight), got "
