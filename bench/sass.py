@@ -124,11 +124,14 @@ def main(source, exprs, planned, arch, out) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from cupykern import covering
+    from cupykern import covering, jit
 
+    sources = sorted(path.name for path in jit.kernels_dir().glob("*.cu"))
+    if source is not None and source not in sources:
+        raise click.BadParameter(f"{source!r} is not a source of kernels_cu/: one of {sources}", param_hint="SOURCE")
     if planned:
         picks = covering.planned()
-        jobs = {source: sorted(picks[source])} if source else {s: sorted(e) for s, e in picks.items()}
+        jobs = {source: sorted(picks.get(source, ()))} if source else {s: sorted(e) for s, e in picks.items()}
     elif source and exprs:
         jobs = {source: list(exprs)}
     else:
@@ -137,7 +140,11 @@ def main(source, exprs, planned, arch, out) -> None:
     if out:
         out.mkdir(parents=True, exist_ok=True)
     for src, src_exprs in jobs.items():
-        for expr, found in sass_of(src, src_exprs, arch).items():
+        try:
+            compiled = sass_of(src, src_exprs, arch)
+        except RuntimeError as exc:  # NVRTC's log: a bad expression or architecture
+            raise click.ClickException(str(exc)) from None
+        for expr, found in compiled.items():
             code = found["instructions"]
             count = sum(not (line.startswith("NOP") or line.endswith(":")) for line in code)
             table.add_row(src, expr, str(found["registers"]), str(found["spill_bytes"]), str(count))

@@ -390,14 +390,9 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
     ignored = {op: engine.ignored_options(op, options) for op in chosen}
     unused = [key for key in options if all(key in keys for keys in ignored.values())]
     if unused:  # helper 61: `sweep apply_rope --block-size 128` ran RoPE's own plans, saying nothing without a GPU
+        takes = "; ".join(f"{op} takes {_flags(engine.launch_options(op)) or 'none'}" for op in chosen)
         raise click.UsageError(f"{_flags(unused)} {'applies' if len(unused) == 1 else 'apply'} to none of the "
-                               f"chosen ops ({', '.join(chosen)}): the row kernels take "
-                               f"{_flags(plans.ROW_OVERRIDE_KEYS)}; the activations "
-                               f"{_flags(plans.ACTIVATION_OVERRIDE_KEYS)}; RoPE and the decode ops none")
-    for op, keys in ignored.items():
-        if keys:
-            takes = _flags(engine.launch_options(op)) or "none"
-            console.print(f"[yellow]{op} ignores {_flags(keys)} (its launch options: {takes})[/]", soft_wrap=True)
+                               f"chosen ops: {takes}")
     if not environment.gpu_available():
         reason = environment.gpu_problem() or "CuPy sees no CUDA GPU"
         if tune:
@@ -417,6 +412,10 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
                       "[green]compile check passed[/] (run `cupykern sweep` on a GPU to validate and time)")
         sys.exit(1 if failures else 0)
 
+    for op, keys in ignored.items():
+        if keys:
+            takes = _flags(engine.launch_options(op)) or "none"
+            console.print(f"[yellow]{op} ignores {_flags(keys)} (its launch options: {takes})[/]", soft_wrap=True)
     for op in chosen:
         dropped = [n for n in num_tokens if not specs[op].takes_tokens(n)]
         if dropped:

@@ -311,18 +311,20 @@ def plan_cases(ops, *, sizes: dict, dtypes, num_tokens, options: dict, tune: boo
 
     ``sizes``: {op: [row sizes]}; ``options``: {override key: [values] or None} as
     given on the command line, each applied to the ops whose plan rule takes it and
-    crossed. With ``tune`` and no option set, a tunable op gets :func:`tune_configs`
+    crossed. With ``tune`` and none of its own options set (another op's, such as the
+    activations' ``grid_stride``, leave it be), a tunable op gets :func:`tune_configs`
     (which runs it: needs a GPU).
     """
     specs = all_specs()
     cases = []
     for op in ops:
+        own = {k: v for k, v in options.items() if k in launch_options(op)}
         for dtype in map(_dtypes.parse, dtypes):
             for size in sizes[op]:
-                if tune and tunable(op) and not any(options.values()):
+                if tune and tunable(op) and not any(own.values()):
                     configs = tune_configs(specs[op], size, dtype, model=model, seed=seed)
                 else:
-                    configs = crossed({k: v for k, v in options.items() if k in launch_options(op)})
+                    configs = crossed(own)
                 cases += [Case(op, dtype, size, n, config) for config in configs for n in num_tokens
                           if specs[op].takes_tokens(n)]
     return cases

@@ -354,9 +354,26 @@ def test_options_no_chosen_op_takes_are_refused(monkeypatch, gpu):
     monkeypatch.setattr(environment, "gpu_available", lambda: gpu)
     result = invoke("sweep", "apply_rope", "gemv", "--num-tokens", "4", "--block-size", "128", "--threads-per-row", "64")
     assert result.exit_code == 2, result.output
-    assert "--threads-per-row, --block-size apply to none of the chosen ops (apply_rope, gemv)" in result.output
+    assert ("--threads-per-row, --block-size apply to none of the chosen ops: apply_rope takes none; gemv takes none"
+            in result.output)
     result = invoke("sweep", "apply_rope", "--grid-stride", "true")
-    assert result.exit_code == 2 and "--grid-stride applies to none of the chosen ops (apply_rope)" in result.output
+    assert result.exit_code == 2 and "--grid-stride applies to none of the chosen ops: apply_rope takes none" in result.output
+    # Each op's own options are named (helper 63: row_reduce was said to take all five row options).
+    result = invoke("sweep", "row_reduce", "--vecs-per-thread", "2")
+    assert result.exit_code == 2
+    assert ("--vecs-per-thread applies to none of the chosen ops: row_reduce takes --threads-per-row, --vec-width, "
+            "--rows-per-block, --block-size") in " ".join(result.output.split())
+
+
+def test_tune_tunes_an_op_whatever_other_ops_options(monkeypatch):
+    """Helper 63: --grid-stride (the activations') made --tune time rms_norm's heuristic
+    layout alone, as if a row option had been given."""
+    tuned = []
+    monkeypatch.setattr(sweep, "tune_configs", lambda spec, size, dtype, **kw: tuned.append(spec.name) or [{}])
+    cases = sweep.plan_cases(["rms_norm", "silu_and_mul"], sizes={"rms_norm": [4096], "silu_and_mul": [14336]},
+                             dtypes=["bf16"], num_tokens=[1], options={"grid_stride": [True]}, tune=True)
+    assert tuned == ["rms_norm"]
+    assert [(c.op, c.overrides) for c in cases] == [("rms_norm", {}), ("silu_and_mul", {"grid_stride": True})]
 
 
 def test_sweep_tune_writes_the_winner(fake_gpu, tune_file):

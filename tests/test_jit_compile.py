@@ -203,3 +203,18 @@ def test_nvrtc_cubin_is_whole_and_its_sass_readable():
         assert found["registers"] > 0 and found["spill_bytes"] == 0
         assert any(line.startswith("EXIT") for line in found["instructions"])
         assert not any("/*" in line for line in found["instructions"])  # addresses and encodings stripped
+
+
+def test_sass_tool_refuses_bad_sources_and_expressions():
+    """Helper 63: an unknown source ended in KeyError or FileNotFoundError, a bad
+    expression or architecture in NVRTC's traceback; now usage errors."""
+    from click.testing import CliRunner
+
+    from bench import sass
+
+    runner = CliRunner()
+    for args in (["--planned", "nope.cu"], ["nope.cu", "k<1>"]):
+        result = runner.invoke(sass.main, args)
+        assert result.exit_code == 2 and "'nope.cu' is not a source of kernels_cu/" in result.output
+    result = runner.invoke(sass.main, ["tokens.cu", "append_tokens_kernel", "--arch", "12"])
+    assert result.exit_code == 1 and "tokens.cu (sm_12) failed to compile" in result.output
