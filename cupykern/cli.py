@@ -36,10 +36,14 @@ def _int_list(ctx, param, value):
         raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
 
 
+#: The largest count a sweep takes: the kernels' sizes and grids are 32-bit.
+_MAX_COUNT = 2**31 - 1
+
+
 def _positive_int_list(ctx, param, value):
     values = _int_list(ctx, param, value)
-    if values is not None and (not values or any(v < 1 for v in values)):
-        raise click.BadParameter(f"expected comma-separated integers >= 1, got {value!r}")
+    if values is not None and (not values or any(not 1 <= v <= _MAX_COUNT for v in values)):
+        raise click.BadParameter(f"expected comma-separated integers from 1 to 2**31 - 1, got {value!r}")
     return values
 
 

@@ -28,8 +28,10 @@ def invoke(*args, env=None):
     (["sweep", "bogus_op"], "unknown op(s) ['bogus_op']"),
     (["sweep", "--num-tokens", "1,x"], "expected comma-separated integers"),
     (["sweep", "--num-tokens", "1,,2"], "expected comma-separated integers"),
-    (["sweep", "--num-tokens", "0,4"], "integers >= 1"),
-    (["sweep", "--hidden-size", "-3"], "integers >= 1"),
+    (["sweep", "--num-tokens", "0,4"], "integers from 1 to 2**31 - 1"),
+    (["sweep", "--hidden-size", "-3"], "integers from 1 to 2**31 - 1"),
+    (["sweep", "--num-tokens", "1,2147483648"], "integers from 1 to 2**31 - 1"),  # helper 63: 1e23 was taken
+    (["sweep", "rms_norm", "--hidden-size", str(10**23)], "integers from 1 to 2**31 - 1"),
     (["sweep", "--dtype", "int8"], "unsupported dtype 'int8'"),
     (["sweep", "--dtype", ","], "expected comma-separated dtypes"),
     (["sweep", "--dtype", "bf16,,fp16"], "expected comma-separated dtypes"),
