@@ -10,8 +10,8 @@ corrupt file is never left under the final name).
 Models live in ``models/`` of the cupykern cache directory, the one rule of
 :func:`cupykern.user_cache.cache_dir` (shared with the tuned-config file):
 ``$CUPYKERN_CACHE_DIR`` if set, else the platform's user cache directory
-(``$XDG_CACHE_HOME/cupykern``, by default ``~/.cache/cupykern``, on Linux), so ``CUPYKERN_CACHE_DIR`` moves both the tuned file
-and the models.
+(``$XDG_CACHE_HOME/cupykern``, by default ``~/.cache/cupykern``, on Linux), so
+``CUPYKERN_CACHE_DIR`` moves both the tuned file and the models.
 """
 
 from __future__ import annotations
