@@ -5,9 +5,11 @@
 // whose entries are all -inf gives NaN (-inf - -inf), as the float64 reference does; -inf
 // entries in an otherwise finite row give exact zeros; NaN anywhere makes the row NaN.
 // exp is libdevice expf for fp32 outputs and __expf for fp16/bf16 outputs, whose
-// rounding hides its error (cupykern/fastmath.cuh): each element pays it twice (sum,
-// then normalise), and at 16384 x 4096 bf16 the accurate expf held softmax to 66% of
-// copy while rms_norm, the same traffic, ran at 94%.
+// rounding hides its error (cupykern/fastmath.cuh). An element of a leaf held in
+// registers pays it once (the compiler shares pass 2's exp_at with pass 3's: 32
+// MUFU.EX2 for the 32 elements of llama-3.1-70b's 256 x 4 decode layout, bench/sass.py);
+// one read again pays it twice, and at 16384 x 4096 bf16 the accurate expf held softmax
+// to 66% of copy while rms_norm, the same traffic, ran at 94%.
 // Source: the standard max-subtracted softmax (e.g. Goodfellow et al., Deep Learning,
 // sec. 4.1; torch.softmax's semantics with a temperature divisor).
 //
