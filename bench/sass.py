@@ -112,7 +112,7 @@ def file_name(expr: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", expr).strip("_") + ".sass"
 
 
-@click.command(help=__doc__.splitlines()[0])
+@click.command(help=__doc__.splitlines()[0], context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("source", required=False)
 @click.argument("exprs", nargs=-1)
 @click.option("--planned", is_flag=True, help="the instantiations the heuristics pick for the presets "

@@ -59,7 +59,8 @@ def parse(name_or_dtype) -> np.dtype:
     except TypeError:
         dtype = None
     if dtype not in _C_TYPES:
-        raise ValueError(f"unsupported dtype {name_or_dtype!r}: expected one of float32, float16, bfloat16")
+        raise ValueError(f"unsupported dtype {name_or_dtype!r}: expected one of fp32, fp16, bf16 (float32, float16, "
+                         f"bfloat16)")
     return dtype
 
 

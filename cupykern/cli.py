@@ -185,7 +185,9 @@ def _compile_all(arch: str, instantiations: dict) -> int:
                 console.print(f"[red]{error}[/]")
             progress.advance(task, n)
     picks = covering.heuristic_picks(sources={f for f, exprs in spilled.items() if exprs})
-    table = Table(title=f"compile (NVRTC, sm_{arch})")
+    table = Table(title=f"compile (NVRTC, sm_{arch})",
+                  caption="spilling: ptxas moved registers to local memory; the heuristics' spills are the ones "
+                          "tests/data/known_spills.json accepts (ptxas trading a few bytes for occupancy)")
     for column in ("source", "instantiations", "failed", "spilling", "of them launched by the heuristics"):
         table.add_column(column)
     for filename, (total, bad) in sorted(counts.items()):
@@ -417,6 +419,11 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
                       f"instantiation).[/]", soft_wrap=True)
         if json_path or csv_path:
             console.print("[yellow]--json/--csv: no points, nothing written.[/]")
+        shaping = [flag for flag, value in (("--hidden-size", sizes), *((_flags([k]), v) for k, v in options.items()))
+                   if value]
+        if shaping:  # helper 62: they were taken without a word
+            console.print(f"[yellow]{', '.join(shaping)}: no effect on the compile check (they shape the timed "
+                          f"points).[/]")
         from cupykern import covering
 
         failures = _compile_all(NO_GPU_ARCH, covering.instantiations({specs[op].family for op in chosen}))

@@ -86,7 +86,11 @@ def test_sweep_without_gpu_runs_the_compile_check(no_gpu_compiles):
     result = invoke("sweep", "rms_norm", "softmax", "--json", "points.json")
     assert result.exit_code == 0 and calls[-1] == ("90", covering.instantiations({"norm", "softmax"}))
     assert sorted(calls[-1][1]) == ["norm.cu", "softmax.cu"]
-    assert "nothing written" in result.output
+    assert "nothing written" in result.output and "no effect on the compile check" not in result.output
+    # helper 62: options that shape the timed points were taken without a word
+    result = invoke("sweep", "rms_norm", "--block-size", "128", "--hidden-size", "4096")
+    assert result.exit_code == 0
+    assert "--hidden-size, --block-size: no effect on the compile check" in " ".join(result.output.split())
     failures[0] = 3
     result = invoke("sweep", "apply_rope")
     assert result.exit_code == 1 and "compile check failed" in result.output and list(calls[-1][1]) == ["rope.cu"]

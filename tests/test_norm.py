@@ -57,7 +57,7 @@ def test_reference_fused_add_rounds_the_residual():
     np.testing.assert_array_equal(summed, [[2.0, 1.0]])
 
 
-def test_reference_says_a_float64_array_s_stride_bytes_are_its_float32_twin_s():
+def test_reference_messages_say_a_float64_array_is_checked_as_float32():
     """Helper 63: a float64 array's stride message quoted the float32 array it is checked
     as (8 bytes for a stride of 16) without saying so."""
     with pytest.raises(ValueError, match=r"got stride 8 bytes; .* \(bytes of the float32 array this float64 one is "
@@ -65,6 +65,9 @@ def test_reference_says_a_float64_array_s_stride_bytes_are_its_float32_twin_s():
         reference.rms_norm(np.zeros((4, 512))[:, ::2], np.ones(256))
     with pytest.raises(ValueError, match=r"got stride 8 bytes; pass cupy.ascontiguousarray\(x\)$"):
         reference.rms_norm(np.zeros((4, 512), np.float32)[:, ::2], np.ones(256, np.float32))
+    # helper 62: "weight: expected dtype float32 (the dtype of x)" where x was float64
+    with pytest.raises(TypeError, match=r"the dtype of x\), got bfloat16 \(x: float64, checked as float32\)$"):
+        reference.rms_norm(np.zeros((4, 512)), np.ones(512, _dtypes.bfloat16))
 
 
 def test_reference_layer_norm_is_stable_with_large_mean():

@@ -67,9 +67,10 @@ def check(op_name: str, **values) -> None:
     planned or launched, and no GPU is needed.
 
     A float64 array is checked as the float32 array of its shape and element strides
-    (:func:`signature`), so two messages about one say so: a refused dtype is named
-    float64 (an index array: ``positions``, ``token_ids``), as the op names it, and byte
-    counts (strides) get a note that they are the float32 array's.
+    (:func:`signature`), so messages about one say so: a refused dtype is named float64
+    (an index array: ``positions``, ``token_ids``), as the op names it, byte counts
+    (strides) get a note that they are the float32 array's, and a message naming float32
+    (another array's dtype checked against it) names the float64 arrays.
 
     The ops are declared when the cupykern package is imported (``cupykern/__init__.py``
     imports every family's ops module), which happens before any reference module runs.
@@ -78,14 +79,17 @@ def check(op_name: str, **values) -> None:
     try:
         op.check({name: signature(value, name) if name in op.arrays else value for name, value in values.items()})
     except (TypeError, ValueError) as exc:
+        # (np.dtype(None) is float64: an absent array must not compare equal to it)
+        wide = [name for name in op.arrays if getattr(values.get(name), "dtype", _FLOAT32) == _FLOAT64]
+        if not wide:
+            raise
         message = str(exc)
         name = message.split(":", 1)[0]
-        given = getattr(values.get(name), "dtype", None) if name in op.arrays else None
-        if given is None or np.dtype(given) != _FLOAT64:
-            raise
-        if isinstance(exc, TypeError) and message.endswith("got float32"):
+        if name in wide and isinstance(exc, TypeError) and message.endswith("got float32"):
             raise TypeError(message.removesuffix("float32") + "float64") from None
-        if " bytes" in message:  # helper 63: "got stride 8 bytes" for a float64 stride of 16
+        if name in wide and " bytes" in message:  # helper 63: "got stride 8 bytes" for a float64 stride of 16
             raise type(exc)(f"{message} (bytes of the float32 array this float64 one is checked as: half its "
                             f"own)") from None
+        if "float32" in message:  # helper 62: "weight: expected dtype float32 (the dtype of x)" for a float64 x
+            raise type(exc)(f"{message} ({', '.join(wide)}: float64, checked as float32)") from None
         raise
