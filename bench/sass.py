@@ -34,10 +34,10 @@ _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(.*?)\s*;")
 _FUNCTION = re.compile(r"^\.text\.(\S+):$")
 #: A branch target: numbered across the whole cubin, so renumbered per kernel.
 _LABEL = re.compile(r"\.L_x_\d+")
-#: ptxas's ``-v`` report: the kernel it compiles, then its registers.
+#: ptxas's ``-v`` report: the kernel it compiles, then its registers (its spills are read
+#: with jit's own pattern, as `cupykern check` reads them).
 _ENTRY = re.compile(r"Compiling entry function '(\S+)'")
 _REGISTERS = re.compile(r"Used (\d+) registers")
-_SPILLS = re.compile(r"(\d+) bytes spill stores")
 
 
 def nvdisasm() -> str:
@@ -84,15 +84,16 @@ def disassemble(cubin: bytes) -> dict[str, list[str]]:
 
 def ptxas_report(log: str) -> dict[str, tuple[int, int]]:
     """{mangled kernel name: (registers, spill store bytes)} from ptxas's ``-v`` log."""
-    report, name, spills = {}, None, 0
+    from cupykern import jit
+
+    spills = {name: int(n) for name, n in jit._PTXAS_SPILLS.findall(log)}
+    report, name = {}, None
     for line in log.splitlines():
-        entry = _ENTRY.search(line)
+        entry, registers = _ENTRY.search(line), _REGISTERS.search(line)
         if entry:
-            name, spills = entry.group(1), 0
-        elif name and _SPILLS.search(line):
-            spills = int(_SPILLS.search(line).group(1))
-        elif name and _REGISTERS.search(line):
-            report[name] = (int(_REGISTERS.search(line).group(1)), spills)
+            name = entry.group(1)
+        elif name and registers:
+            report[name] = (int(registers.group(1)), spills.get(name, 0))
     return report
 
 

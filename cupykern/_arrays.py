@@ -175,6 +175,22 @@ def rows_view(shape, strides, itemsize: int, name: str) -> Rows:
 INT32_LIMIT = 2**31
 
 
+def is_int(value) -> bool:
+    """Whether ``value`` is a Python or NumPy int, and not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def count(value, name: str, lowest: int, highest: int | None = None) -> int:
+    """``value`` as a Python int, ValueError naming ``name`` unless an int (not a bool) >=
+    ``lowest`` (and <= ``highest`` if given). Converted before it is compared, so that an
+    int subclass compares as the int it holds and a NumPy one cannot wrap later."""
+    number = int(value) if is_int(value) else None
+    if number is None or number < lowest or (highest is not None and number > highest):
+        want = f"an int >= {lowest}" if highest is None else f"an int in [{lowest}, {highest}]"
+        raise ValueError(f"{name}: expected {want}, got {value!r}")
+    return number
+
+
 def int32_rows(rows: Rows, name: str) -> tuple[np.int32, np.int32]:
     """``(num_rows, hidden_size)`` as a kernel's 32-bit arguments.
 

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from cupykern import plans
+from cupykern import _arrays, plans
 from cupykern.models import NUM_TOKENS_LADDER
 
 console = Console()
@@ -37,7 +37,7 @@ def _int_list(ctx, param, value):
 
 
 #: The largest count a sweep takes: the kernels' sizes and grids are 32-bit.
-_MAX_COUNT = 2**31 - 1
+_MAX_COUNT = _arrays.INT32_LIMIT - 1
 
 
 def _positive_int_list(ctx, param, value):

@@ -32,7 +32,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from cupykern import _dtypes, tuning
+from cupykern import _arrays, _dtypes, tuning
 
 WARP_SIZE = 32
 #: Threads of a block on every CUDA GPU so far (sweeps check --block-size against it).
@@ -112,22 +112,8 @@ def max_block_size(threads_per_row: int) -> int:
 
 
 #: The largest count a CUDA device attribute (a C int) can hold.
-_INT32_MAX = 2**31 - 1
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def _count(value, name: str, lowest: int, highest: int | None = None) -> int:
-    """``value`` as a Python int, ValueError naming ``name`` unless an int (not a bool) >=
-    ``lowest`` (and <= ``highest`` if given). Converted before it is compared, so that an
-    int subclass compares as the int it holds."""
-    number = int(value) if _is_int(value) else None
-    if number is None or number < lowest or (highest is not None and number > highest):
-        want = f"an int >= {lowest}" if highest is None else f"an int in [{lowest}, {highest}]"
-        raise ValueError(f"{name}: expected {want}, got {value!r}")
-    return number
+_INT32_MAX = _arrays.INT32_LIMIT - 1
+_is_int, _count = _arrays.is_int, _arrays.count
 
 
 @dataclass(frozen=True)

@@ -286,13 +286,10 @@ def workspace_size(num_tokens: int, num_heads: int, head_dim: int, max_tokens: i
     Raises:
         ValueError: a size that is not an int >= 0.
     """
-    sizes = {}
-    for name, value in (("num_tokens", num_tokens), ("num_heads", num_heads), ("head_dim", head_dim),
-                        ("max_tokens", max_tokens)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise ValueError(f"{name}: expected an int >= 0, got {value!r}")
-        sizes[name] = int(value)  # a NumPy uint8 wrapped in the product below (helper 63)
-    num_tokens, num_heads, head_dim, max_tokens = sizes.values()
+    # Python ints: a NumPy uint8 wrapped in the product below (helper 63).
+    num_tokens, num_heads, head_dim, max_tokens = (
+        _arrays.count(value, name, 0) for name, value in (("num_tokens", num_tokens), ("num_heads", num_heads),
+                                                          ("head_dim", head_dim), ("max_tokens", max_tokens)))
     if limits is None:
         import cupy
 

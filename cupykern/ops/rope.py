@@ -143,10 +143,6 @@ def _mrope_positions(sig, token_shape) -> tuple[_arrays.Sig, int, int]:
     return sig, stride, strides[0]
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-
 def mrope_layout(mrope_section, mrope_interleaved, rotary_dim: int, is_neox: bool) -> tuple[int, tuple]:
     """``(kMropeLayout, (t, h, w))`` of apply_rope's M-RoPE arguments; ``(0, (0, 0, 0))``
     without ``mrope_section``.
@@ -166,7 +162,7 @@ def mrope_layout(mrope_section, mrope_interleaved, rotary_dim: int, is_neox: boo
         return MROPE_NONE, (0, 0, 0)
     half = rotary_dim // 2
     if not isinstance(mrope_section, (tuple, list)) or len(mrope_section) != 3 or \
-            not all(_is_int(v) and v >= 0 for v in mrope_section):
+            not all(_arrays.is_int(v) and v >= 0 for v in mrope_section):
         raise ValueError(f"mrope_section: expected 3 ints >= 0 (temporal, height, width sections of rotary_dim / 2 "
                          f"= {half}), got {mrope_section!r}")
     sections = tuple(int(v) for v in mrope_section)
@@ -200,7 +196,7 @@ def mrope_key(mrope_section):
     unhashable) and refused by :func:`mrope_layout`.
     """
     if isinstance(mrope_section, (tuple, list)):
-        if len(mrope_section) == 3 and all(map(_is_int, mrope_section)):
+        if len(mrope_section) == 3 and all(map(_arrays.is_int, mrope_section)):
             return tuple(int(v) for v in mrope_section)
         return _Unkeyed(mrope_section)
     return mrope_section
