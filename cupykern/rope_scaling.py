@@ -19,6 +19,8 @@ import math
 
 import numpy as np
 
+from cupykern import _arrays
+
 #: The rope_type values understood, with the keys each one requires.
 REQUIRED_KEYS = {
     "default": (),
@@ -233,7 +235,7 @@ def mrope_parameters(rope_scaling, rotary_dim: int) -> tuple[tuple | None, bool]
         return None, False
     half = rotary_dim // 2
     ok = isinstance(section, (list, tuple)) and len(section) == 3 and all(
-        isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and v >= 0 for v in section)
+        _arrays.is_int(v) and v >= 0 for v in section)
     if not ok or sum(section) != half:
         raise ValueError(f"rope_scaling['mrope_section']: expected 3 ints >= 0 (temporal, height, width) summing "
                          f"to rotary_dim / 2 = {half}, got {section!r}")
@@ -322,12 +324,9 @@ def rope_parameters(rotary_dim: int, base: float, rope_scaling=None, *, max_posi
 
 def check_table_args(max_position, rotary_dim, base) -> None:
     """ValueError unless ``max_position >= 0``, ``rotary_dim`` even and >= 2, ``base > 0`` and != 1."""
-    def is_int(v) -> bool:
-        return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-
-    if not is_int(max_position) or max_position < 0:
+    if not _arrays.is_int(max_position) or max_position < 0:
         raise ValueError(f"max_position: expected an int >= 0, got {max_position!r}")
-    if not is_int(rotary_dim) or rotary_dim < 2 or rotary_dim % 2:
+    if not _arrays.is_int(rotary_dim) or rotary_dim < 2 or rotary_dim % 2:
         raise ValueError(f"rotary_dim: expected an even int >= 2, got {rotary_dim!r}")
     try:
         base_value = float(base) if not isinstance(base, (bool, str)) else float("nan")

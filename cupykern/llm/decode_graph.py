@@ -48,6 +48,7 @@ import time
 
 import numpy as np
 
+from cupykern import _arrays
 from cupykern.llm.generate import Generation, check_args
 from cupykern.llm.kv_cache import KVCache
 from cupykern.llm.prefill_graph import PrefillGraphs
@@ -102,10 +103,7 @@ class GraphDecoder:
         self.temperature = float(tokens.temperature(temperature))
         tokens.seed(seed)
         self.seed = int(seed)
-        if isinstance(steps_per_graph, bool) or not isinstance(steps_per_graph, (int, np.integer)) \
-                or steps_per_graph < 1:
-            raise ValueError(f"steps_per_graph: expected an int >= 1, got {steps_per_graph!r}")
-        self.steps_per_graph = int(steps_per_graph)
+        self.steps_per_graph = _arrays.count(steps_per_graph, "steps_per_graph", 1)
         if enable_pdl is not None:  # 0 and numpy's False are False here, not None (auto)
             if np.ndim(enable_pdl) != 0 or isinstance(enable_pdl, (str, bytes)) or enable_pdl not in (True, False):
                 raise ValueError(f"enable_pdl: expected None, True or False, got {enable_pdl!r}")
@@ -338,8 +336,7 @@ class GraphDecoder:
         """
         import cupy
 
-        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
-            raise ValueError(f"steps: expected an int >= 0, got {steps!r}")
+        steps = _arrays.count(steps, "steps", 0)
         if self.graph is None or self.position is None:
             raise RuntimeError("replay: call capture() and then start(prompt_ids) first")
         start = self.position
@@ -392,9 +389,8 @@ def generate(decoder: GraphDecoder, prompt_ids, max_new_tokens: int, *, stop_ids
         NonFiniteLogits: the forward produced NaN or infinite logits.
     """
     check_args(max_new_tokens, decoder.temperature)
-    if isinstance(read_every, bool) or not isinstance(read_every, (int, np.integer)) or read_every < 1:
-        # 0 would replay nothing forever; a negative count would move the host's position back
-        raise ValueError(f"read_every: expected an int >= 1, got {read_every!r}")
+    # 0 would replay nothing forever; a negative count would move the host's position back
+    read_every = _arrays.count(read_every, "read_every", 1)
     prompt_ids = [int(i) for i in prompt_ids]
     if len(prompt_ids) + max_new_tokens > decoder.max_tokens:
         raise ValueError(f"max_new_tokens: {len(prompt_ids)} prompt tokens + {max_new_tokens} exceed the decoder's "

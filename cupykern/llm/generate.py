@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cupykern import _arrays
 from cupykern.llm.kv_cache import KVCache
 
 
@@ -99,8 +100,7 @@ def check_args(max_new_tokens: int, temperature: float) -> None:
         ValueError: ``max_new_tokens`` not an int >= 1; ``temperature`` negative, NaN or inf.
         TypeError: ``temperature`` not a real number (a str, None, a bool).
     """
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens: expected an int >= 1, got {max_new_tokens!r}")
+    _arrays.count(max_new_tokens, "max_new_tokens", 1)
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
         raise TypeError(f"temperature: expected a finite real number >= 0, got {temperature!r}")
     if not (math.isfinite(temperature) and temperature >= 0):

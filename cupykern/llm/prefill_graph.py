@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from cupykern import _arrays
 from cupykern.llm.kv_cache import KVCache
 from cupykern.llm.reference import check_tokens, host_token_ids
 
@@ -51,7 +52,7 @@ class _Graph(NamedTuple):
 
 def _check_count(num_tokens) -> None:
     """ValueError unless ``num_tokens`` is an int (Python or NumPy; not a bool or a float)."""
-    if isinstance(num_tokens, (bool, np.bool_)) or not isinstance(num_tokens, (int, np.integer)):
+    if not _arrays.is_int(num_tokens):
         raise ValueError(f"num_tokens: expected an int, got {num_tokens!r}")
 
 

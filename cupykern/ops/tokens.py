@@ -53,7 +53,7 @@ def temperature(value) -> np.float32:
 
 def seed(value) -> tuple[np.uint32, np.uint32]:
     """A seed, an int in ``[0, 2**64)``, as the two 32-bit halves of Philox's key."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= int(value) < 2**64:
+    if not _arrays.is_int(value) or not 0 <= int(value) < 2**64:
         raise ValueError(f"seed: expected an int in [0, 2**64), got {value!r}")
     value = int(value)
     return np.uint32(value & 0xFFFFFFFF), np.uint32(value >> 32)
