@@ -2,6 +2,7 @@
 
     python bench/sass.py rope.cu 'qk_rms_norm_rope_token_kernel<__nv_bfloat16, float, long long, true, 8, 8, 5>'
     python bench/sass.py rope.cu --planned             # the heuristics' picks for the model presets
+    python bench/sass.py rope.cu --planned 'EXPR' ...  # those picks and the named instantiations
     python bench/sass.py --planned --out DIR           # every source's picks, each kernel's SASS in DIR
 
 Prints, per instantiation, the registers and spill bytes ptxas reports and the count of
@@ -132,7 +133,8 @@ def main(source, exprs, planned, arch, out) -> None:
         raise click.BadParameter(f"{source!r} is not a source of kernels_cu/: one of {sources}", param_hint="SOURCE")
     if planned:
         picks = covering.planned()
-        jobs = {source: sorted(picks.get(source, ()))} if source else {s: sorted(e) for s, e in picks.items()}
+        jobs = {source: sorted(set(picks.get(source, ())) | set(exprs))} if source else \
+            {s: sorted(e) for s, e in picks.items()}  # with SOURCE, its name expressions join the picks
     elif source and exprs:
         jobs = {source: list(exprs)}
     else:

@@ -218,3 +218,17 @@ def test_sass_tool_refuses_bad_sources_and_expressions():
         assert result.exit_code == 2 and "'nope.cu' is not a source of kernels_cu/" in result.output
     result = runner.invoke(sass.main, ["tokens.cu", "append_tokens_kernel", "--arch", "12"])
     assert result.exit_code == 1 and "tokens.cu (sm_12) failed to compile" in result.output
+
+
+def test_sass_tool_adds_named_expressions_to_the_planned_picks(monkeypatch):
+    """`sass.py SOURCE --planned EXPR...` reads the picks and EXPR (it ignored EXPR)."""
+    from click.testing import CliRunner
+
+    from bench import sass
+    from cupykern import covering
+
+    monkeypatch.setattr(covering, "planned", lambda: {"tokens.cu": {"append_tokens_kernel"}})
+    result = CliRunner().invoke(sass.main, ["tokens.cu", "--planned", "sample_tokens_kernel<int, true>"],
+                                terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "append_tokens_kernel" in result.output and "sample_tokens_kernel<int, true>" in result.output
