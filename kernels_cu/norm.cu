@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) layer_norm_k
       }));
     });
     const float mean = __fmul_rn(
-        row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch_pair), inv_n);
+        row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize, true>(column, scratch_pair), inv_n);
 
     // Pass 2: sum of squared deviations from the mean (no E[x^2] - E[x]^2 cancellation).
 #pragma unroll
@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) layer_norm_k
         return __fmaf_rn(d, d, s);
       }));
     });
-    const float ssd = row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch_pair);
+    const float ssd = row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize, true>(column, scratch_pair);
     const float rstd = rsqrtf(__fmaf_rn(ssd, inv_n, eps));
 
     // Pass 3: normalise, scale, shift, round once, store.

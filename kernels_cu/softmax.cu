@@ -52,6 +52,10 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) softmax_kern
   // build and 30 % slower in another whose SASS differed by two instructions
   // (bench/results/NOTES.md, item 23). Otherwise one_row_per_block's layouts.
   const RowGroup<kThreadsPerRow, kExact && one_row_per_block<T, kThreadsPerRow, kVecsPerThread, kVecWidth>(8)> g;
+  // fp32 out of a 16-bit row in the exact walk: each lane's leaf is 32 bytes of output,
+  // stored by lane pairs in whole sectors (rows.cuh::store_fp32_leaf_paired).
+  constexpr bool kPairedStores = kExact && sizeof(TOut) == 4 && sizeof(T) == 2 && kVecWidth == L &&
+                                 kThreadsPerRow >= kWarpSize;
   V cache[kVecsPerThread];
   float column[kVecsPerThread];
 
@@ -100,8 +104,12 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) softmax_kern
       float y[L];
 #pragma unroll
       for (int e = 0; e < L; ++e) y[e] = __fmul_rn(exp_at(element(a, e)), inv_sum);
-      emit_leaf<T, kVecWidth>(v, count, y, [&](int64_t i, const auto& yy) { store_rounded<TOut>(out_row + i, yy); },
-                              [&](int64_t i, float yy) { out_row[i] = from_float<TOut>(yy); });
+      if constexpr (kPairedStores) {
+        store_fp32_leaf_paired(out_row, v, y, g.lane);
+      } else {
+        emit_leaf<T, kVecWidth>(v, count, y, [&](int64_t i, const auto& yy) { store_rounded<TOut>(out_row + i, yy); },
+                                [&](int64_t i, float yy) { out_row[i] = from_float<TOut>(yy); });
+      }
     });
   }
 }

@@ -127,6 +127,14 @@ __device__ __forceinline__ float halving_subtree(const float* s, int j) {
   }
 }
 
+// From this many warps a row, row_tree_reduce<..., kRootInOneWarp = true> runs the tree's
+// last stages in one warp of the row group and broadcasts the root through shared memory
+// (a second barrier) instead of in every warp (the same operations on the same operands,
+// so the same bits). The caller chooses, by measurement: llama-3.1-70b's 512-thread rows
+// at 1-64 tokens took 0.03-0.11 us less in rms_norm and up to 0.10 less in layer_norm,
+// but 0.03-0.06 more in fused_add_rms_norm (bench/results/NOTES.md, item 41).
+constexpr int kTreeOneWarpMinWarps = 16;
+
 // Floats of shared memory row_tree_reduce needs for a block of at most kMaxBlock threads.
 template <int kThreadsPerRow, int kMaxBlock>
 constexpr int tree_scratch_floats() { return kThreadsPerRow > 32 ? kMaxBlock : 32; }
@@ -158,7 +166,7 @@ struct ScratchPair {
 // every thread of the group gets the root. `scratch` holds one float per thread of the
 // block when kThreadsPerRow > kWarpSize (tree_scratch_floats): a plain buffer, free again
 // on return, or the next half of a ScratchPair (no trailing barrier), as row_group_reduce.
-template <typename Op, int kThreadsPerRow, int kColumns, int kWarpSize, bool kTrailingBarrier>
+template <typename Op, int kThreadsPerRow, int kColumns, int kWarpSize, bool kTrailingBarrier, bool kRootInOneWarp>
 __device__ __forceinline__ float row_tree_reduce_impl(float (&column)[kColumns], float* scratch) {
   static_assert((kColumns & (kColumns - 1)) == 0, "columns per thread must be a power of two");
   // Stages h >= kThreadsPerRow: registers a and a + h / kThreadsPerRow of this lane.
@@ -177,12 +185,27 @@ __device__ __forceinline__ float row_tree_reduce_impl(float (&column)[kColumns],
     // w * kWarpSize + l; halve over w with the per-lane partials in shared memory.
     constexpr int kWarpsPerRow = kThreadsPerRow / kWarpSize;
     const int lane = threadIdx.x % kWarpSize;
-    const int first = (threadIdx.x / kThreadsPerRow) * kThreadsPerRow + lane;
+    const int group = (threadIdx.x / kThreadsPerRow) * kThreadsPerRow;
     scratch[threadIdx.x] = v;
     __syncthreads();
-    v = halving_subtree<Op, kWarpsPerRow, 1, kWarpSize>(scratch + first, 0);
-    v = warp_reduce<Op, kWarpSize, kWarpSize>(v);
-    if constexpr (!Op::kCommutative) v = __shfl_sync(0xffffffffu, v, 0, kWarpSize);
+    if constexpr (kRootInOneWarp && kWarpsPerRow >= kTreeOneWarpMinWarps) {
+      // The group's first warp finishes the tree and leaves the root in scratch[group],
+      // which only its lane 0 read; the other warps wait at a second barrier. Where every
+      // warp finishes it, each reads kWarpsPerRow partials: kWarpsPerRow^2 warp-wide
+      // shared loads (256 for a 512-thread row, through a pipe that takes one a cycle);
+      // here one warp reads kWarpsPerRow, and each warp the root once.
+      if (threadIdx.x - group < kWarpSize) {
+        v = halving_subtree<Op, kWarpsPerRow, 1, kWarpSize>(scratch + group + lane, 0);
+        v = warp_reduce<Op, kWarpSize, kWarpSize>(v);
+        if (lane == 0) scratch[group] = v;  // lane 0's root, as the broadcast below
+      }
+      __syncthreads();
+      v = scratch[group];
+    } else {
+      v = halving_subtree<Op, kWarpsPerRow, 1, kWarpSize>(scratch + group + lane, 0);
+      v = warp_reduce<Op, kWarpSize, kWarpSize>(v);
+      if constexpr (!Op::kCommutative) v = __shfl_sync(0xffffffffu, v, 0, kWarpSize);
+    }
     if constexpr (kTrailingBarrier) __syncthreads();
     return v;
   }
@@ -197,13 +220,14 @@ template <typename Op, int kThreadsPerRow, int kWarpSize = 32, int kFloats>
 __device__ __forceinline__ float row_group_reduce(float v, ScratchPair<kFloats>& scratch) {
   return row_group_reduce_impl<Op, kThreadsPerRow, kWarpSize, false>(v, scratch.next());
 }
-template <typename Op, int kThreadsPerRow, int kColumns, int kWarpSize = 32>
+template <typename Op, int kThreadsPerRow, int kColumns, int kWarpSize = 32, bool kRootInOneWarp = false>
 __device__ __forceinline__ float row_tree_reduce(float (&column)[kColumns], float* scratch) {
-  return row_tree_reduce_impl<Op, kThreadsPerRow, kColumns, kWarpSize, true>(column, scratch);
+  return row_tree_reduce_impl<Op, kThreadsPerRow, kColumns, kWarpSize, true, kRootInOneWarp>(column, scratch);
 }
-template <typename Op, int kThreadsPerRow, int kColumns, int kWarpSize = 32, int kFloats>
+template <typename Op, int kThreadsPerRow, int kColumns, int kWarpSize = 32, bool kRootInOneWarp = false,
+          int kFloats>
 __device__ __forceinline__ float row_tree_reduce(float (&column)[kColumns], ScratchPair<kFloats>& scratch) {
-  return row_tree_reduce_impl<Op, kThreadsPerRow, kColumns, kWarpSize, false>(column, scratch.next());
+  return row_tree_reduce_impl<Op, kThreadsPerRow, kColumns, kWarpSize, false, kRootInOneWarp>(column, scratch.next());
 }
 
 }  // namespace cupykern

@@ -169,7 +169,9 @@ __device__ __forceinline__ void rms_norm_rows(
         return __fmaf_rn(e, e, s);
       }));
     });
-    const float sumsq = row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize>(column, scratch_pair);
+    // The root in one warp for rms_norm, not the fused add (reduce.cuh, kTreeOneWarpMinWarps).
+    const float sumsq =
+        row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize, !kFusedAdd>(column, scratch_pair);
     const float inv_rms = rsqrtf(sumsq / static_cast<float>(hidden_size) + eps);
 
     // Pass 2 (each call of each_y): scale by inv_rms and the (offset) weight. Leaves past

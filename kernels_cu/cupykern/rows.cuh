@@ -128,6 +128,31 @@ __device__ __forceinline__ void emit_leaf(int64_t v, int count, const float (&y)
   }
 }
 
+// Stores the fp32 values y of whole leaf v of a 16-bit row (L = 8: 32 bytes), lanes 2j
+// and 2j + 1 holding leaves v and v + 1 (adjacent: lane-ordered leaves, an even number of
+// threads a row, both lanes in the loop: the exact walk with a warp inside one row).
+// Each lane sends its partner the half that lies in the partner's store, so each of the
+// two 16-byte store instructions writes whole 32-byte sectors: the even lanes' leaves,
+// then the odd lanes'. Stored as they are, each instruction wrote half of 32 sectors,
+// which doubled the sectors the stores sent to L2 and left the warps waiting for them to
+// drain at exit (ncu on softmax at 256 rows, bench/results/NOTES.md, item 41). The same
+// values to the same addresses.
+__device__ __forceinline__ void store_fp32_leaf_paired(float* row, int64_t v, const float (&y)[8], int lane) {
+  const bool odd = lane & 1;
+  float theirs[4];  // the half of the partner's leaf that this lane stores
+#pragma unroll
+  for (int e = 0; e < 4; ++e) theirs[e] = __shfl_xor_sync(0xffffffffu, odd ? y[e] : y[e + 4], 1);
+  // Even lane: its y[0..3] at leaf v, the partner's y[0..3] at leaf v + 1. Odd lane (v is
+  // the partner's + 1): the partner's y[4..7] at leaf v - 1, its own y[4..7] at leaf v.
+  float* p = row + v * 8 - (odd ? 4 : 0);
+  const float4 first = odd ? make_float4(theirs[0], theirs[1], theirs[2], theirs[3])
+                           : make_float4(y[0], y[1], y[2], y[3]);
+  const float4 second = odd ? make_float4(y[4], y[5], y[6], y[7])
+                            : make_float4(theirs[0], theirs[1], theirs[2], theirs[3]);
+  *reinterpret_cast<float4*>(p) = first;
+  *reinterpret_cast<float4*>(p + 8) = second;
+}
+
 // A leaf's value: Op::identity() combined with step(s, x) over its elements in order,
 // x the element as float (count of them; all L when the leaf is whole). The same code
 // for every layout and both access paths, so a leaf's bits depend on its elements only.
