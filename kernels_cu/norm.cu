@@ -149,6 +149,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) layer_norm_k
         return __fadd_rn(s, e);
       }));
     });
+    // Both reductions take the root in one warp (reduce.cuh, kTreeOneWarpMinWarps).
     const float mean = __fmul_rn(
         row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize, true>(column, scratch_pair), inv_n);
 
