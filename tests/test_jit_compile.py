@@ -228,7 +228,6 @@ def test_sass_tool_adds_named_expressions_to_the_planned_picks(monkeypatch):
     from cupykern import covering
 
     monkeypatch.setattr(covering, "planned", lambda: {"tokens.cu": {"append_tokens_kernel"}})
-    result = CliRunner().invoke(sass.main, ["tokens.cu", "--planned", "sample_tokens_kernel<int, true>"],
-                                terminal_width=200)
+    result = CliRunner().invoke(sass.main, ["tokens.cu", "--planned", "sample_tokens_kernel<int, true>"])
     assert result.exit_code == 0, result.output
     assert "append_tokens_kernel" in result.output and "sample_tokens_kernel<int, true>" in result.output

@@ -136,7 +136,8 @@ __device__ __forceinline__ void emit_leaf(int64_t v, int count, const float (&y)
 // then the odd lanes'. Stored as they are, each instruction wrote half of 32 sectors,
 // which doubled the sectors the stores sent to L2 and left the warps waiting for them to
 // drain at exit (ncu on softmax at 256 rows, bench/results/NOTES.md, item 41). The same
-// values to the same addresses.
+// values to the same addresses; whole sectors where the row starts 32-byte aligned (the
+// vector path needs 16: a row at 16 mod 32 straddles sectors as before).
 __device__ __forceinline__ void store_fp32_leaf_paired(float* row, int64_t v, const float (&y)[8], int lane) {
   const bool odd = lane & 1;
   float theirs[4];  // the half of the partner's leaf that this lane stores
