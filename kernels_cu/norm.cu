@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) rms_norm_ker
     const T* __restrict__ weight,    // [hidden_size]
     int num_rows, int hidden_size, int x_row_stride, int out_row_stride,
     float eps, float weight_offset) {
-  rms_norm_rows<T, false, kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize, kExact, kReread>(
+  rms_norm_rows<T, false, kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize, kExact, kReread, true>(
       StoreRounded<T>{out, out_row_stride}, x, nullptr, weight, num_rows, hidden_size, x_row_stride, 0,
       eps, weight_offset);
 }

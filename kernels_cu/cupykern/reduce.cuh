@@ -133,7 +133,7 @@ __device__ __forceinline__ float halving_subtree(const float* s, int j) {
 // so the same bits). The caller chooses, by measurement: llama-3.1-70b's 512-thread rows
 // at 1-64 tokens took 0.03-0.09 us less in rms_norm and up to 0.10 less in layer_norm,
 // but 0.01-0.06 more in fused_add_rms_norm (bench/results/NOTES.md, item 41). quant.cu's
-// rms_norm kernels share rms_norm's body (rms_norm_rows.cuh) and take it untimed.
+// kernels, untimed with it, do not take it (with it their spills moved).
 constexpr int kTreeOneWarpMinWarps = 16;
 
 // Floats of shared memory row_tree_reduce needs for a block of at most kMaxBlock threads.

@@ -63,7 +63,8 @@ __device__ __forceinline__ Vec<__nv_bfloat16, L> add_rounded(Vec<__nv_bfloat16, 
 }
 
 template <typename T, bool kFusedAdd, int kThreadsPerRow, int kVecWidth, int kVecsPerThread,
-          int kWarpSize, bool kExact = false, bool kReread = false, typename Epilogue>
+          int kWarpSize, bool kExact = false, bool kReread = false, bool kRootInOneWarp = false,
+          typename Epilogue>
 __device__ __forceinline__ void rms_norm_rows(
     const Epilogue& epilogue,        // what becomes of y (see the contract above)
     const T* x,                      // [num_rows, hidden_size], x_row_stride apart
@@ -169,9 +170,10 @@ __device__ __forceinline__ void rms_norm_rows(
         return __fmaf_rn(e, e, s);
       }));
     });
-    // The root in one warp for rms_norm, not the fused add (reduce.cuh, kTreeOneWarpMinWarps).
+    // kRootInOneWarp: norm.cu's rms_norm takes it; the fused add and quant.cu's kernels do
+    // not (reduce.cuh, kTreeOneWarpMinWarps).
     const float sumsq =
-        row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize, !kFusedAdd>(column, scratch_pair);
+        row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize, kRootInOneWarp>(column, scratch_pair);
     const float inv_rms = rsqrtf(sumsq / static_cast<float>(hidden_size) + eps);
 
     // Pass 2 (each call of each_y): scale by inv_rms and the (offset) weight. Leaves past
