@@ -35,8 +35,8 @@ from cupykern.registry import all_specs  # noqa: E402
 @click.option("--dtypes", default="bf16,fp32", show_default=True, callback=dtype_list,
               help="Storage dtypes each op runs in, comma-separated (bf16, fp16, fp32).")
 @click.option("--models", "extra_models", default=None, callback=model_names,
-              help="More presets, comma-separated (e.g. smollm2-135m): each model-aware op also runs with "
-                   "their heads and row sizes, which can take other launch plans.")
+              help="More presets, comma-separated (e.g. smollm2-135m): each op also runs at their row sizes "
+                   "(model-aware ops with their heads too), which can take other launch plans.")
 def main(families, num_tokens_list, dtypes, extra_models) -> None:
     require_gpu("sanitize.py", "runs every op")
     import cupy
@@ -48,7 +48,10 @@ def main(families, num_tokens_list, dtypes, extra_models) -> None:
     extra = [models.get(name) for name in extra_models or ()]
     cases = [(spec, spec.name, spec.check_sizes[0]) for spec in all_specs().values()]
     for spec in all_specs().values():
-        for model in (*map(models.get, spec.check_models), *(extra if spec.model_aware else ())):
+        # An op that takes no preset constants (softmax, layer_norm) still runs at the
+        # preset's row size, which can take another layout (70b's 8192: 256 x 4).
+        sized = [model for model in extra if spec.model_aware or spec.size_for_model(model) != spec.check_sizes[0]]
+        for model in (*map(models.get, spec.check_models), *sized):
             cases.append((spec.for_model(model), f"{spec.name} ({model.name})", spec.size_for_model(model)))
     for spec, label, size in cases:
         if chosen is not None and spec.family not in chosen:
