@@ -2,7 +2,7 @@
 # Item 42: rope_ncu.py under Nsight Compute, every cache flushed before each kernel
 # (--cache-control all: the peers' cold L2), clocks left alone (--clock-control none, as the
 # device notes ask). Reports and their text pages land in $OUT/ncu. From the repo root:
-#   run(command="bash bench/results/2026-12-05_issue11-rope_NVIDIA-H100/rope_ncu.sh", carry=[".whl"])
+#   run(command="bash bench/results/2026-12-05_issue11-item42_NVIDIA-H100/rope_ncu.sh", carry=[".whl"])
 # (.whl holds Liger-Kernel's wheel; bench/gpu_session.sh's PEERS step installs it the same way).
 set -u
 cd "$(dirname "$0")/../../.."
@@ -11,7 +11,7 @@ if compgen -G ".whl/*.whl" > /dev/null && [ ! -d /tmp/site/liger_kernel ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 fi
 export PYTHONPATH=/tmp/site:$PWD CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/cupykern-kernel-cache}
-D=bench/results/2026-12-05_issue11-rope_NVIDIA-H100
+D=bench/results/2026-12-05_issue11-item42_NVIDIA-H100
 mkdir -p "$OUT/ncu"
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 echo "ncu: $NCU; commit $(git rev-parse --short HEAD 2>/dev/null)"
