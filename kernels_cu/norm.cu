@@ -81,7 +81,8 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) rms_norm_ker
     const T* __restrict__ weight,    // [hidden_size]
     int num_rows, int hidden_size, int x_row_stride, int out_row_stride,
     float eps, float weight_offset) {
-  rms_norm_rows<T, false, kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize, kExact, kReread, true>(
+  rms_norm_rows<T, false, kThreadsPerRow, kVecWidth, kVecsPerThread, kWarpSize, kExact, kReread,
+                kTreeRootInOneWarp>(
       StoreRounded<T>{out, out_row_stride}, x, nullptr, weight, num_rows, hidden_size, x_row_stride, 0,
       eps, weight_offset);
 }
@@ -151,7 +152,8 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) layer_norm_k
     });
     // Both reductions take the root in one warp (reduce.cuh, kTreeOneWarpMinWarps).
     const float mean = __fmul_rn(
-        row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize, true>(column, scratch_pair), inv_n);
+        row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize, kTreeRootInOneWarp>(column, scratch_pair),
+        inv_n);
 
     // Pass 2: sum of squared deviations from the mean (no E[x^2] - E[x]^2 cancellation).
 #pragma unroll
@@ -163,7 +165,8 @@ __global__ void __launch_bounds__(max_block_size<kThreadsPerRow>()) layer_norm_k
         return __fmaf_rn(d, d, s);
       }));
     });
-    const float ssd = row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize, true>(column, scratch_pair);
+    const float ssd =
+        row_tree_reduce<SumOp, kThreadsPerRow, kVecsPerThread, kWarpSize, kTreeRootInOneWarp>(column, scratch_pair);
     const float rstd = rsqrtf(__fmaf_rn(ssd, inv_n, eps));
 
     // Pass 3: normalise, scale, shift, round once, store.

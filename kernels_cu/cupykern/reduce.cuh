@@ -135,6 +135,8 @@ __device__ __forceinline__ float halving_subtree(const float* s, int j) {
 // but 0.01-0.06 more in fused_add_rms_norm (bench/results/NOTES.md, item 41). quant.cu's
 // kernels, untimed with it, do not take it (with it their spills moved).
 constexpr int kTreeOneWarpMinWarps = 16;
+// The flag as the call sites that take it pass it (a bare `true` names no flag).
+constexpr bool kTreeRootInOneWarp = true;
 
 // Floats of shared memory row_tree_reduce needs for a block of at most kMaxBlock threads.
 template <int kThreadsPerRow, int kMaxBlock>
@@ -189,6 +191,11 @@ __device__ __forceinline__ float row_tree_reduce_impl(float (&column)[kColumns],
     const int group = (threadIdx.x / kThreadsPerRow) * kThreadsPerRow;
     scratch[threadIdx.x] = v;
     __syncthreads();
+    // The tree's last stages, in the calling warp: the group's partials, then the warp.
+    auto finish_in_this_warp = [&] {
+      return warp_reduce<Op, kWarpSize, kWarpSize>(
+          halving_subtree<Op, kWarpsPerRow, 1, kWarpSize>(scratch + group + lane, 0));
+    };
     if constexpr (kRootInOneWarp && kWarpsPerRow >= kTreeOneWarpMinWarps) {
       // The group's first warp finishes the tree and leaves the root in scratch[group],
       // which only its lane 0 read; the other warps wait at a second barrier. Where every
@@ -196,15 +203,13 @@ __device__ __forceinline__ float row_tree_reduce_impl(float (&column)[kColumns],
       // shared loads (256 for a 512-thread row, through a pipe that takes one a cycle);
       // here one warp reads kWarpsPerRow, and each warp the root once.
       if (threadIdx.x - group < kWarpSize) {
-        v = halving_subtree<Op, kWarpsPerRow, 1, kWarpSize>(scratch + group + lane, 0);
-        v = warp_reduce<Op, kWarpSize, kWarpSize>(v);
+        v = finish_in_this_warp();
         if (lane == 0) scratch[group] = v;  // lane 0's root, as the broadcast below
       }
       __syncthreads();
       v = scratch[group];
     } else {
-      v = halving_subtree<Op, kWarpsPerRow, 1, kWarpSize>(scratch + group + lane, 0);
-      v = warp_reduce<Op, kWarpSize, kWarpSize>(v);
+      v = finish_in_this_warp();
       if constexpr (!Op::kCommutative) v = __shfl_sync(0xffffffffu, v, 0, kWarpSize);
     }
     if constexpr (kTrailingBarrier) __syncthreads();
