@@ -26,7 +26,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import DEFAULT_SEED, require_gpu, save  # noqa: E402
+from bench.common import DEFAULT_SEED, HELP_OPTIONS, require_gpu, save  # noqa: E402
 from cupykern import _dtypes, environment, sweep, timing  # noqa: E402
 
 #: SmolLM2-135M-Instruct (HuggingFaceTB/SmolLM2-135M-Instruct config.json).
@@ -157,7 +157,7 @@ def time_prefill_graph(model, num_tokens: int, seed: int, repeat: int = 7) -> di
             "rel_diff_from_eager": float(np.linalg.norm(got - eager) / np.linalg.norm(eager))}
 
 
-@click.command(help=__doc__.splitlines()[0])
+@click.command(help=__doc__.splitlines()[0], context_settings=HELP_OPTIONS)
 @click.option("--dtype", default="fp16", type=click.Choice(["fp16", "bf16"]), show_default=True)
 @click.option("--position", default=136, type=click.IntRange(min=0), show_default=True,
               help="Cache position of the timed step (SmolLM2's 9-token prompt + 256 new: 136 on average).")

@@ -46,7 +46,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import DEFAULT_SEED, require_gpu, save  # noqa: E402
+from bench.common import DEFAULT_SEED, HELP_OPTIONS, require_gpu, save  # noqa: E402
 import cupykern  # noqa: E402
 from cupykern import _dtypes, environment, launcher, models, sweep  # noqa: E402
 from cupykern.registry import all_specs  # noqa: E402
@@ -184,7 +184,7 @@ def _op_name(ctx, param, value):
     return value
 
 
-@click.command(help=__doc__.splitlines()[0], context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(help=__doc__.splitlines()[0], context_settings=HELP_OPTIONS)
 @click.option("--calls", type=click.IntRange(min=1), default=4000, show_default=True,
               help="timed back-to-back calls per measurement")
 @click.option("--num-tokens", type=click.IntRange(min=1), default=1, show_default=True, help="rows of every op")

@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cupykern  # noqa: E402
-from bench.common import DEFAULT_SEED, require_gpu, save  # noqa: E402
+from bench.common import DEFAULT_SEED, HELP_OPTIONS, require_gpu, save  # noqa: E402
 from cupykern import _dtypes, environment, launcher, plans, reference, sweep, timing, validation  # noqa: E402
 
 #: (label, num_tokens, num_heads, num_kv_heads, head_dim)
@@ -35,7 +35,7 @@ def _fits(lanes: int, warps: int, head_dim: int) -> bool:
     return warps * (32 // lanes) * head_dim <= 8192
 
 
-@click.command(help=__doc__.splitlines()[0])
+@click.command(help=__doc__.splitlines()[0], context_settings=HELP_OPTIONS)
 @click.option("--variants", is_flag=True, help="also time other (lanes per row, warps) choices")
 @click.option("--dtype", "dtype_name", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True,
               help="dtype of q, the KV cache and out: bf16, fp16 or fp32 (those prefill_attention takes).")

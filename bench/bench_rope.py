@@ -24,7 +24,7 @@ import click
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import DEFAULT_SEED, command, require_gpu, save  # noqa: E402
+from bench.common import DEFAULT_SEED, HELP_OPTIONS, command, require_gpu, save  # noqa: E402
 
 CASES = [(op, n, 128, "bf16") for op in ("apply_rope", "qk_rms_norm_rope") for n in (1, 64, 1024, 16384)]
 
@@ -84,7 +84,7 @@ def run_variants(seed: int, out_dir: Path | None) -> int:
     return 0 if ok else 1
 
 
-@click.command(help=__doc__.splitlines()[0], context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(help=__doc__.splitlines()[0], context_settings=HELP_OPTIONS)
 @click.option("--variants", is_flag=True, help="time the layouts of VARIANTS instead of the usual table")
 @click.option("--seed", type=click.IntRange(min=0), default=DEFAULT_SEED, show_default=True,
               help="seed of the inputs")

@@ -25,6 +25,8 @@ from cupykern.registry import all_specs  # noqa: E402
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DEFAULT_SEED = 20261129
+#: click context settings of every bench script: -h as well as --help, as the cupykern CLI.
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 
 
 # ----------------------------------------------------------------- baselines on registry inputs
@@ -198,7 +200,7 @@ def command(name: str, description: str, cases, quick_cases=None) -> click.Comma
                          help="seed of the inputs")(bench)
     bench = click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
                          help="also write the JSON here")(bench)
-    return click.command(help=description, context_settings={"help_option_names": ["-h", "--help"]})(bench)
+    return click.command(help=description, context_settings=HELP_OPTIONS)(bench)
 
 
 def main(name: str, description: str, cases, quick_cases=None) -> None:

@@ -19,7 +19,7 @@ import click
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import require_gpu  # noqa: E402
+from bench.common import HELP_OPTIONS, require_gpu  # noqa: E402
 
 
 def per_call_ns(fn, calls: int = 20000) -> float:
@@ -31,7 +31,7 @@ def per_call_ns(fn, calls: int = 20000) -> float:
     return (time.perf_counter() - t0) / calls * 1e9
 
 
-@click.command(help=__doc__.splitlines()[0])
+@click.command(help=__doc__.splitlines()[0], context_settings=HELP_OPTIONS)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="also write the table here")
 def main(out) -> None:
     require_gpu("host_costs.py", "times launches")

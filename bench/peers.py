@@ -70,8 +70,8 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (COMPOSITIONS, DEFAULT_SEED, RESULTS_DIR, dtype_option, model_names, positive_int,  # noqa: E402
-                          positive_int_list, require_gpu, save)
+from bench.common import (COMPOSITIONS, DEFAULT_SEED, HELP_OPTIONS, RESULTS_DIR, dtype_option, model_names,  # noqa: E402
+                          positive_int, positive_int_list, require_gpu, save)
 from cupykern import _dtypes, environment, models, sweep, timing  # noqa: E402
 from cupykern.registry import all_specs  # noqa: E402
 from cupykern.validation import check_op  # noqa: E402
@@ -968,7 +968,7 @@ def _default_workers() -> int:
     return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
-@click.command(help=__doc__.splitlines()[0], context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(help=__doc__.splitlines()[0], context_settings=HELP_OPTIONS)
 @click.option("--models", "models_csv", default=",".join(DEFAULT_MODELS), show_default=True, callback=model_names,
               help=f"comma-separated model presets giving the row sizes and constants ({', '.join(models.names())})")
 @click.option("--model", "model_list", multiple=True, callback=model_names,

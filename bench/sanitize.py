@@ -23,12 +23,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cupykern  # noqa: E402
-from bench.common import dtype_list, model_names, positive_int_list, require_gpu  # noqa: E402
+from bench.common import HELP_OPTIONS, dtype_list, model_names, positive_int_list, require_gpu  # noqa: E402
 from cupykern import _dtypes, models, reference, validation  # noqa: E402
 from cupykern.registry import all_specs  # noqa: E402
 
 
-@click.command(help=__doc__.splitlines()[0])
+@click.command(help=__doc__.splitlines()[0], context_settings=HELP_OPTIONS)
 @click.option("--families", default=None, help="Comma-separated families to run (default: all).")
 @click.option("--num-tokens", "num_tokens_list", default="1,3", show_default=True, callback=positive_int_list,
               help="Token counts each op runs at (a prefill size, e.g. 4096, reaches the prefill layouts).")

@@ -113,6 +113,15 @@ def test_workspace_size_refuses_sizes_that_are_not_counts(sizes):
         attention.workspace_size(*sizes, limits=plans.H200_LIMITS)
 
 
+def test_workspace_size_without_a_gpu_asks_for_limits(monkeypatch):
+    """Helper 65: without a GPU and without limits, CuPy's "CUDA driver version is
+    insufficient" named the driver, not what to pass."""
+    monkeypatch.setattr(cupykern.environment, "gpu_available", lambda: False)
+    with pytest.raises(RuntimeError, match=r"workspace_size: no CUDA GPU .*pass limits="):
+        attention.workspace_size(1, 32, 128, 4096)
+    assert attention.workspace_size(1, 32, 128, 4096, limits=plans.H200_LIMITS) >= 0
+
+
 def test_workspace_size_of_numpy_counts_is_a_python_int():
     """Helper 63: numpy.uint8 counts wrapped in the product (0 floats for 16 tokens of 16 heads)."""
     size = attention.workspace_size(np.uint8(16), np.uint8(16), np.uint16(128), np.int32(8192), limits=plans.H200_LIMITS)

@@ -503,6 +503,19 @@ def test_bench_scripts_without_gpu_say_so(script):
     assert done.returncode == 2 and "needs a CUDA GPU" in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize("script", ["bench/bench_norm.py", "bench/bench_rope.py", "bench/bench_activation.py",
+                                    "bench/bench_host_overhead.py", "bench/bench_decode_step.py",
+                                    "bench/bench_prefill_attention.py", "bench/peers.py", "bench/sanitize.py",
+                                    "bench/host_costs.py", "bench/sass.py"])
+def test_bench_scripts_take_h_for_help(script):
+    """-h as well as --help, as the cupykern CLI (helper 65: sanitize.py answered
+    "No such option '-h'")."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, script, "-h"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("Usage:"), done.stderr
+
+
 def test_bench_baselines_cover_the_ops_they_name():
     sys.path.insert(0, str(REPO))
     from bench import common

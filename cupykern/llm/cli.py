@@ -241,8 +241,11 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
     path = ("the float64 forward on the CPU" if reference else
             "replays of the captured decode graph" if use_graph else "eager (a Python launch per op)")
     console.print(f"decode path: {path}")
-    console.print(f"prefill: {len(result.prompt_ids)} tokens in {result.prefill_s * 1e3:.1f} ms "
-                  f"({result.prefill_tokens_per_s:.1f} tokens/s); decode: {len(result.new_ids) - 1} tokens in "
+    def tokens(n: int) -> str:
+        return f"{n} token" + ("" if n == 1 else "s")
+
+    console.print(f"prefill: {tokens(len(result.prompt_ids))} in {result.prefill_s * 1e3:.1f} ms "
+                  f"({result.prefill_tokens_per_s:.1f} tokens/s); decode: {tokens(len(result.new_ids) - 1)} in "
                   f"{result.decode_s * 1e3:.1f} ms ({result.decode_tokens_per_s:.1f} tokens/s)")
     if not reference:
         pool_peak = pool.total_bytes()  # before the stage replay below allocates its own cache

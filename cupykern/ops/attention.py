@@ -280,11 +280,12 @@ def workspace_size(num_tokens: int, num_heads: int, head_dim: int, max_tokens: i
     """float32 elements of the ``workspace`` decode_attention needs for these sizes (0 when
     it runs unsplit). ``max_tokens``: the cache's rows (``k_cache.shape[0]``). ``limits``:
     the device's (:class:`cupykern.plans.DeviceLimits`), the current GPU's by default,
-    so without a GPU pass ``limits`` (else CuPy raises a CUDA runtime error). Not
-    exported at the top level: ``cupykern.ops.attention.workspace_size``.
+    so without a GPU pass ``limits``. Not exported at the top level:
+    ``cupykern.ops.attention.workspace_size``.
 
     Raises:
         ValueError: a size that is not an int >= 0.
+        RuntimeError: ``limits`` None and no CUDA GPU visible.
     """
     # Python ints: a NumPy uint8 wrapped in the product below (helper 63).
     num_tokens, num_heads, head_dim, max_tokens = (
@@ -293,6 +294,11 @@ def workspace_size(num_tokens: int, num_heads: int, head_dim: int, max_tokens: i
     if limits is None:
         import cupy
 
+        from cupykern import environment
+
+        if not environment.gpu_available():  # CuPy's own error names the driver, not the missing GPU
+            raise RuntimeError("workspace_size: no CUDA GPU is visible to size the split for; without one pass "
+                               "limits= (a cupykern.plans.DeviceLimits, e.g. cupykern.plans.H200_LIMITS)")
         limits = plans.DeviceLimits.of_device(cupy.cuda.runtime.getDevice())
     plan = plans.plan_attention(num_tokens, num_heads, max_tokens, _dtypes.float32, limits=limits)
     return 0 if plan.num_splits == 1 else num_tokens * num_heads * plan.num_splits * (head_dim + 1)
