@@ -25,7 +25,8 @@ from cupykern.registry import all_specs  # noqa: E402
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DEFAULT_SEED = 20261129
-#: click context settings of every bench script: -h as well as --help, as the cupykern CLI.
+#: click context settings of the bench scripts: -h as well as --help, as the cupykern CLI
+#: (bench/sass.py spells them out: it imports no bench module).
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 
 

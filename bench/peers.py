@@ -70,8 +70,8 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (COMPOSITIONS, DEFAULT_SEED, HELP_OPTIONS, RESULTS_DIR, dtype_option, model_names,  # noqa: E402
-                          positive_int, positive_int_list, require_gpu, save)
+from bench.common import (COMPOSITIONS, DEFAULT_SEED, HELP_OPTIONS, RESULTS_DIR, dtype_option,  # noqa: E402
+                          model_names, positive_int, positive_int_list, require_gpu, save)
 from cupykern import _dtypes, environment, models, sweep, timing  # noqa: E402
 from cupykern.registry import all_specs  # noqa: E402
 from cupykern.validation import check_op  # noqa: E402

@@ -241,11 +241,8 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
     path = ("the float64 forward on the CPU" if reference else
             "replays of the captured decode graph" if use_graph else "eager (a Python launch per op)")
     console.print(f"decode path: {path}")
-    def tokens(n: int) -> str:
-        return f"{n} token" + ("" if n == 1 else "s")
-
-    console.print(f"prefill: {tokens(len(result.prompt_ids))} in {result.prefill_s * 1e3:.1f} ms "
-                  f"({result.prefill_tokens_per_s:.1f} tokens/s); decode: {tokens(len(result.new_ids) - 1)} in "
+    console.print(f"prefill: {_tokens(len(result.prompt_ids))} in {result.prefill_s * 1e3:.1f} ms "
+                  f"({result.prefill_tokens_per_s:.1f} tokens/s); decode: {_tokens(len(result.new_ids) - 1)} in "
                   f"{result.decode_s * 1e3:.1f} ms ({result.decode_tokens_per_s:.1f} tokens/s)")
     if not reference:
         pool_peak = pool.total_bytes()  # before the stage replay below allocates its own cache
@@ -270,6 +267,11 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
 
 
 COMMANDS = (generate_command, fetch_model_command)
+
+
+def _tokens(n: int) -> str:
+    """n and "token" or "tokens" after it."""
+    return f"{n} token" + ("" if n == 1 else "s")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

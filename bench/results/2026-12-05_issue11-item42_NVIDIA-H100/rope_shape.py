@@ -57,8 +57,8 @@ with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
                                     cos_t, sin_t)
 
         fns = {"lib": lambda r=lib: r.kernel(r.grid, r.block, r.args),
-               "wide3x16": lambda r=lib, a=args16: wide3((n,), (128,), a),
-               "token5": lambda r=lib: token5((n,), (64,), r.args),
+               "wide3x16": lambda a=args16, n=n: wide3((n,), (128,), a),
+               "token5": lambda r=lib, n=n: token5((n,), (64,), r.args),
                "liger": liger}
         outs = {}
         for name in ("lib", "wide3x16", "token5"):
