@@ -440,6 +440,11 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
         if dropped:
             console.print(f"[yellow]{op} takes at most {specs[op].max_tokens} tokens: skips num_tokens "
                           f"{','.join(map(str, dropped))}[/]", soft_wrap=True)
+    if tune:  # before the sweep: an invalid file would refuse its results at the end
+        try:
+            tuning.read()
+        except tuning.TunedFileError as exc:
+            raise click.ClickException(str(exc)) from None
     limits = engine.current_device_limits()
     cases = engine.plan_cases(chosen, sizes=op_sizes, dtypes=dtypes, num_tokens=num_tokens, options=options,
                               tune=tune, model=model, seed=seed)
@@ -479,7 +484,10 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
             console.print(f"[yellow]{op} {dtype} {size}: no layout validated at every num_tokens; nothing stored[/]",
                           soft_wrap=True)
         if entries:
-            path = tuning.save(entries)
+            try:
+                path = tuning.save(entries)
+            except tuning.TunedFileError as exc:
+                raise click.ClickException(str(exc)) from None
             _print_tuned(entries, f"tuned on {limits.name}, saved to {path}")
     sys.exit(1 if failures else 0)
 
@@ -556,11 +564,14 @@ def tune(show, clear, as_json):
     """
     from cupykern import tuning
 
-    if show and clear:
-        raise click.UsageError("give --show or --clear, not both")
+    if clear and (show or as_json):
+        raise click.UsageError("--clear removes the file: give it without --show and --json")
     path = tuning.path()
     if clear:
-        removed = tuning.clear()
+        try:
+            removed = tuning.clear()
+        except tuning.TunedFileError as exc:
+            raise click.ClickException(str(exc)) from None
         click.echo(f"removed {path}" if removed else f"nothing to remove: {path} does not exist")
         return
     if not path.exists():

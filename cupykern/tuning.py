@@ -83,32 +83,50 @@ class TunedEntry:
 
     @staticmethod
     def from_json(d: dict) -> "TunedEntry":
+        """The entry of one JSON object. KeyError for a missing key; ValueError for a count
+        that is not a whole number >= 1 (a bool, 4096.9 or -64 too: int() would take them
+        as 1, 4096 or a size no row has), a timing that is not a number."""
         median = d.get("median_us") or {}
+        if not isinstance(median, dict):
+            raise ValueError(f"'median_us' is a {type(median).__name__}, expected an object")
         return TunedEntry(
-            gpu=str(d["gpu"]), op=str(d["op"]), dtype=str(d["dtype"]), size=int(d["size"]),
-            threads_per_row=int(d["threads_per_row"]), vec_width=int(d["vec_width"]),
-            vecs_per_thread=int(d["vecs_per_thread"]),
-            rows_per_block=tuple(sorted((int(n), int(r)) for n, r in d.get("rows_per_block") or ())),
+            gpu=str(d["gpu"]), op=str(d["op"]), dtype=str(d["dtype"]), size=_count(d["size"], "size"),
+            threads_per_row=_count(d["threads_per_row"], "threads_per_row"),
+            vec_width=_count(d["vec_width"], "vec_width"), vecs_per_thread=_count(d["vecs_per_thread"], "vecs_per_thread"),
+            rows_per_block=tuple(sorted((_count(n, "rows_per_block's n"), _count(r, "rows_per_block"))
+                                        for n, r in d.get("rows_per_block") or ())),
             score=float(d.get("score", 0.0)),
-            median_us=tuple(sorted((int(n), float(t)) for n, t in median.items())),
+            median_us=tuple(sorted((_count(int(n), "median_us's n"), float(t)) for n, t in median.items())),
             commit=str(d.get("commit", "")), date=str(d.get("date", "")))
+
+
+def _count(value, name: str) -> int:
+    """``value`` if a JSON whole number >= 1 (not a bool), else ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+    return value
 
 
 def path() -> Path:
     """Where the tuned file lives (see the module docstring)."""
     explicit = os.environ.get(ENV_FILE)
     if explicit:
-        return Path(explicit).expanduser()
+        return user_cache.expand_user(explicit)
     return user_cache.cache_dir() / "tuned.json"
 
 
 class TunedFileError(ValueError):
-    """The tuned file exists but cannot be read as one: the message names the file, says
-    what is wrong and how to clear it, on one line."""
+    """The tuned file exists but cannot be read as one (the message names the file, says
+    what is wrong and how to clear it, on one line), or it cannot be written or removed
+    (``io`` set: the message says which and why)."""
 
-    def __init__(self, file: Path, problem: str):
-        super().__init__(f"{file}: not a valid tuned-config file ({problem}); clear it with `cupykern tune --clear` "
-                         f"(or delete the file)")
+    def __init__(self, file: Path, problem: str, *, io: str | None = None):
+        if io:
+            super().__init__(f"{file}: the tuned-config file cannot be {io} ({problem}); set {ENV_FILE} to a "
+                             f"file this user can write")
+        else:
+            super().__init__(f"{file}: not a valid tuned-config file ({problem}); clear it with "
+                             f"`cupykern tune --clear` (or delete the file)")
 
 
 class TunedFileWarning(UserWarning):
@@ -124,15 +142,19 @@ def read(file: Path | None = None) -> dict[tuple, TunedEntry]:
     """
     file = Path(file) if file is not None else path()
     try:
-        text = file.read_text()
+        text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         return {}
-    except OSError as exc:
+    except OSError as exc:  # a directory, no permission
         raise TunedFileError(file, f"cannot be read: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise TunedFileError(file, f"not UTF-8 text: {exc}") from None
     try:
         data = json.loads(text)
     except ValueError as exc:
         raise TunedFileError(file, f"not JSON: {exc}") from None
+    except RecursionError:  # arrays nested thousands deep
+        raise TunedFileError(file, "not JSON this reader takes: nested too deep") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         got = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise TunedFileError(file, f"format {got!r}, expected {FORMAT!r}")
@@ -147,7 +169,7 @@ def read(file: Path | None = None) -> dict[tuple, TunedEntry]:
             entries.append(TunedEntry.from_json(d))
         except KeyError as exc:
             raise TunedFileError(file, f"entry {i} has no {exc.args[0]!r}") from None
-        except (ValueError, TypeError, AttributeError) as exc:
+        except (ValueError, TypeError, AttributeError, OverflowError) as exc:
             raise TunedFileError(file, f"entry {i}: {exc}") from None
     return {e.key: e for e in entries}
 
@@ -163,22 +185,39 @@ def load(file: Path | None = None) -> dict[tuple, TunedEntry]:
 
 
 def save(entries, file: Path | None = None) -> Path:
-    """Writes ``entries`` (merged over the file's: same key replaced) atomically; returns the path."""
+    """Writes ``entries`` merged over the file's (an entry of the same key replaced)
+    atomically, under a lock, so that processes saving at once (``sweep --tune`` on two
+    GPUs of a host) each keep their entries; returns the path.
+
+    Raises:
+        TunedFileError: the file exists but is invalid (its entries are not dropped: clear
+            it first), or it or its lock cannot be written (a directory, no permission).
+    """
+    import filelock
+
     file = Path(file) if file is not None else path()
-    merged = load(file)
-    for entry in entries:
-        merged[entry.key] = entry
-    file.parent.mkdir(parents=True, exist_ok=True)
-    data = {"format": FORMAT, "entries": [merged[k].as_json() for k in sorted(merged)]}
-    tmp = file.with_name(file.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, file)
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        with filelock.FileLock(file.with_name(file.name + ".lock")):
+            merged = read(file)
+            for entry in entries:
+                merged[entry.key] = entry
+            data = {"format": FORMAT, "entries": [merged[k].as_json() for k in sorted(merged)]}
+            tmp = file.with_name(file.name + f".tmp{os.getpid()}")
+            try:
+                tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+                os.replace(tmp, file)
+            finally:
+                tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        raise TunedFileError(file, str(exc), io="written") from None
     _forget()
     return file
 
 
 def clear(file: Path | None = None) -> bool:
-    """Removes the file; True if there was one."""
+    """Removes the file; True if there was one. TunedFileError if it cannot be removed
+    (a directory, no permission)."""
     file = Path(file) if file is not None else path()
     _forget()
     try:
@@ -186,6 +225,8 @@ def clear(file: Path | None = None) -> bool:
         return True
     except FileNotFoundError:
         return False
+    except OSError as exc:
+        raise TunedFileError(file, str(exc), io="removed") from None
 
 
 # ----------------------------------------------------------------- lookup (at planning time)

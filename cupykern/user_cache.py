@@ -18,11 +18,17 @@ from pathlib import Path
 CACHE_ENV = "CUPYKERN_CACHE_DIR"
 
 
+def expand_user(value: str) -> Path:
+    """``value`` as a path with ``~`` / ``~user`` expanded as a shell does: an unknown user
+    is left as written (``Path.expanduser`` raises RuntimeError there)."""
+    return Path(os.path.expanduser(value))
+
+
 def cache_dir() -> Path:
     """The cupykern user cache directory (not created here)."""
     override = os.environ.get(CACHE_ENV)
     if override:
-        return Path(override).expanduser()
+        return expand_user(override)
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("cupykern", appauthor=False))

@@ -50,7 +50,8 @@ def invoke(*args, env=None):
     (["sweep", "rms_norm", "--seed", "-1"], "--seed"),
     (["check", "--skip-compile", "--seed", "-1"], "--seed"),
     (["sweep", "silu_and_mul", "--tune"], "--tune tunes the row kernels"),
-    (["tune", "--show", "--clear"], "not both"),
+    (["tune", "--show", "--clear"], "without --show and --json"),
+    (["tune", "--clear", "--json"], "without --show and --json"),
 ])
 def test_usage_errors_are_not_tracebacks(args, message):
     result = invoke(*args)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -57,7 +58,21 @@ INVALID = [
     (json.dumps({"format": tuning.FORMAT, "entries": [7]}), "entry 0 is a int, expected an object"),
     (json.dumps({"format": tuning.FORMAT, "entries": [{"op": "rms_norm"}]}), "entry 0 has no 'gpu'"),
     (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "size": "big"}]}),
-     "entry 0: invalid literal for int"),
+     "entry 0: size must be a whole number >= 1, got 'big'"),
+    # helper 67: int() took these as 4096, 1 and a negative size; 1e400 raised OverflowError
+    (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "size": 4096.9}]}),
+     "entry 0: size must be a whole number >= 1, got 4096.9"),
+    (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "size": True}]}),
+     "entry 0: size must be a whole number >= 1, got True"),
+    (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "threads_per_row": -64}]}),
+     "entry 0: threads_per_row must be a whole number >= 1, got -64"),
+    (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "rows_per_block": [[1, "a"]]}]}),
+     "entry 0: rows_per_block must be a whole number >= 1, got 'a'"),
+    (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "median_us": [1]}]}),
+     "entry 0: 'median_us' is a list, expected an object"),
+    ('{"format": "cupykern-tuned/1", "entries": [{"gpu": "G", "op": "rms_norm", "dtype": "bf16", "size": 1e400, '
+     '"threads_per_row": 64, "vec_width": 8, "vecs_per_thread": 8}]}', "entry 0: size must be a whole number"),
+    ("[" * 100_000, "nested too deep"),
 ]
 
 
@@ -69,6 +84,78 @@ def test_invalid_file_says_what_and_how_to_clear_it(tune_file, text, problem):
     message = str(info.value)
     assert message.startswith(f"{tune_file}: not a valid tuned-config file (") and problem in message
     assert message.endswith("clear it with `cupykern tune --clear` (or delete the file)") and "\n" not in message
+
+
+def test_a_file_not_utf8_is_invalid_not_a_crash(tune_file):
+    tune_file.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(tuning.TunedFileError, match="not UTF-8 text"):
+        tuning.read()
+
+
+def test_save_keeps_an_invalid_file_and_says_so(tune_file):
+    """helper 67: save() merged over load(), which reads an invalid file as {}, so one bad
+    entry cost every good one."""
+    tuning.save([entry()])
+    data = json.loads(tune_file.read_text())
+    data["entries"].append({**entry(op="softmax").as_json(), "rows_per_block": [[1, "a"]]})
+    bad = json.dumps(data)
+    tune_file.write_text(bad)
+    with pytest.raises(tuning.TunedFileError, match="not a valid tuned-config file .*tune --clear"):
+        tuning.save([entry(op="layer_norm")])
+    assert tune_file.read_text() == bad
+
+
+def test_save_that_cannot_write_says_where_and_leaves_no_temporary(tmp_path, monkeypatch):
+    target = tmp_path / "tuned.json"
+    target.mkdir()  # os.replace cannot put a file there
+    with pytest.raises(tuning.TunedFileError, match=f"{target}: .*cannot be read"):
+        tuning.save([entry()], target)
+    under_a_file = tmp_path / "plain" / "tuned.json"
+    (tmp_path / "plain").write_text("")
+    with pytest.raises(tuning.TunedFileError, match="the tuned-config file cannot be written .*CUPYKERN_TUNE_FILE"):
+        tuning.save([entry()], under_a_file)
+    # os.replace failing: the temporary file goes too.
+    monkeypatch.setattr(tuning.os, "replace", lambda *a: (_ for _ in ()).throw(PermissionError(13, "denied")))
+    with pytest.raises(tuning.TunedFileError, match="cannot be written"):
+        tuning.save([entry()], tmp_path / "ok.json")
+    assert not [p.name for p in tmp_path.iterdir() if ".tmp" in p.name] and not (tmp_path / "ok.json").exists()
+
+
+def test_clear_that_cannot_remove_says_so(tmp_path):
+    (tmp_path / "tuned.json").mkdir()
+    with pytest.raises(tuning.TunedFileError, match="the tuned-config file cannot be removed"):
+        tuning.clear(tmp_path / "tuned.json")
+
+
+def _save_many(file: str, worker: int, count: int, start) -> None:
+    start.wait()  # all at once
+    for i in range(count):
+        tuning.save([entry(size=1024 * (worker * 100 + i + 1))], Path(file))
+
+
+def test_processes_saving_at_once_keep_every_entry(tmp_path):
+    """helper 67: six processes saving 20 entries each kept 88 of 120 (read, merge and
+    replace without a lock)."""
+    import multiprocessing
+
+    file = tmp_path / "tuned.json"
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Barrier(4)
+    workers = [ctx.Process(target=_save_many, args=(str(file), w, 30, start)) for w in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    assert [w.exitcode for w in workers] == [0] * 4
+    assert len(tuning.read(file)) == 120
+
+
+def test_a_home_of_an_unknown_user_is_taken_as_written(monkeypatch):
+    """helper 67: Path.expanduser raised RuntimeError for ~nosuchuser, in every op's plan."""
+    monkeypatch.setenv(tuning.ENV_FILE, "~nosuchuser-cupykern/tuned.json")
+    assert tuning.path() == Path("~nosuchuser-cupykern/tuned.json")
+    monkeypatch.setenv(user_cache.CACHE_ENV, "~nosuchuser-cupykern")
+    assert user_cache.cache_dir() == Path("~nosuchuser-cupykern")
 
 
 def test_invalid_file_is_ignored_with_one_warning_naming_it(tune_file):
