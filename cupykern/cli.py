@@ -18,6 +18,7 @@ from pathlib import Path
 import click
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -133,7 +134,7 @@ def info(as_json):
         return
     table = Table(title="cupykern info", show_header=False)
     for key, value in env.items():
-        table.add_row(key, str(value))
+        table.add_row(key, escape(str(value)))  # paths and names as they are: "[x]" is no style
     console.print(table)
     if not env["gpu_available"]:
         console.print("[yellow]No CUDA GPU is visible: kernels cannot run here; `cupykern check` still "
@@ -182,7 +183,7 @@ def _compile_all(arch: str, instantiations: dict) -> int:
             counts[filename] = (total + n, bad + (n if error else 0))
             spilled.setdefault(filename, []).extend(expr for expr, size in spills.items() if size)
             if error:
-                console.print(f"[red]{error}[/]")
+                console.print(f"[red]{escape(error)}[/]")
             progress.advance(task, n)
     picks = covering.heuristic_picks(sources={f for f, exprs in spilled.items() if exprs})
     table = Table(title=f"compile (NVRTC, sm_{arch})",
@@ -258,7 +259,7 @@ def _validate_all(seed: int) -> int:
             failures += not result.ok
             table.add_row(label, _dtypes.short_name(dtype), str(num_tokens), str(size),
                           f"{result.worst_error_ratio:.3f}", f"{result.max_ulp_err:.1f}",
-                          "[green]ok[/]" if result.ok else f"[red]{result.message}[/]")
+                          "[green]ok[/]" if result.ok else f"[red]{escape(result.message)}[/]")
     console.print(table)
     return failures
 
@@ -306,7 +307,7 @@ def _print_sweep(points: list, model_name: str, copy_gbps: float, seed: int, tun
             if column == "plan":
                 value = _plan_text(p)
             elif column == "check":
-                value = "[green]ok[/]" if p["check_ok"] else f"[red]{p['check']}[/]"
+                value = "[green]ok[/]" if p["check_ok"] else f"[red]{escape(str(p['check']))}[/]"
             else:
                 value = p[column]
                 if value is None:
@@ -412,7 +413,7 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
         if tune:
             raise click.UsageError(f"--tune times the kernels on this machine's GPU: {reason}")
         # The main job still does what it can here: the compile check of `cupykern check`.
-        console.print(f"[yellow]No CUDA GPU ({reason}): nothing can be timed or validated here. Running the "
+        console.print(f"[yellow]No CUDA GPU ({escape(reason)}): nothing can be timed or validated here. Running the "
                       f"compile check instead (as `cupykern check` does without a GPU): NVRTC compiles the "
                       f"covering set of the chosen ops' kernels for sm_{NO_GPU_ARCH} (every source, every template "
                       f"parameter value, the model presets' picks; `cupykern check --all` compiles every "
@@ -463,7 +464,8 @@ def sweep(ops, model, num_tokens, sizes, dtypes, block_size, threads_per_row, ve
             progress.advance(task)
             if isinstance(outcome, engine.Skipped):
                 if not tune:  # a candidate illegal for one shape is no news
-                    console.print(f"[yellow]skipped {outcome.case.describe()}: {outcome.reason}[/]", soft_wrap=True)
+                    console.print(f"[yellow]skipped {escape(outcome.case.describe())}: {escape(outcome.reason)}[/]",
+                                  soft_wrap=True)
                 continue
             points.append(outcome.as_dict())
             failures += not outcome.check_ok
@@ -505,13 +507,15 @@ sweep.epilog = _sweep_epilog()
 
 
 def _print_tuned(entries, title: str) -> None:
-    table = Table(title=title, box=box.SIMPLE_HEAD)
+    table = Table(title=escape(title), box=box.SIMPLE_HEAD)
     for column in ("gpu", "op", "dtype", "size", "threads x vec x cache", "rows_per_block by num_tokens", "score",
                    "commit"):
         table.add_column(column, no_wrap=True)
     for e in entries:
-        table.add_row(e.gpu, e.op, e.dtype, str(e.size), f"{e.threads_per_row} x {e.vec_width} x {e.vecs_per_thread}",
-                      " ".join(f"{n}:{r}" for n, r in e.rows_per_block), f"{e.score:.3f}", e.commit)
+        # The file's strings as they are (a hand-edited "[/x]" is no style, nor an error).
+        table.add_row(escape(e.gpu), escape(e.op), escape(e.dtype), str(e.size),
+                      f"{e.threads_per_row} x {e.vec_width} x {e.vecs_per_thread}",
+                      " ".join(f"{n}:{r}" for n, r in e.rows_per_block), f"{e.score:.3f}", escape(e.commit))
     Console(width=max(console.width, 160)).print(table)
 
 

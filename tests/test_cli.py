@@ -212,6 +212,19 @@ def test_tune_show_of_an_invalid_file_is_one_line(tune_file, text, args):
     assert invoke("tune", "--clear").exit_code == 0 and not tune_file.exists()
 
 
+@pytest.mark.parametrize("name", ["a[work]b", "m[/x]"])
+def test_names_from_outside_print_as_they_are(tune_file, monkeypatch, name):
+    """helper 67: rich read "[work]" in a path as a style and dropped it (a wrong path, exit
+    0), and "[/x]" or a tuned file's gpu "[/oops]" raised MarkupError."""
+    monkeypatch.setenv("CUPYKERN_CACHE_DIR", f"/c/{name}")
+    monkeypatch.setenv("COLUMNS", "300")
+    result = invoke("info")
+    assert result.exit_code == 0 and f"/c/{name}" in result.output, result.output
+    tuning.save([tuning.TunedEntry(f"G{name}", "rms_norm", "bf16", 4096, 64, 8, 4, ((16384, 2),), commit=name)])
+    result = invoke("tune")
+    assert result.exit_code == 0 and f"G{name}" in result.output and result.output.count(name) == 2, result.output
+
+
 def test_info_names_the_tuned_file_and_the_cache_dir(tune_file, monkeypatch, tmp_path):
     result = invoke("info", "--json")
     assert json.loads(result.output)["tuned_configs"] == str(tune_file)

@@ -129,6 +129,7 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
     a CUDA GPU and cuBLAS (the llm extra's nvidia-cublas wheel) unless --reference.
     """
     from rich.console import Console
+    from rich.markup import escape
 
     from cupykern import _dtypes
     from cupykern.llm import fetch, generate, gguf_weights, memory, stage_timer, tokenizer
@@ -155,7 +156,7 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
         except (ImportError, OSError) as exc:
             raise click.ClickException(f"`cupykern generate` needs cuBLAS for its matmuls. {exc}") from None
     try:
-        path = model_path or fetch.fetch_model("smollm2", log=lambda m: console.print(m))
+        path = model_path or fetch.fetch_model("smollm2", log=lambda m: console.print(escape(m)))
         reader = gguf_weights.open_reader(path)
         tok = tokenizer.load_tokenizer(reader)
         text = tok.apply_chat_template([{"role": "user", "content": prompt}]) if chat else prompt
@@ -188,7 +189,7 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
     except (fetch.FetchError, FileNotFoundError, ImportError, KeyError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
 
-    console.print(f"[dim]{model.config.name or path}: {len(prompt_ids)} prompt tokens, {what}[/dim]")
+    console.print(f"[dim]{escape(str(model.config.name or path))}: {len(prompt_ids)} prompt tokens, {what}[/dim]")
     streamed = {"ids": [], "printed": ""}
 
     def on_token(token_id):
