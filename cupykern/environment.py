@@ -33,6 +33,14 @@ def gpu_problem() -> str | None:
         return f"CuPy cannot use CUDA ({type(exc).__name__}: {exc})"
 
 
+def require_gpu(what: str) -> None:
+    """RuntimeError naming ``what`` unless CuPy sees a CUDA GPU. Without a driver CuPy's own
+    error is ``cudaErrorInsufficientDriver``, which sends a user after the wrong thing."""
+    problem = gpu_problem()
+    if problem:
+        raise RuntimeError(f"{what}: no CUDA GPU is visible ({problem})")
+
+
 def gpu_available() -> bool:
     """Whether CuPy sees a CUDA GPU (False, not an exception, without a driver)."""
     return gpu_problem() is None

@@ -145,8 +145,12 @@ class DeviceLimits:
     @staticmethod
     @lru_cache(maxsize=None)
     def of_device(device_id: int) -> "DeviceLimits":
-        """The limits of GPU ``device_id`` (read once per device)."""
+        """The limits of GPU ``device_id`` (read once per device). RuntimeError without a GPU."""
         import cupy
+
+        from cupykern import environment
+
+        environment.require_gpu("DeviceLimits.of_device")
 
         device = cupy.cuda.Device(device_id)
         attrs = device.attributes

@@ -141,8 +141,13 @@ def time_graph(fn, *, ops_per_graph: int = 100, replays: int = 20) -> Timing:
 
 
 def copy_bandwidth(nbytes: int = 1 << 30, *, repeat: int = 20) -> float:
-    """Device-to-device copy bandwidth in GB/s (bytes read + bytes written), cold L2."""
+    """Device-to-device copy bandwidth in GB/s (bytes read + bytes written), cold L2.
+    RuntimeError without a GPU."""
     import cupy
+
+    from cupykern import environment
+
+    environment.require_gpu("copy_bandwidth")
 
     src = cupy.ones(nbytes, dtype=np.uint8)
     dst = cupy.empty_like(src)

@@ -200,6 +200,66 @@ def test_load_config_is_smollm2_135m(reader):
     assert cfg.tied_embeddings and cfg.qkv_size == 960
 
 
+class _Field:
+    def __init__(self, value):
+        self.value = value
+
+    def contents(self):
+        return self.value
+
+
+def fake_reader(**changes):
+    """A reader stand-in holding SmolLM2-135M's llama metadata, ``changes`` applied
+    (dots written as __; None removes a key)."""
+    fields = {"general.architecture": "llama", "llama.embedding_length": np.uint32(576),
+              "llama.attention.head_count": np.uint32(9), "llama.attention.head_count_kv": np.uint32(3),
+              "llama.block_count": np.uint32(30), "llama.feed_forward_length": np.uint32(1536),
+              "llama.context_length": np.uint32(8192), "llama.vocab_size": np.uint32(49152),
+              "llama.rope.freq_base": np.float32(100000.0), "llama.rope.dimension_count": np.uint32(64),
+              "llama.attention.layer_norm_rms_epsilon": np.float32(1e-5)}
+    for key, value in changes.items():
+        key = key.replace("__", ".")
+        if value is None:
+            fields.pop(key)
+        else:
+            fields[key] = value
+    return SimpleNamespace(fields={k: _Field(v) for k, v in fields.items()}, tensors=[])
+
+
+def test_fake_reader_is_smollm2_config():
+    cfg = gguf_weights.read_config(fake_reader())
+    assert (cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rotary_dim) == (
+        30, 576, 9, 3, 64, 64)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    # helper 67: ZeroDivisionError, IndexError, a list in int(), 8.9 read as 8, true as 1
+    ("llama__attention__head_count", np.uint32(0), "head_count: expected an int >= 1, got 0"),
+    ("llama__attention__head_count_kv", np.uint32(0), "head_count_kv: expected an int >= 1, got 0"),
+    ("llama__attention__head_count_kv", [3] * 30, "head_count_kv: per-layer values are not supported"),
+    ("llama__block_count", np.uint32(0), "llama.block_count: expected an int >= 1, got 0"),
+    ("llama__embedding_length", np.float32(8.9), "llama.embedding_length: expected an int >= 1"),
+    ("llama__embedding_length", True, "llama.embedding_length: expected an int >= 1, got True"),
+    ("llama__embedding_length", "abc", "llama.embedding_length: expected an int >= 1, got 'abc'"),
+    # blamed on --max-new-tokens, or named only after the prompt was echoed
+    ("llama__context_length", np.int32(-5), "llama.context_length: expected an int >= 1, got -5"),
+    ("llama__attention__layer_norm_rms_epsilon", np.float32(-1e-5), "layer_norm_rms_epsilon: expected a finite value >= 0"),
+    ("llama__attention__layer_norm_rms_epsilon", np.float32("nan"), "layer_norm_rms_epsilon: expected a finite"),
+    ("llama__rope__freq_base", np.float32(0), "llama.rope.freq_base: expected a finite value > 0, got 0.0"),
+    ("llama__rope__dimension_count", np.uint32(128), "dimension_count: expected an even width up to the head_dim 64"),
+    ("llama__rope__dimension_count", np.uint32(63), "dimension_count: expected an even width"),
+])
+def test_bad_llama_metadata_names_its_key(key, value, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        gguf_weights.read_config(fake_reader(**{key: value}))
+
+
+def test_load_weights_takes_float32_or_float64_only():
+    for dtype in (np.int8, np.float16, "bogus"):  # int8 was taken, the weights cast to it
+        with pytest.raises(ValueError, match="dtype: expected float32 or float64"):
+            gguf_weights.load_weights("unused.gguf", dtype)
+
+
 def test_load_weights_shapes_and_types(reader, weights64):
     types = gguf_weights.tensor_types(reader)
     assert types["token_embd.weight"] == "Q8_0"
@@ -364,6 +424,47 @@ def test_generate_rejects_bad_arguments(ref_model):
         generate.generate(ref_model, PROMPT_IDS, 8192)
 
 
+def test_generate_takes_integer_ids_and_a_seed_of_the_gpu_sampler(ref_model):
+    """helper 67: 1.7 was generated from as token 1; seed -1 failed in NumPy's words, None ran
+    unseeded, 2**100 ran on the host where the GPU sampler refuses 2**64 and up."""
+    with pytest.raises(TypeError, match="prompt_ids: expected integer ids, got dtype float64"):
+        generate.generate(ref_model, [1.7], 1)
+    with pytest.raises(TypeError, match="stop_ids: expected integer ids"):
+        generate.generate(ref_model, PROMPT_IDS, 1, stop_ids=[2.0])
+    for seed in (-1, None, 2**64, 1.5, True):
+        with pytest.raises(ValueError, match=r"seed: expected an int in \[0, 18446744073709551615\]"):
+            generate.generate(ref_model, PROMPT_IDS, 1, temperature=0.5, seed=seed)
+
+
+def test_next_token_takes_one_row():
+    """helper 67: a (2, 3) array gave 4 (argmax of the flattened array) for a 3-token vocabulary."""
+    for logits in (np.zeros((2, 3)), np.zeros(0), np.float64(1.0)):
+        with pytest.raises(ValueError, match="logits_row: expected shape \\(vocab_size,\\)"):
+            generate.next_token(logits, 0.0, np.random.default_rng(0))
+
+
+def test_tokenizer_decode_names_an_id_outside_the_vocabulary(tok):
+    """helper 67: -1 raised OverflowError, 10**9 decoded to ''."""
+    for ids, bad in (([5, -1], "ids[1]: expected an int in [0, 49151], got -1"),
+                     ([10**9], "ids[0]: expected an int in [0, 49151], got 1000000000"),
+                     ([2.5], "ids[0]: expected an int in [0, 49151], got 2.5")):
+        with pytest.raises(ValueError, match=re.escape(bad)):
+            tok.decode(ids)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["hi", "--reference", "--seed", "-1"], "--seed"),  # helper 67: "HiError: expected non-negative integer"
+    (["hi", "--reference", "--seed", str(2**64)], "--seed"),
+    (["hi", "--reference", "--dtype", "bf16"], "--dtype: the GPU forward's options; --reference runs"),
+    (["hi", "--reference", "--ops", "plain", "--no-graph"], "--ops, --graph: the GPU forward's options"),
+    (["hi", "--reference", "--pdl"], "--pdl: the GPU forward's options"),
+])
+def test_cli_generate_usage_errors_come_first(monkeypatch, args, message):
+    monkeypatch.setattr(fetch, "fetch_model", lambda *a, **k: pytest.fail("fetched the model first"))
+    result = CliRunner().invoke(cli.generate_command, args)
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
 @pytest.mark.parametrize("args, message", [
     (["", "--reference"], "the prompt encodes to no tokens"),
     (["hi", "--reference", "--max-new-tokens", "8192"], "exceed the model's context of 8192 tokens"),
@@ -477,6 +578,22 @@ def test_cli_generate_without_gpu_exits_nonzero():
     result = CliRunner().invoke(cli.generate_command, ["--max-new-tokens", "2"])
     assert result.exit_code != 0
     assert "no GPU" in result.output and "--reference" in result.output
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
+def test_device_steps_without_a_gpu_say_so(monkeypatch):
+    """helper 67: CuPy's cudaErrorInsufficientDriver, from_gguf's after seconds of dequantising."""
+    from cupykern.llm import model as gpu_model
+
+    monkeypatch.setattr(gpu_model, "load_weights", lambda *a, **k: pytest.fail("dequantised first"))
+    cfg = _stand_in_weights(np.float32, tied=True).config
+    for call, what in ((lambda: gpu_model.LlamaModel.from_gguf("x.gguf"), "LlamaModel.from_gguf"),
+                       (lambda: gpu_model.to_device(_stand_in_weights(np.float32, True), np.float16), "to_device"),
+                       (lambda: gpu_model.random_device_weights(cfg, np.float16, 0), "random_device_weights")):
+        with pytest.raises(RuntimeError, match=f"^{what}: no CUDA GPU is visible"):
+            call()
+    with pytest.raises(ValueError, match="dtype: expected float16 or bfloat16, got 'bogus'"):
+        gpu_model.LlamaModel.from_gguf("x.gguf", "bogus")
 
 
 def test_cli_generate_without_cublas_says_what_to_install(monkeypatch):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from cupykern import timing
+from tests.conftest import HAS_GPU
 
 
 def test_spin_kernel_compiles_with_nvrtc():
@@ -56,3 +57,14 @@ def test_time_cold_does_not_time_host_gaps():
 
     t = timing.time_cold(slow_host_call, warmup=2, repeat=10)
     assert t.median_us < 100.0, t
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
+def test_copy_bandwidth_and_device_limits_without_a_gpu_say_so():
+    """helper 67: CuPy's cudaErrorInsufficientDriver, which names the wrong problem."""
+    from cupykern import plans
+
+    with pytest.raises(RuntimeError, match="^copy_bandwidth: no CUDA GPU is visible"):
+        timing.copy_bandwidth()
+    with pytest.raises(RuntimeError, match="^DeviceLimits.of_device: no CUDA GPU is visible"):
+        plans.DeviceLimits.of_device(0)

@@ -14,6 +14,7 @@ import sys
 import click
 
 from cupykern import environment
+from cupykern.llm import generate
 
 DEFAULT_PROMPT = "Once upon a time, there was a little"
 
@@ -97,7 +98,8 @@ def _graph_stage_table(rows: list, step_us: float, position: int):
 @click.option("--dtype", type=click.Choice(["fp16", "bf16"]), default="fp16", show_default=True,
               help="Storage dtype of weights and activations on the GPU.")
 @click.option("--chat", is_flag=True, help="Wrap PROMPT in the model's chat template (a user turn).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed (with --temperature > 0).")
+@click.option("--seed", type=click.IntRange(0, generate.MAX_SEED), default=0, show_default=True,
+              help="Sampling seed (with --temperature > 0): an int in [0, 2**64).")
 @click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
               help="0 is greedy.")
 @click.option("--ops", "ops_name", type=click.Choice(["cupykern", "plain"]), default="cupykern", show_default=True,
@@ -113,7 +115,8 @@ def _graph_stage_table(rows: list, step_us: float, position: int):
               help="Replay the generation with a timer per stage and print the split.")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
               help="A llama GGUF file (default: the cached SmolLM2-135M-Instruct, fetched if missing).")
-def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops_name, reference, graph, pdl,
+@click.pass_context
+def generate_command(ctx, prompt, max_new_tokens, dtype, chat, seed, temperature, ops_name, reference, graph, pdl,
                      stage_times, model_path):
     """Generate text after PROMPT with SmolLM2-135M-Instruct (greedy by default).
 
@@ -132,13 +135,19 @@ def generate_command(prompt, max_new_tokens, dtype, chat, seed, temperature, ops
     from rich.markup import escape
 
     from cupykern import _dtypes
-    from cupykern.llm import fetch, generate, gguf_weights, memory, stage_timer, tokenizer
+    from cupykern.llm import fetch, gguf_weights, memory, stage_timer, tokenizer
 
     console = Console(stderr=True)
     try:  # FloatRange(min=0) lets nan and inf through
         generate.check_args(max_new_tokens, temperature)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--temperature") from None
+    if reference:  # helper 67: they were taken without a word, as sweep does not
+        gpu_only = [f"--{name.replace('_name', '').replace('_', '-')}" for name in ("dtype", "ops_name", "graph", "pdl")
+                    if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+        if gpu_only:
+            raise click.UsageError(f"{', '.join(gpu_only)}: the GPU forward's options; --reference runs the float64 "
+                                   f"forward on the CPU")
     if not reference:
         problem = environment.gpu_problem()
         if problem:

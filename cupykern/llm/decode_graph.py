@@ -386,16 +386,17 @@ def generate(decoder: GraphDecoder, prompt_ids, max_new_tokens: int, *, stop_ids
     Raises:
         ValueError: bad ``max_new_tokens``; ``read_every`` not an int >= 1; prompt plus
             new tokens beyond the decoder's ``max_tokens``; as the model's ``forward``.
+        TypeError: ``prompt_ids`` or ``stop_ids`` not integers.
         NonFiniteLogits: the forward produced NaN or infinite logits.
     """
     check_args(max_new_tokens, decoder.temperature)
     # 0 would replay nothing forever; a negative count would move the host's position back
     read_every = _arrays.count(read_every, "read_every", 1)
-    prompt_ids = [int(i) for i in prompt_ids]
+    prompt_ids = host_token_ids(prompt_ids, "prompt_ids").tolist()
     if len(prompt_ids) + max_new_tokens > decoder.max_tokens:
         raise ValueError(f"max_new_tokens: {len(prompt_ids)} prompt tokens + {max_new_tokens} exceed the decoder's "
                          f"{decoder.max_tokens} positions")
-    stop_ids = {int(i) for i in stop_ids}
+    stop_ids = set(host_token_ids(stop_ids, "stop_ids").tolist())
     if decoder.graph is None:
         decoder.capture()
     decoder.prefill.prepare(len(prompt_ids))  # capture, like the decode step's, is not the prefill's time

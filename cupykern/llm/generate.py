@@ -19,6 +19,7 @@ import numpy as np
 
 from cupykern import _arrays
 from cupykern.llm.kv_cache import KVCache
+from cupykern.llm.reference import host_token_ids
 
 
 @dataclass
@@ -68,8 +69,9 @@ def next_token(logits_row: np.ndarray, temperature: float, rng: np.random.Genera
         The token id: the lowest index of the maximum when greedy.
 
     Raises:
-        ValueError: a NaN or infinite logit (the forward went wrong: no token is made up
-            from it), saying how many and the index of the first.
+        ValueError: ``logits_row`` not one non-empty row; a NaN or infinite logit (the
+            forward went wrong: no token is made up from it), saying how many and the
+            index of the first.
 
     Notes:
         The maximum is subtracted before dividing by the temperature, so the scaled
@@ -79,6 +81,8 @@ def next_token(logits_row: np.ndarray, temperature: float, rng: np.random.Genera
         sampling as the temperature goes to 0: the argmax (uniform over exact ties).
     """
     logits_row = np.asarray(logits_row)
+    if logits_row.ndim != 1 or logits_row.size == 0:  # argmax would index a flattened 2-D array
+        raise ValueError(f"logits_row: expected shape (vocab_size,), got {logits_row.shape}")
     bad = np.flatnonzero(~np.isfinite(logits_row))
     if bad.size:
         raise ValueError(f"logits: the forward produced {bad.size} non-finite logit(s) (NaN or inf) of "
@@ -91,16 +95,24 @@ def next_token(logits_row: np.ndarray, temperature: float, rng: np.random.Genera
     return int(rng.choice(p.size, p=p / p.sum()))
 
 
-def check_args(max_new_tokens: int, temperature: float) -> None:
-    """Checks :func:`generate`'s ``max_new_tokens`` (an int >= 1) and ``temperature`` (a
+#: Seeds :func:`generate` takes: those of the GPU sampler (cupykern.ops.tokens.seed,
+#: Philox's 64-bit key), so one seed means the same on both paths.
+MAX_SEED = 2**64 - 1
+
+
+def check_args(max_new_tokens: int, temperature: float, seed: int = 0) -> None:
+    """Checks :func:`generate`'s ``max_new_tokens`` (an int >= 1), ``temperature`` (a
     finite real number >= 0: 0 is greedy, and any positive value samples, however small,
-    since :func:`next_token` subtracts the maximum before dividing).
+    since :func:`next_token` subtracts the maximum before dividing) and ``seed`` (an int
+    in [0, :data:`MAX_SEED`]).
 
     Raises:
-        ValueError: ``max_new_tokens`` not an int >= 1; ``temperature`` negative, NaN or inf.
+        ValueError: ``max_new_tokens`` not an int >= 1; ``temperature`` negative, NaN or
+            inf; ``seed`` not an int in range (None too: no unseeded runs).
         TypeError: ``temperature`` not a real number (a str, None, a bool).
     """
     _arrays.count(max_new_tokens, "max_new_tokens", 1)
+    _arrays.count(seed, "seed", 0, MAX_SEED)
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
         raise TypeError(f"temperature: expected a finite real number >= 0, got {temperature!r}")
     if not (math.isfinite(temperature) and temperature >= 0):
@@ -124,14 +136,16 @@ def generate(model, prompt_ids, max_new_tokens: int, *, temperature: float = 0.0
         :class:`Generation`, with the KV cache it used in ``cache``.
 
     Raises:
-        ValueError: bad ``max_new_tokens``/``temperature``, or as the model's ``forward``
-            (empty prompt, ids outside the vocabulary, prompt plus new tokens beyond
-            the context length).
+        ValueError: bad ``max_new_tokens``/``temperature``/``seed``, or as the model's
+            ``forward`` (empty prompt, ids outside the vocabulary, prompt plus new tokens
+            beyond the context length).
+        TypeError: ``prompt_ids`` or ``stop_ids`` not integers (a float is not truncated).
     """
-    check_args(max_new_tokens, temperature)
-    prompt_ids = [int(i) for i in prompt_ids]
+    check_args(max_new_tokens, temperature, seed)
+    # Not int() of each: 1.7 was taken as token 1 (the forward refuses float ids itself).
+    prompt_ids = host_token_ids(prompt_ids, "prompt_ids").tolist()
     rng = np.random.default_rng(seed)
-    stop_ids = {int(i) for i in stop_ids}
+    stop_ids = set(host_token_ids(stop_ids, "stop_ids").tolist())
     cache = model.new_cache(len(prompt_ids) + max_new_tokens)
     t0 = time.perf_counter()
     logits = model.forward(prompt_ids, cache)

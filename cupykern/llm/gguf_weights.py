@@ -21,6 +21,8 @@ References: GGUF specification (ggml ``docs/gguf.md``); llama.cpp
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -123,36 +125,72 @@ def field_value(reader, key: str, default=None):
     return f.contents()
 
 
+def _int_field(reader, key: str, default=None) -> int:
+    """``key``'s value, ValueError naming the key unless one whole number >= 1 (GGUF allows
+    per-layer arrays of some counts, which this pipeline does not take; a float or a bool
+    would pass int() as another count)."""
+    value = field_value(reader, key, default)
+    if isinstance(value, list):
+        raise ValueError(f"GGUF {key}: per-layer values are not supported, expected one int, got "
+                         f"{value[:4]}{' ...' if len(value) > 4 else ''}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"GGUF {key}: expected an int >= 1, got {_shown(value)}")
+    return int(value)
+
+
+def _real_field(reader, key: str, default=None, *, zero_allowed: bool) -> float:
+    """``key``'s value, ValueError naming the key unless a finite real > 0 (or >= 0)."""
+    value = field_value(reader, key, default)
+    ok = not isinstance(value, (bool, list)) and isinstance(value, numbers.Real) and math.isfinite(value) and (
+        value >= 0 if zero_allowed else value > 0)
+    if not ok:
+        raise ValueError(f"GGUF {key}: expected a finite value {'>=' if zero_allowed else '>'} 0, got "
+                         f"{_shown(value)}")
+    return float(value)
+
+
+def _shown(value) -> str:
+    """A metadata value as read, NumPy scalars as the Python numbers they hold."""
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
 def read_config(reader) -> LlamaConfig:
     """The :class:`LlamaConfig` from a reader's ``llama.*`` metadata.
 
     Raises:
-        ValueError: ``general.architecture`` is not ``llama``, or the sizes disagree
-            (hidden not divisible by heads, heads not a multiple of kv heads).
+        ValueError: ``general.architecture`` is not ``llama``; a count is not one int >= 1,
+            the RoPE base not finite and > 0, the RMS eps not finite and >= 0, or the
+            rotary width not even and within head_dim (each names its key); or the sizes
+            disagree (hidden not divisible by heads, heads not a multiple of kv heads).
         KeyError: a required key is missing (named).
     """
     arch = field_value(reader, "general.architecture")
     if arch != "llama":
         raise ValueError(f"GGUF general.architecture: expected 'llama', got {arch!r}")
-    hidden = int(field_value(reader, "llama.embedding_length"))
-    heads = int(field_value(reader, "llama.attention.head_count"))
-    kv_heads = int(field_value(reader, "llama.attention.head_count_kv", heads))
+    hidden = _int_field(reader, "llama.embedding_length")
+    heads = _int_field(reader, "llama.attention.head_count")
+    kv_heads = _int_field(reader, "llama.attention.head_count_kv", heads)
     if hidden % heads or heads % kv_heads:
         raise ValueError(f"GGUF llama sizes: hidden {hidden}, heads {heads}, kv heads {kv_heads} do not divide")
-    head_dim = int(field_value(reader, "llama.attention.key_length", hidden // heads))
+    head_dim = _int_field(reader, "llama.attention.key_length", hidden // heads)
+    rotary_dim = _int_field(reader, "llama.rope.dimension_count", head_dim)
+    if rotary_dim % 2 or rotary_dim > head_dim:
+        raise ValueError(f"GGUF llama.rope.dimension_count: expected an even width up to the head_dim "
+                         f"{head_dim}, got {rotary_dim}")
     names = {t.name for t in reader.tensors}
-    vocab = int(field_value(reader, "llama.vocab_size", len(field_value(reader, "tokenizer.ggml.tokens"))))
+    vocab = (_int_field(reader, "llama.vocab_size") if "llama.vocab_size" in reader.fields
+             else len(field_value(reader, "tokenizer.ggml.tokens")))
     if field_value(reader, "llama.rope.scaling.type", "none") not in ("none",):
         raise ValueError("GGUF llama.rope.scaling.type: RoPE scaling is not supported by this pipeline")
     return LlamaConfig(
-        num_layers=int(field_value(reader, "llama.block_count")),
+        num_layers=_int_field(reader, "llama.block_count"),
         hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
-        intermediate_size=int(field_value(reader, "llama.feed_forward_length")),
+        intermediate_size=_int_field(reader, "llama.feed_forward_length"),
         vocab_size=vocab,
-        context_length=int(field_value(reader, "llama.context_length")),
-        rope_base=float(field_value(reader, "llama.rope.freq_base", 10000.0)),
-        rotary_dim=int(field_value(reader, "llama.rope.dimension_count", head_dim)),
-        rms_norm_eps=float(field_value(reader, "llama.attention.layer_norm_rms_epsilon")),
+        context_length=_int_field(reader, "llama.context_length"),
+        rope_base=_real_field(reader, "llama.rope.freq_base", 10000.0, zero_allowed=False),
+        rotary_dim=rotary_dim,
+        rms_norm_eps=_real_field(reader, "llama.attention.layer_norm_rms_epsilon", zero_allowed=True),
         tied_embeddings="output.weight" not in names,
         name=str(field_value(reader, "general.name", "")),
     )
@@ -199,11 +237,18 @@ def load_weights(path, dtype=np.float32, *, reader=None) -> LlamaWeights:
     Raises:
         FileNotFoundError: no such file. ImportError: ``gguf`` not installed.
         KeyError: a tensor or metadata key is missing (named). ValueError: a tensor
-        of unexpected shape (named, expected vs got), a non-llama architecture.
+        of unexpected shape (named, expected vs got), a non-llama architecture, bad
+        metadata (:func:`read_config`), ``dtype`` not float32 or float64.
     """
+    try:  # int8 would be taken and cast to, "bogus" would fail in NumPy's words
+        host_dtype = np.dtype(dtype)
+    except TypeError:
+        host_dtype = None
+    if host_dtype is None or host_dtype not in (np.float32, np.float64):
+        raise ValueError(f"dtype: expected float32 or float64, got {dtype!r}")
     reader = reader if reader is not None else open_reader(path)
     cfg = read_config(reader)
-    t = _Tensors(reader, dtype)
+    t = _Tensors(reader, host_dtype)
     h, d, i = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
     embed = t.get("token_embd.weight", (cfg.vocab_size, h))
     weights = LlamaWeights(config=cfg, embed=embed, final_norm=t.get("output_norm.weight", (h,)),

@@ -44,7 +44,7 @@ import math
 
 import numpy as np
 
-from cupykern import _dtypes
+from cupykern import _dtypes, environment
 from cupykern.llm import blas
 from cupykern.llm.gguf_weights import LayerWeights, LlamaConfig, LlamaWeights, load_weights
 from cupykern.llm.kv_cache import KVCache
@@ -56,6 +56,17 @@ from cupykern.llm.stage_timer import no_timer
 MODEL_DTYPES = (_dtypes.float16, _dtypes.bfloat16)
 
 
+def _model_dtype(dtype) -> np.dtype:
+    """``dtype`` as a NumPy dtype, ValueError unless float16 or bfloat16."""
+    try:
+        checked = np.dtype(dtype)
+    except TypeError:  # "bogus", a list
+        raise ValueError(f"dtype: expected float16 or bfloat16, got {dtype!r}") from None
+    if checked not in MODEL_DTYPES:
+        raise ValueError(f"dtype: expected float16 or bfloat16, got {checked}")
+    return checked
+
+
 def to_device(weights: LlamaWeights, dtype) -> LlamaWeights:
     """A copy of host ``weights`` on the current GPU, each array rounded once to ``dtype``.
 
@@ -64,12 +75,12 @@ def to_device(weights: LlamaWeights, dtype) -> LlamaWeights:
 
     Raises:
         ValueError: ``dtype`` is not float16 or bfloat16.
+        RuntimeError: no GPU.
     """
     import cupy
 
-    dtype = np.dtype(dtype)
-    if dtype not in MODEL_DTYPES:
-        raise ValueError(f"dtype: expected float16 or bfloat16, got {dtype}")
+    dtype = _model_dtype(dtype)
+    environment.require_gpu("to_device")
 
     def up(a):
         return cupy.asarray(a).astype(dtype)  # host float32 -> device, then round on the device
@@ -92,12 +103,12 @@ def random_device_weights(config: LlamaConfig, dtype, seed: int) -> LlamaWeights
 
     Raises:
         ValueError: ``dtype`` is not float16 or bfloat16.
+        RuntimeError: no GPU.
     """
     import cupy
 
-    dtype = np.dtype(dtype)
-    if dtype not in MODEL_DTYPES:
-        raise ValueError(f"dtype: expected float16 or bfloat16, got {dtype}")
+    dtype = _model_dtype(dtype)
+    environment.require_gpu("random_device_weights")
     cfg = config
     rng = cupy.random.default_rng(seed)
 
@@ -144,7 +155,10 @@ class LlamaModel:
     @classmethod
     def from_gguf(cls, path, dtype=_dtypes.float16, *, ops=KERNELS) -> LlamaModel:
         """Loads ``path``, dequantises on the host and uploads in ``dtype`` (errors as
-        :func:`~cupykern.llm.gguf_weights.load_weights` and :func:`to_device`)."""
+        :func:`~cupykern.llm.gguf_weights.load_weights` and :func:`to_device`; the dtype
+        and the GPU are checked before the seconds of dequantising)."""
+        _model_dtype(dtype)
+        environment.require_gpu("LlamaModel.from_gguf")
         return cls(to_device(load_weights(path, np.float32), dtype), ops=ops)
 
     def new_cache(self, max_tokens: int) -> KVCache:

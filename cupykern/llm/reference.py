@@ -139,8 +139,9 @@ class ReferenceLlama:
         return logits
 
 
-def host_token_ids(token_ids) -> np.ndarray:
-    """``token_ids`` (host or device, any shape) as a flat int64 NumPy array.
+def host_token_ids(token_ids, name: str = "token_ids") -> np.ndarray:
+    """``token_ids`` (host or device, any shape) as a flat int64 NumPy array; errors name
+    the argument ``name``.
 
     Raises:
         TypeError: ids that are not integers (floats were truncated, bools taken as 0
@@ -149,13 +150,13 @@ def host_token_ids(token_ids) -> np.ndarray:
     try:
         ids = np.asarray(token_ids.get() if hasattr(token_ids, "get") else token_ids)
     except ValueError as exc:  # a ragged nested list
-        raise ValueError(f"token_ids: expected an array of integer ids, got {type(token_ids).__name__} "
+        raise ValueError(f"{name}: expected an array of integer ids, got {type(token_ids).__name__} "
                          f"({exc})") from None
     if ids.size and ids.dtype.kind not in "iu":
-        raise TypeError(f"token_ids: expected integer ids, got dtype {ids.dtype}")
+        raise TypeError(f"{name}: expected integer ids, got dtype {ids.dtype}")
     if ids.size and ids.dtype.kind == "u" and ids.max() > np.iinfo(np.int64).max:
         # int64 would wrap 2**64 - 1 to -1 and the range check report ids never given
-        raise ValueError(f"token_ids: expected ids below 2**63, got max {ids.max()}")
+        raise ValueError(f"{name}: expected ids below 2**63, got max {ids.max()}")
     return ids.astype(np.int64).reshape(-1)
 
 

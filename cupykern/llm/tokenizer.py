@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cupykern import _arrays
+
 #: tokenizer.ggml.token_type value of control (special) tokens (llama.cpp LLAMA_TOKEN_TYPE_CONTROL).
 CONTROL = 3
 _DIGIT_SPLIT_PRE = ("smollm", "starcoder", "refact")
@@ -55,8 +57,12 @@ class GGUFTokenizer:
         return ids
 
     def decode(self, ids, *, skip_special_tokens: bool = False) -> str:
-        """Text of ``ids`` (byte-level decoding; partial UTF-8 sequences become U+FFFD)."""
-        return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+        """Text of ``ids`` (byte-level decoding; partial UTF-8 sequences become U+FFFD).
+        ValueError naming the first id that is not an int in [0, vocab size) (the
+        tokenizer itself raised OverflowError for -1 and gave "" for 10**9)."""
+        vocab = self.tokenizer.get_vocab_size()
+        checked = [_arrays.count(i, f"ids[{n}]", 0, vocab - 1) for n, i in enumerate(ids)]
+        return self.tokenizer.decode(checked, skip_special_tokens=skip_special_tokens)
 
     def apply_chat_template(self, messages: list[dict], *, add_generation_prompt: bool = True) -> str:
         """The prompt text of a conversation ``[{"role": ..., "content": ...}, ...]``.
