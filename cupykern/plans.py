@@ -474,6 +474,12 @@ def tree_layouts(hidden_size: int, dtype, aligned: bool) -> list[RowLayout]:
             for t in tree_threads_per_row(hidden_size, dtype) for v in widths]
 
 
+def _dtype_and_alignment(dtype, aligned) -> tuple[np.dtype, bool]:
+    """``dtype`` as a supported NumPy dtype and ``aligned`` as a bool, TypeError naming
+    either otherwise (a bare KeyError of the plan tables, or "no" read as True)."""
+    return _dtypes.check_supported(dtype, "dtype"), _arrays.flag(aligned, "aligned")
+
+
 def _check_op(op) -> None:
     """TypeError unless ``op`` is an op name (str) or None."""
     if op is not None and not isinstance(op, str):
@@ -709,6 +715,7 @@ def _plan_row_launch(num_rows: int, hidden_size: int, dtype, *, aligned: bool, l
     limits = _device_limits(limits)
     overrides = checked_overrides(overrides, ROW_OVERRIDE_KEYS, op or "a row kernel")
     hidden_size, num_rows = _count(hidden_size, "hidden_size", 1), _count(num_rows, "num_rows", 0)
+    dtype, aligned = _dtype_and_alignment(dtype, aligned)
     _check_op(op)
     if op is not None and not overrides:
         tuned = _tuned_plan(op, num_rows, hidden_size, dtype, aligned, limits)
@@ -891,6 +898,7 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     overrides = checked_overrides(overrides, ACTIVATION_OVERRIDE_KEYS, op)
     limits = _device_limits(limits)
     num_rows, d = _count(num_rows, "num_rows", 0), _count(d, "d", 1)
+    dtype, aligned = _dtype_and_alignment(dtype, aligned)
     if d >= ACTIVATION_MAX_ROW:
         raise ValueError(f"d: expected 1 .. {ACTIVATION_MAX_ROW - 1} outputs a row (the kernel's in-row indices are "
                          f"32-bit), got {d}")
@@ -1139,6 +1147,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     ValueError (never ignored); ``fused_norm``, ``in_place`` and ``mrope`` not bools raise
     TypeError naming them; a device whose warps are not 32 lanes, PlanError.
     """
+    dtype = _dtypes.check_supported(dtype, "dtype")
     check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
     for name, flag in (("fused_norm", fused_norm), ("in_place", in_place), ("mrope", mrope)):
         if not isinstance(flag, (bool, np.bool_)):  # "no" or NaN would read as True
@@ -1446,6 +1455,7 @@ def plan_gemv(num_tokens: int, n_out: int, dtype, *, aligned: bool, limits: Devi
     check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
     limits = _fixed_block(limits, GEMV_WARPS * WARP_SIZE, "the GEMV kernels")
     num_tokens, n_out = _count(num_tokens, "num_tokens", 0), _count(n_out, "n_out", 0)
+    dtype, aligned = _dtype_and_alignment(dtype, aligned)
     rows = GEMV_MANY_ROWS_PER_WARP if many_rows and n_out >= GEMV_MANY_ROWS else 1
     units = -(-n_out // rows)
     blocks = max(1, min(-(-units // GEMV_WARPS), limits.max_grid_x))
@@ -1468,6 +1478,7 @@ def plan_attention(num_tokens: int, num_heads: int, cache_rows: int, dtype, *, l
             ATTENTION_WARPS warps.
         TypeError: ``limits`` not a DeviceLimits.
     """
+    dtype = _dtypes.check_supported(dtype, "dtype")
     check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
     limits = _fixed_block(limits, ATTENTION_WARPS * WARP_SIZE, "the decode attention kernels")
     num_tokens, num_heads = _count(num_tokens, "num_tokens", 0), _count(num_heads, "num_heads", 0)
@@ -1499,6 +1510,7 @@ def plan_prefill_attention(num_tokens: int, num_heads: int, num_kv_heads: int, d
             PREFILL_ATTENTION_WARPS warps.
         TypeError: ``limits`` not a DeviceLimits.
     """
+    dtype = _dtypes.check_supported(dtype, "dtype")
     check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
     limits = _fixed_block(limits, PREFILL_ATTENTION_WARPS * WARP_SIZE, "the prefill attention kernels")
     num_tokens = _count(num_tokens, "num_tokens", 0)

@@ -812,3 +812,30 @@ def test_row_layout_fills_exactly_its_first_round():
     assert layout.fills(4096, bf16) is True and layout.fills(np.int64(4096), bf16) is True
     assert layout.fills(4088, bf16) is False and layout.fills(np.int64(4104), bf16) is False
     assert plans.RowLayout(256, 4, 2).fills(2048, _dtypes.float32) is True  # fp32 leaves of 4
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int8, None, "bogus"])
+def test_every_plan_names_a_dtype_it_cannot_plan(dtype):
+    """helper 67: plan_rows raised a bare KeyError: dtype('float64'), and NumPy's words for
+    "bf16"-like names it does not know."""
+    calls = [
+        lambda: plans.plan_rows(16, 4096, dtype, aligned=True, limits=H200_LIMITS, op="rms_norm"),
+        lambda: plans.plan_activation(16, 4096, dtype, aligned=True, limits=H200_LIMITS),
+        lambda: plans.plan_rope(16, 40, 128, 128, dtype, max_vec_width=8, fused_norm=False, limits=H200_LIMITS),
+        lambda: plans.plan_gemv(1, 4096, dtype, aligned=True, limits=H200_LIMITS),
+        lambda: plans.plan_attention(1, 32, 4096, dtype, limits=H200_LIMITS),
+        lambda: plans.plan_prefill_attention(64, 32, 8, dtype, limits=H200_LIMITS),
+    ]
+    for call in calls:
+        with pytest.raises(TypeError, match="dtype: unsupported dtype .*expected float32, float16 or bfloat16"):
+            call()
+
+
+@pytest.mark.parametrize("aligned", ["no", 1.0, None])
+def test_plans_take_aligned_as_a_bool_only(aligned):
+    """helper 67: aligned="no" planned 16-byte vectors."""
+    for call in (lambda: plans.plan_rows(16, 4096, np.float16, aligned=aligned, limits=H200_LIMITS),
+                 lambda: plans.plan_activation(16, 4096, np.float16, aligned=aligned, limits=H200_LIMITS),
+                 lambda: plans.plan_gemv(1, 4096, np.float16, aligned=aligned, limits=H200_LIMITS)):
+        with pytest.raises(TypeError, match="aligned: expected a bool"):
+            call()
