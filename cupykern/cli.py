@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -28,13 +29,19 @@ from cupykern.models import NUM_TOKENS_LADDER
 console = Console()
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
 def _int_list(ctx, param, value):
+    """Comma-separated ASCII integers, each once (a repeat would time the same point
+    again), in the order given."""
     if value is None:
         return None
-    try:
-        return [int(v) for v in str(value).split(",")]
-    except ValueError:  # also an empty item ("1,,2")
-        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
+    items = [v.strip() for v in str(value).split(",")]
+    # int() alone also took "1_6" and full-width digits; an empty item is "1,,2"
+    if not all(_INTEGER.fullmatch(v) for v in items):
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}")
+    return list(dict.fromkeys(int(v) for v in items))
 
 
 #: The largest count a sweep takes: the kernels' sizes and grids are 32-bit.
@@ -106,9 +113,21 @@ def _dtype_list(ctx, param, value):
     if not all(items):  # "," or "bf16,,fp16", as _int_list refuses "1,,2"
         raise click.BadParameter(f"expected comma-separated dtypes (bf16, fp16, fp32), got {value!r}")
     try:
-        return [_dtypes.parse(v) for v in items]
+        return list(dict.fromkeys(_dtypes.parse(v) for v in items))  # bf16,bfloat16 is one dtype
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+def _output_file(ctx, param, value):
+    """A file path whose directory exists, checked before the sweep (it would fail after
+    the first point, or at the end for --csv)."""
+    if value is None:
+        return None
+    if not value.name:
+        raise click.BadParameter(f"expected a file path, got {str(value)!r}")
+    if not value.parent.is_dir():
+        raise click.BadParameter(f"{value.parent} is not a directory")
+    return value
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -353,10 +372,10 @@ def _print_sweep(points: list, model_name: str, copy_gbps: float, seed: int, tun
               help="timed samples per point (cold-L2 calls, or graph replays for decode sizes) [default: 50 / 20]")
 @click.option("--seed", default=20261129, show_default=True, type=click.IntRange(min=0),
               help="seed of the inputs (validated and timed; an int >= 0)")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, callback=_output_file,
               help="write the points to this JSON file, with GPU, driver, CuPy version, commit, seed and date "
                    "(updated as the sweep goes)")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=None, callback=_output_file,
               help="write the points alone to this CSV file (the columns of cupykern/sweep.py's POINT_FIELDS)")
 @click.option("--tune", is_flag=True,
               help="row kernels: keep the fastest validated layout over the num_tokens list in the tuned file "

@@ -50,6 +50,11 @@ def invoke(*args, env=None):
     (["sweep", "rms_norm", "--seed", "-1"], "--seed"),
     (["check", "--skip-compile", "--seed", "-1"], "--seed"),
     (["sweep", "silu_and_mul", "--tune"], "--tune tunes the row kernels"),
+    # helper 67: int() took these as 16; --json "" and a missing directory failed after the sweep's first point
+    (["sweep", "--num-tokens", "1_6"], "expected comma-separated integers"),
+    (["sweep", "--num-tokens", "\uff11\uff16"], "expected comma-separated integers"),
+    (["sweep", "--json", ""], "expected a file path"),
+    (["sweep", "--csv", "/nonexistent-cupykern/points.csv"], "/nonexistent-cupykern is not a directory"),
     (["tune", "--show", "--clear"], "without --show and --json"),
     (["tune", "--clear", "--json"], "without --show and --json"),
 ])
@@ -223,6 +228,14 @@ def test_names_from_outside_print_as_they_are(tune_file, monkeypatch, name):
     tuning.save([tuning.TunedEntry(f"G{name}", "rms_norm", "bf16", 4096, 64, 8, 4, ((16384, 2),), commit=name)])
     result = invoke("tune")
     assert result.exit_code == 0 and f"G{name}" in result.output and result.output.count(name) == 2, result.output
+
+
+def test_repeated_list_items_are_one_point():
+    """helper 67: --num-tokens 16,16 --dtype bf16,bfloat16 --hidden-size 4096,4096 planned 8 identical cases."""
+    from cupykern import _dtypes
+
+    assert cli._positive_int_list(None, None, "16,1,16, 64") == [16, 1, 64]
+    assert cli._dtype_list(None, None, "bf16,bfloat16,fp32") == [_dtypes.bfloat16, _dtypes.float32]
 
 
 def test_info_names_the_tuned_file_and_the_cache_dir(tune_file, monkeypatch, tmp_path):

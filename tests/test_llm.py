@@ -290,6 +290,8 @@ def test_load_weights_shapes_and_types(reader, weights64):
 def test_load_rejects_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="fetch-model smollm2"):
         gguf_weights.load_weights(tmp_path / "absent.gguf")
+    with pytest.raises(ValueError, match="a directory, expected a GGUF file"):  # helper 67: "not found"
+        gguf_weights.open_reader(tmp_path)
 
 
 @pytest.mark.parametrize("cut", [0, 3, 24, 100_000, 3_000_000])  # header, metadata, tensor data

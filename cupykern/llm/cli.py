@@ -245,6 +245,8 @@ def generate_command(ctx, prompt, max_new_tokens, dtype, chat, seed, temperature
             result = generate.generate(model, prompt_ids, max_new_tokens, temperature=temperature, seed=seed,
                                        stop_ids=stop, on_token=on_token)
     except ValueError as exc:
+        sys.stdout.write("\n")  # helper 67: the message read "HiError: ..." after the echoed prompt
+        sys.stdout.flush()
         raise click.ClickException(str(exc)) from None
     sys.stdout.write("\n")
     sys.stdout.flush()

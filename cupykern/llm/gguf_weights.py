@@ -98,12 +98,14 @@ def open_reader(path):
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: the file is truncated or not a GGUF file (named, with the reader's
-            own complaint): the reader checks the magic and maps every tensor, so a
-            file cut short anywhere fails here.
+        ValueError: ``path`` is a directory, or the file is truncated or not a GGUF file
+            (named, with the reader's own complaint): the reader checks the magic and
+            maps every tensor, so a file cut short anywhere fails here.
         ImportError: ``gguf`` is not installed.
     """
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path}: a directory, expected a GGUF file")
     if not path.is_file():
         raise FileNotFoundError(f"GGUF file not found: {path} (run `cupykern fetch-model smollm2`)")
     gguf = _gguf()
