@@ -63,7 +63,11 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 2
     folder = Path(argv[0])
-    print("\n".join(table(folder, group.split(",")) for group in argv[1:]))
+    try:
+        print("\n".join(table(folder, group.split(",")) for group in argv[1:]))
+    except (OSError, ValueError, KeyError) as exc:  # a missing or foreign file: one line, not a traceback
+        print(f"ab_compare.py: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

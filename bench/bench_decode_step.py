@@ -167,10 +167,13 @@ def time_prefill_graph(model, num_tokens: int, seed: int, repeat: int = 7) -> di
               help="Also time a prefill of this many prompt tokens, by graph replays and eager (after a warm-up).")
 @click.option("--variants", is_flag=True,
               help="Also capture and time the whole step under other plan constants (VARIANTS).")
-@click.option("--seed", default=DEFAULT_SEED, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=DEFAULT_SEED, show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Also write the JSON here (it always goes to bench/results/).")
 def main(dtype, position, max_tokens, prefill, variants, seed, out_dir):
+    if position >= max_tokens:  # the kernels would clamp it on the device: a step never run would be timed
+        raise click.BadParameter(f"expected a cache position below --max-tokens {max_tokens}, got {position}",
+                                 param_hint="--position")
     require_gpu("bench_decode_step.py")
 
     from cupykern.llm.decode_graph import GraphDecoder

@@ -189,7 +189,7 @@ def _op_name(ctx, param, value):
               help="timed back-to-back calls per measurement")
 @click.option("--num-tokens", type=click.IntRange(min=1), default=1, show_default=True, help="rows of every op")
 @click.option("--profile", "profile_op", callback=_op_name, default=None, help="an op to profile with cProfile")
-@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True, help="seed of the inputs")
+@click.option("--seed", type=click.IntRange(min=0), default=DEFAULT_SEED, show_default=True, help="seed of the inputs")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="also write the JSON here")
 def main(calls, num_tokens, profile_op, seed, out) -> None:
     """Measures every op; exits 1 if one raised or launched nothing, 2 without a GPU or

@@ -39,7 +39,7 @@ def _fits(lanes: int, warps: int, head_dim: int) -> bool:
 @click.option("--variants", is_flag=True, help="also time other (lanes per row, warps) choices")
 @click.option("--dtype", "dtype_name", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True,
               help="dtype of q, the KV cache and out: bf16, fp16 or fp32 (those prefill_attention takes).")
-@click.option("--seed", default=DEFAULT_SEED, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=DEFAULT_SEED, show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Also write the JSON here (it always goes to bench/results/).")
 def main(variants, dtype_name, seed, out_dir) -> None:

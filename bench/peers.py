@@ -988,7 +988,7 @@ def _default_workers() -> int:
                    "shape compiles when first measured)")
 @click.option("--dtype", callback=dtype_option, default="bf16", show_default=True)
 @click.option("--repeat", type=int, callback=positive_int, default=None, help="timed samples per point (>= 1)")
-@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=DEFAULT_SEED, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="also write the JSON here")
 def main(models_csv, model_list, num_tokens, ops, peers, compile_dynamic, compile_workers, dtype, repeat, seed,
          out) -> None:

@@ -38,10 +38,14 @@ from cupykern.registry import all_specs  # noqa: E402
               help="More presets, comma-separated (e.g. smollm2-135m): each op also runs at their row sizes "
                    "(model-aware ops with their heads too), which can take other launch plans.")
 def main(families, num_tokens_list, dtypes, extra_models) -> None:
+    chosen = set(families.split(",")) if families else None
+    known = {spec.family for spec in all_specs().values()}
+    if chosen is not None and not chosen <= known:  # checked before the GPU is: a typo ran nothing
+        raise click.BadParameter(f"unknown famil(ies) {sorted(chosen - known)}; known: {sorted(known)}",
+                                 param_hint="--families")
     require_gpu("sanitize.py", "runs every op")
     import cupy
 
-    chosen = set(families.split(",")) if families else None
     failures = 0
     # Each op with its default inputs, and with those of the presets `cupykern check` adds
     # (M-RoPE) and of --models, at the preset's row size.

@@ -128,6 +128,10 @@ def main(source, exprs, planned, arch, out) -> None:
 
     from cupykern import covering, jit
 
+    try:  # before NVRTC's own log of a bad -arch
+        jit.check_arch(arch)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--arch") from None
     sources = sorted(path.name for path in jit.kernels_dir().glob("*.cu"))
     if source is not None and source not in sources:
         raise click.BadParameter(f"{source!r} is not a source of kernels_cu/: one of {sources}", param_hint="SOURCE")

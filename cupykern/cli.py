@@ -239,12 +239,12 @@ def check(arch, seed, skip_compile, compile_all):
     if skip_compile and not gpu:
         raise click.UsageError("--skip-compile leaves nothing to do without a GPU (validation needs one)")
     if arch is not None:
-        from cupy_backends.cuda.libs import nvrtc
+        from cupykern import jit
 
-        supported = [str(a) for a in nvrtc.getSupportedArchs()]
-        if arch not in supported:
-            raise click.BadParameter(f"expected a compute capability NVRTC supports ({', '.join(supported)}), "
-                                     f"e.g. 90, got {arch!r}", param_hint="--arch")
+        try:
+            jit.check_arch(arch)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--arch") from None
     failures = 0
     if not skip_compile:
         if arch is None:

@@ -131,6 +131,17 @@ def cuda_include_dir() -> str:
     return str(found)
 
 
+def check_arch(arch: str) -> None:
+    """ValueError naming the architectures this NVRTC compiles for unless ``arch`` (a
+    compute capability such as ``"90"``) is one of them."""
+    from cupy_backends.cuda.libs import nvrtc
+
+    supported = [str(a) for a in nvrtc.getSupportedArchs()]
+    if arch not in supported:
+        raise ValueError(f"expected a compute capability NVRTC supports ({', '.join(supported)}), e.g. 90, "
+                         f"got {arch!r}")
+
+
 def nvrtc_options(arch: str) -> list[str]:
     """The NVRTC options CuPy 14.2 uses for our modules on a GPU of compute capability ``arch``."""
     import cupy

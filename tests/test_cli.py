@@ -543,6 +543,29 @@ def test_bench_scripts_take_h_for_help(script):
     assert done.returncode == 0 and done.stdout.startswith("Usage:"), done.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    # helper 67: each ran into the GPU check first (or, on a GPU, into the work)
+    (["bench/sanitize.py", "--families", "bogus"], "unknown famil(ies) ['bogus']"),
+    (["bench/bench_decode_step.py", "--position", "100", "--max-tokens", "10"], "below --max-tokens 10"),
+    (["bench/peers.py", "--seed", "-1"], "'--seed'"),
+    (["bench/bench_host_overhead.py", "--seed", "-1"], "'--seed'"),
+    (["bench/sass.py", "rope.cu", "x", "--arch", "7"], "expected a compute capability NVRTC supports"),
+])
+def test_bench_scripts_check_their_options_first(args, message):
+    import subprocess
+
+    done = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_ab_compare_names_a_missing_file(tmp_path):
+    import subprocess
+
+    done = subprocess.run([sys.executable, "bench/ab_compare.py", str(tmp_path), "base-a,new-a"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "FileNotFoundError" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_bench_baselines_cover_the_ops_they_name():
     sys.path.insert(0, str(REPO))
     from bench import common
