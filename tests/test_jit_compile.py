@@ -216,8 +216,11 @@ def test_sass_tool_refuses_bad_sources_and_expressions():
     for args in (["--planned", "nope.cu"], ["nope.cu", "k<1>"]):
         result = runner.invoke(sass.main, args)
         assert result.exit_code == 2 and "'nope.cu' is not a source of kernels_cu/" in result.output
+    # helper 67: a bad architecture is refused before NVRTC runs; a bad expression fails in it
     result = runner.invoke(sass.main, ["tokens.cu", "append_tokens_kernel", "--arch", "12"])
-    assert result.exit_code == 1 and "tokens.cu (sm_12) failed to compile" in result.output
+    assert result.exit_code == 2 and "expected a compute capability NVRTC supports" in result.output
+    result = runner.invoke(sass.main, ["tokens.cu", "no_such_kernel<1>"])
+    assert result.exit_code == 1 and "tokens.cu (sm_90) failed to compile" in result.output
 
 
 def test_sass_tool_adds_named_expressions_to_the_planned_picks(monkeypatch):
