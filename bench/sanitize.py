@@ -41,7 +41,7 @@ def main(families, num_tokens_list, dtypes, extra_models) -> None:
     chosen = set(families.split(",")) if families else None
     known = {spec.family for spec in all_specs().values()}
     if chosen is not None and not chosen <= known:  # checked before the GPU is: a typo ran nothing
-        raise click.BadParameter(f"unknown famil(ies) {sorted(chosen - known)}; known: {sorted(known)}",
+        raise click.BadParameter(f"unknown families {sorted(chosen - known)}; known: {sorted(known)}",
                                  param_hint="--families")
     require_gpu("sanitize.py", "runs every op")
     import cupy

@@ -38,10 +38,12 @@ def _int_list(ctx, param, value):
     if value is None:
         return None
     items = [v.strip() for v in str(value).split(",")]
-    # int() alone also took "1_6" and full-width digits; an empty item is "1,,2"
-    if not all(_INTEGER.fullmatch(v) for v in items):
-        raise click.BadParameter(f"expected comma-separated integers, got {value!r}")
-    return list(dict.fromkeys(int(v) for v in items))
+    try:  # int() alone also took "1_6" and full-width digits; an empty item is "1,,2"
+        if not all(_INTEGER.fullmatch(v) for v in items):
+            raise ValueError
+        return list(dict.fromkeys(int(v) for v in items))
+    except ValueError:  # also int()'s limit of 4300 digits
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
 
 
 #: The largest count a sweep takes: the kernels' sizes and grids are 32-bit.
@@ -372,10 +374,12 @@ def _print_sweep(points: list, model_name: str, copy_gbps: float, seed: int, tun
               help="timed samples per point (cold-L2 calls, or graph replays for decode sizes) [default: 50 / 20]")
 @click.option("--seed", default=20261129, show_default=True, type=click.IntRange(min=0),
               help="seed of the inputs (validated and timed; an int >= 0)")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, callback=_output_file,
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              callback=_output_file,
               help="write the points to this JSON file, with GPU, driver, CuPy version, commit, seed and date "
                    "(updated as the sweep goes)")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=None, callback=_output_file,
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              callback=_output_file,
               help="write the points alone to this CSV file (the columns of cupykern/sweep.py's POINT_FIELDS)")
 @click.option("--tune", is_flag=True,
               help="row kernels: keep the fastest validated layout over the num_tokens list in the tuned file "

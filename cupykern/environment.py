@@ -33,7 +33,7 @@ def gpu_problem() -> str | None:
         return f"CuPy cannot use CUDA ({type(exc).__name__}: {exc})"
 
 
-def require_gpu(what: str) -> None:
+def check_gpu(what: str) -> None:
     """RuntimeError naming ``what`` unless CuPy sees a CUDA GPU. Without a driver CuPy's own
     error is ``cudaErrorInsufficientDriver``, which sends a user after the wrong thing."""
     problem = gpu_problem()

@@ -150,7 +150,7 @@ class DeviceLimits:
 
         from cupykern import environment
 
-        environment.require_gpu("DeviceLimits.of_device")
+        environment.check_gpu("DeviceLimits.of_device")
 
         device = cupy.cuda.Device(device_id)
         attrs = device.attributes
@@ -703,6 +703,7 @@ def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: 
     rows in :func:`reread_layout`'s layout, whatever chose it (an overridden or tuned
     layout that is that one rereads; any other holds its row).
     """
+    dtype = _dtypes.check_supported(dtype, "dtype")  # exact_walk and reread below take it too ("bf16")
     plan = _plan_row_launch(num_rows, hidden_size, dtype, aligned=aligned, limits=limits, op=op, overrides=overrides)
     if op in EXACT_WALK:
         plan = replace(plan, exact=exact_walk(op, plan.layout, num_rows, hidden_size, dtype))

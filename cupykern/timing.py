@@ -147,7 +147,7 @@ def copy_bandwidth(nbytes: int = 1 << 30, *, repeat: int = 20) -> float:
 
     from cupykern import environment
 
-    environment.require_gpu("copy_bandwidth")
+    environment.check_gpu("copy_bandwidth")
 
     src = cupy.ones(nbytes, dtype=np.uint8)
     dst = cupy.empty_like(src)

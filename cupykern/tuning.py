@@ -43,7 +43,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from cupykern import user_cache
+import filelock
+
+from cupykern import _arrays, user_cache
 
 FORMAT = "cupykern-tuned/1"
 ENV_FILE = "CUPYKERN_TUNE_FILE"
@@ -92,7 +94,8 @@ class TunedEntry:
         return TunedEntry(
             gpu=str(d["gpu"]), op=str(d["op"]), dtype=str(d["dtype"]), size=_count(d["size"], "size"),
             threads_per_row=_count(d["threads_per_row"], "threads_per_row"),
-            vec_width=_count(d["vec_width"], "vec_width"), vecs_per_thread=_count(d["vecs_per_thread"], "vecs_per_thread"),
+            vec_width=_count(d["vec_width"], "vec_width"),
+            vecs_per_thread=_count(d["vecs_per_thread"], "vecs_per_thread"),
             rows_per_block=tuple(sorted((_count(n, "rows_per_block's n"), _count(r, "rows_per_block"))
                                         for n, r in d.get("rows_per_block") or ())),
             score=float(d.get("score", 0.0)),
@@ -101,10 +104,8 @@ class TunedEntry:
 
 
 def _count(value, name: str) -> int:
-    """``value`` if a JSON whole number >= 1 (not a bool), else ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-    return value
+    """``value`` if a whole number >= 1 (not a bool, not 4096.9), else ValueError naming ``name``."""
+    return _arrays.count(value, name, 1)
 
 
 def path() -> Path:
@@ -121,9 +122,9 @@ class TunedFileError(ValueError):
     (``io`` set: the message says which and why)."""
 
     def __init__(self, file: Path, problem: str, *, io: str | None = None):
-        if io:
-            super().__init__(f"{file}: the tuned-config file cannot be {io} ({problem}); set {ENV_FILE} to a "
-                             f"file this user can write")
+        if io:  # the file is there and may be fine: another path is the way out
+            super().__init__(f"{file}: the tuned-config file cannot be {io} ({problem}); set {ENV_FILE} to "
+                             f"another path{'' if io == 'read' else ' this user can write'}")
         else:
             super().__init__(f"{file}: not a valid tuned-config file ({problem}); clear it with "
                              f"`cupykern tune --clear` (or delete the file)")
@@ -146,7 +147,7 @@ def read(file: Path | None = None) -> dict[tuple, TunedEntry]:
     except FileNotFoundError:
         return {}
     except OSError as exc:  # a directory, no permission
-        raise TunedFileError(file, f"cannot be read: {exc}") from None
+        raise TunedFileError(file, exc.strerror or str(exc), io="read") from None
     except UnicodeDecodeError as exc:
         raise TunedFileError(file, f"not UTF-8 text: {exc}") from None
     try:
@@ -193,12 +194,10 @@ def save(entries, file: Path | None = None) -> Path:
         TunedFileError: the file exists but is invalid (its entries are not dropped: clear
             it first), or it or its lock cannot be written (a directory, no permission).
     """
-    import filelock
-
-    file = Path(file) if file is not None else path()
+    file = _writable(file)
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
-        with filelock.FileLock(file.with_name(file.name + ".lock")):
+        with _lock(file):
             merged = read(file)
             for entry in entries:
                 merged[entry.key] = entry
@@ -210,23 +209,39 @@ def save(entries, file: Path | None = None) -> Path:
             finally:
                 tmp.unlink(missing_ok=True)
     except OSError as exc:
-        raise TunedFileError(file, str(exc), io="written") from None
+        raise TunedFileError(file, exc.strerror or str(exc), io="written") from None
     _forget()
     return file
 
 
 def clear(file: Path | None = None) -> bool:
-    """Removes the file; True if there was one. TunedFileError if it cannot be removed
-    (a directory, no permission)."""
-    file = Path(file) if file is not None else path()
+    """Removes the file (under :func:`save`'s lock, so a save at the same time cannot
+    write back what it read before); True if there was one. TunedFileError if it cannot
+    be removed (a directory, no permission)."""
+    file = _writable(file)
     _forget()
     try:
-        file.unlink()
+        with _lock(file):
+            file.unlink()
         return True
     except FileNotFoundError:
         return False
     except OSError as exc:
-        raise TunedFileError(file, str(exc), io="removed") from None
+        raise TunedFileError(file, exc.strerror or str(exc), io="removed") from None
+
+
+def _writable(file: Path | None) -> Path:
+    """``file`` (default :func:`path`), TunedFileError if it names an unknown user's home."""
+    file = Path(file) if file is not None else path()
+    unknown = user_cache.unknown_home(file)
+    if unknown:
+        raise TunedFileError(file, unknown, io="written")
+    return file
+
+
+def _lock(file: Path) -> filelock.FileLock:
+    """The lock every writer of ``file`` holds: a file beside it."""
+    return filelock.FileLock(file.with_name(file.name + ".lock"))
 
 
 # ----------------------------------------------------------------- lookup (at planning time)

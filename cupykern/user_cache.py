@@ -24,6 +24,16 @@ def expand_user(value: str) -> Path:
     return Path(os.path.expanduser(value))
 
 
+def unknown_home(path: Path) -> str | None:
+    """Why a writer should not use ``path``: it still starts with ``~`` (a user
+    :func:`expand_user` did not know), which would create a ``~name`` folder in the current
+    directory; None for any other path."""
+    if str(path).startswith("~"):
+        return (f"{str(path).split('/')[0]} is no known user's home; set {CACHE_ENV} (or "
+                f"CUPYKERN_TUNE_FILE) to a path that exists")
+    return None
+
+
 def cache_dir() -> Path:
     """The cupykern user cache directory (not created here)."""
     override = os.environ.get(CACHE_ENV)

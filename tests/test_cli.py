@@ -52,6 +52,7 @@ def invoke(*args, env=None):
     (["sweep", "silu_and_mul", "--tune"], "--tune tunes the row kernels"),
     # helper 67: int() took these as 16; --json "" and a missing directory failed after the sweep's first point
     (["sweep", "--num-tokens", "1_6"], "expected comma-separated integers"),
+    (["sweep", "--num-tokens", "9" * 5000], "expected comma-separated integers"),  # helper 68: int()'s digit limit
     (["sweep", "--num-tokens", "\uff11\uff16"], "expected comma-separated integers"),
     (["sweep", "--json", ""], "expected a file path"),
     (["sweep", "--csv", "/nonexistent-cupykern/points.csv"], "/nonexistent-cupykern is not a directory"),
@@ -545,7 +546,7 @@ def test_bench_scripts_take_h_for_help(script):
 
 @pytest.mark.parametrize("args, message", [
     # helper 67: each ran into the GPU check first (or, on a GPU, into the work)
-    (["bench/sanitize.py", "--families", "bogus"], "unknown famil(ies) ['bogus']"),
+    (["bench/sanitize.py", "--families", "bogus"], "unknown families ['bogus']"),
     (["bench/bench_decode_step.py", "--position", "100", "--max-tokens", "10"], "below --max-tokens 10"),
     (["bench/peers.py", "--seed", "-1"], "'--seed'"),
     (["bench/bench_host_overhead.py", "--seed", "-1"], "'--seed'"),

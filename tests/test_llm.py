@@ -170,7 +170,7 @@ def test_fetches_at_once_download_once(tiny_model_source):
 
 def test_fetch_into_a_cache_that_cannot_hold_it_says_so(tiny_model_source, tmp_path, monkeypatch):
     (tmp_path / "cache").write_text("")  # a file where the cache directory goes
-    with pytest.raises(fetch.FetchError, match="cannot hold the model file .*CUPYKERN_CACHE_DIR"):
+    with pytest.raises(fetch.FetchError, match="cache/models: cannot be written .*CUPYKERN_CACHE_DIR"):
         fetch.fetch_model("tiny")
     monkeypatch.setenv(user_cache.CACHE_ENV, str(tmp_path / "other"))
     fetch.model_path("tiny").mkdir(parents=True)  # a directory where the file goes
@@ -179,6 +179,18 @@ def test_fetch_into_a_cache_that_cannot_hold_it_says_so(tiny_model_source, tmp_p
     assert tiny_model_source == []  # refused before any download
     result = CliRunner().invoke(cli.fetch_model_command, ["tiny"])
     assert result.exit_code == 1 and "a directory stands where" in result.output and "Traceback" not in result.output
+    # helper 68: a lock file that cannot be made was a bare PermissionError
+    monkeypatch.setenv(user_cache.CACHE_ENV, str(tmp_path / "third"))
+
+    def refused(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(fetch.filelock, "FileLock", refused)
+    with pytest.raises(fetch.FetchError, match=r"\.gguf\.lock: cannot be written \(Permission denied\); set CUPYKERN"):
+        fetch.fetch_model("tiny")
+    monkeypatch.setenv(user_cache.CACHE_ENV, "~nosuchuser-cupykern")
+    with pytest.raises(fetch.FetchError, match="~nosuchuser-cupykern is no known user's home"):
+        fetch.fetch_model("tiny")
 
 
 def test_verify_rejects_wrong_size_and_digest(tmp_path):
@@ -243,7 +255,8 @@ def test_fake_reader_is_smollm2_config():
     ("llama__embedding_length", "abc", "llama.embedding_length: expected an int >= 1, got 'abc'"),
     # blamed on --max-new-tokens, or named only after the prompt was echoed
     ("llama__context_length", np.int32(-5), "llama.context_length: expected an int >= 1, got -5"),
-    ("llama__attention__layer_norm_rms_epsilon", np.float32(-1e-5), "layer_norm_rms_epsilon: expected a finite value >= 0"),
+    ("llama__attention__layer_norm_rms_epsilon", np.float32(-1e-5),
+     "layer_norm_rms_epsilon: expected a finite value >= 0"),
     ("llama__attention__layer_norm_rms_epsilon", np.float32("nan"), "layer_norm_rms_epsilon: expected a finite"),
     ("llama__rope__freq_base", np.float32(0), "llama.rope.freq_base: expected a finite value > 0, got 0.0"),
     ("llama__rope__dimension_count", np.uint32(128), "dimension_count: expected an even width up to the head_dim 64"),
@@ -447,19 +460,20 @@ def test_next_token_takes_one_row():
 
 def test_tokenizer_decode_names_an_id_outside_the_vocabulary(tok):
     """helper 67: -1 raised OverflowError, 10**9 decoded to ''."""
-    for ids, bad in (([5, -1], "ids[1]: expected an int in [0, 49151], got -1"),
-                     ([10**9], "ids[0]: expected an int in [0, 49151], got 1000000000"),
-                     ([2.5], "ids[0]: expected an int in [0, 49151], got 2.5")):
+    for ids, bad in (([5, -1], "ids[1]: expected an id in [0, 49152), got -1"),
+                     ([10**9], "ids[0]: expected an id in [0, 49152), got 1000000000")):
         with pytest.raises(ValueError, match=re.escape(bad)):
             tok.decode(ids)
+    with pytest.raises(TypeError, match="ids: expected integer ids, got dtype float64"):
+        tok.decode([2.5])
 
 
 @pytest.mark.parametrize("args, message", [
     (["hi", "--reference", "--seed", "-1"], "--seed"),  # helper 67: "HiError: expected non-negative integer"
     (["hi", "--reference", "--seed", str(2**64)], "--seed"),
     (["hi", "--reference", "--dtype", "bf16"], "--dtype: the GPU forward's options; --reference runs"),
-    (["hi", "--reference", "--ops", "plain", "--no-graph"], "--ops, --graph: the GPU forward's options"),
-    (["hi", "--reference", "--pdl"], "--pdl: the GPU forward's options"),
+    (["hi", "--reference", "--ops", "plain", "--no-graph"], "--ops, --graph/--no-graph: the GPU forward's options"),
+    (["hi", "--reference", "--no-pdl"], "--pdl/--no-pdl: the GPU forward's options"),
 ])
 def test_cli_generate_usage_errors_come_first(monkeypatch, args, message):
     monkeypatch.setattr(fetch, "fetch_model", lambda *a, **k: pytest.fail("fetched the model first"))
@@ -594,8 +608,10 @@ def test_device_steps_without_a_gpu_say_so(monkeypatch):
                        (lambda: gpu_model.random_device_weights(cfg, np.float16, 0), "random_device_weights")):
         with pytest.raises(RuntimeError, match=f"^{what}: no CUDA GPU is visible"):
             call()
-    with pytest.raises(ValueError, match="dtype: expected float16 or bfloat16, got 'bogus'"):
-        gpu_model.LlamaModel.from_gguf("x.gguf", "bogus")
+    for dtype in ("bogus", "fp32", np.int8):
+        with pytest.raises(ValueError, match="dtype: expected float16 or bfloat16, got"):
+            gpu_model.LlamaModel.from_gguf("x.gguf", dtype)
+    assert gpu_model._model_dtype("bf16") == _dtypes.bfloat16  # the names the other dtype arguments take
 
 
 def test_cli_generate_without_cublas_says_what_to_install(monkeypatch):

@@ -831,6 +831,13 @@ def test_every_plan_names_a_dtype_it_cannot_plan(dtype):
             call()
 
 
+def test_plan_rows_takes_dtype_names_for_every_op():
+    """helper 68: "bf16" passed the dtype check but reached exact_walk raw for rms_norm and softmax."""
+    for op in ("rms_norm", "softmax", "fused_add_rms_norm", None):
+        named = plans.plan_rows(16, 4096, "bf16", aligned=True, limits=H200_LIMITS, op=op)
+        assert named == plans.plan_rows(16, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op=op)
+
+
 @pytest.mark.parametrize("aligned", ["no", 1.0, None])
 def test_plans_take_aligned_as_a_bool_only(aligned):
     """helper 67: aligned="no" planned 16-byte vectors."""

@@ -58,20 +58,20 @@ INVALID = [
     (json.dumps({"format": tuning.FORMAT, "entries": [7]}), "entry 0 is a int, expected an object"),
     (json.dumps({"format": tuning.FORMAT, "entries": [{"op": "rms_norm"}]}), "entry 0 has no 'gpu'"),
     (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "size": "big"}]}),
-     "entry 0: size must be a whole number >= 1, got 'big'"),
+     "entry 0: size: expected an int >= 1, got 'big'"),
     # helper 67: int() took these as 4096, 1 and a negative size; 1e400 raised OverflowError
     (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "size": 4096.9}]}),
-     "entry 0: size must be a whole number >= 1, got 4096.9"),
+     "entry 0: size: expected an int >= 1, got 4096.9"),
     (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "size": True}]}),
-     "entry 0: size must be a whole number >= 1, got True"),
+     "entry 0: size: expected an int >= 1, got True"),
     (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "threads_per_row": -64}]}),
-     "entry 0: threads_per_row must be a whole number >= 1, got -64"),
+     "entry 0: threads_per_row: expected an int >= 1, got -64"),
     (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "rows_per_block": [[1, "a"]]}]}),
-     "entry 0: rows_per_block must be a whole number >= 1, got 'a'"),
+     "entry 0: rows_per_block: expected an int >= 1, got 'a'"),
     (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "median_us": [1]}]}),
      "entry 0: 'median_us' is a list, expected an object"),
     ('{"format": "cupykern-tuned/1", "entries": [{"gpu": "G", "op": "rms_norm", "dtype": "bf16", "size": 1e400, '
-     '"threads_per_row": 64, "vec_width": 8, "vecs_per_thread": 8}]}', "entry 0: size must be a whole number"),
+     '"threads_per_row": 64, "vec_width": 8, "vecs_per_thread": 8}]}', "entry 0: size: expected an int >= 1, got inf"),
     ("[" * 100_000, "nested too deep"),
 ]
 
@@ -156,6 +156,11 @@ def test_a_home_of_an_unknown_user_is_taken_as_written(monkeypatch):
     assert tuning.path() == Path("~nosuchuser-cupykern/tuned.json")
     monkeypatch.setenv(user_cache.CACHE_ENV, "~nosuchuser-cupykern")
     assert user_cache.cache_dir() == Path("~nosuchuser-cupykern")
+    assert tuning.load() == {}  # looked up: nothing there
+    # helper 68: but written, it made a "~nosuchuser-cupykern" folder in the current directory
+    for write in (lambda: tuning.save([entry()]), tuning.clear):
+        with pytest.raises(tuning.TunedFileError, match="~nosuchuser-cupykern is no known user's home"):
+            write()
 
 
 def test_invalid_file_is_ignored_with_one_warning_naming_it(tune_file):

@@ -41,6 +41,10 @@ def fetch_model_command(name, force):
     click.echo(str(path))
 
 
+#: generate's options that only the GPU forward reads (parameter name: how it is spelled).
+_GPU_FORWARD_OPTIONS = {"dtype": "--dtype", "ops_name": "--ops", "graph": "--graph/--no-graph",
+                        "pdl": "--pdl/--no-pdl"}
+
 #: Packages of the llm extra that every generate needs (jinja2 only with --chat: the
 #: tokenizer module says so when it is missing).
 LLM_PACKAGES = ("gguf", "tokenizers")
@@ -143,7 +147,7 @@ def generate_command(ctx, prompt, max_new_tokens, dtype, chat, seed, temperature
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--temperature") from None
     if reference:  # helper 67: they were taken without a word, as sweep does not
-        gpu_only = [f"--{name.replace('_name', '').replace('_', '-')}" for name in ("dtype", "ops_name", "graph", "pdl")
+        gpu_only = [flag for name, flag in _GPU_FORWARD_OPTIONS.items()
                     if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
         if gpu_only:
             raise click.UsageError(f"{', '.join(gpu_only)}: the GPU forward's options; --reference runs the float64 "

@@ -139,29 +139,32 @@ def fetch_model(name: str = "smollm2", *, force: bool = False, log=None) -> Path
     path = model_path(name)
     if path.is_dir():
         raise FetchError(f"{path}: a directory stands where the model file goes; remove it")
-    if not force and _verified(path, src, log):
+    unknown = user_cache.unknown_home(path)
+    if unknown:
+        raise FetchError(f"{path}: {unknown}")
+    cached = None if force else _verified(path, src, log)
+    if cached:
         return path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise FetchError(f"{path.parent}: cannot hold the model file ({exc}); set {user_cache.CACHE_ENV} to a "
-                         f"directory this user can write") from None
-    # One download at a time: a process that waited here finds the file the other saved.
-    with filelock.FileLock(path.with_name(path.name + ".lock")):
-        if not force and _verified(path, src, log, quiet_if_missing=True):
-            return path
-        try:
+        # One download at a time: a process that waited here finds the file the other saved.
+        with filelock.FileLock(path.with_name(path.name + ".lock")):
+            if cached is None and not force and _verified(path, src, log):
+                return path
             _download(src, path, log)
-        except OSError as exc:  # no space, no permission
-            raise FetchError(f"{path}: cannot be written ({exc})") from None
+    except OSError as exc:  # a file in the way, no permission, no space (here or in the temporary directory)
+        where = Path(exc.filename) if exc.filename else path
+        advice = (f"; set {user_cache.CACHE_ENV} to a directory this user can write"
+                  if where == path.parent or path.parent in where.parents else "")
+        raise FetchError(f"{where}: cannot be written ({exc.strerror or exc}){advice}") from None
     log(f"saved: {path} (SHA-256 {src.sha256})")
     return path
 
 
-def _verified(path: Path, src: ModelSource, log, quiet_if_missing: bool = False) -> bool:
-    """Whether ``path`` holds ``src``'s file (logged either way, if it exists)."""
+def _verified(path: Path, src: ModelSource, log) -> bool | None:
+    """Whether ``path`` holds ``src``'s file (logged either way); None if there is none."""
     if not path.exists():
-        return False
+        return None
     try:
         verify(path, src)
     except FetchError as exc:

@@ -95,8 +95,9 @@ def next_token(logits_row: np.ndarray, temperature: float, rng: np.random.Genera
     return int(rng.choice(p.size, p=p / p.sum()))
 
 
-#: Seeds :func:`generate` takes: those of the GPU sampler (cupykern.ops.tokens.seed,
-#: Philox's 64-bit key), so one seed means the same on both paths.
+#: Seeds :func:`generate` takes: the range of the GPU sampler's (cupykern.ops.tokens.seed,
+#: Philox's 64-bit key), so a seed one path takes the other takes too (their draws differ:
+#: NumPy's generator here, Philox on the GPU).
 MAX_SEED = 2**64 - 1
 
 

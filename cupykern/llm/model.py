@@ -58,12 +58,12 @@ MODEL_DTYPES = (_dtypes.float16, _dtypes.bfloat16)
 
 def _model_dtype(dtype) -> np.dtype:
     """``dtype`` as a NumPy dtype, ValueError unless float16 or bfloat16."""
-    try:
-        checked = np.dtype(dtype)
-    except TypeError:  # "bogus", a list
-        raise ValueError(f"dtype: expected float16 or bfloat16, got {dtype!r}") from None
-    if checked not in MODEL_DTYPES:
-        raise ValueError(f"dtype: expected float16 or bfloat16, got {checked}")
+    try:  # the names every other dtype argument takes ("bf16", "float16") too
+        checked = _dtypes.parse(dtype)
+    except ValueError:
+        checked = None
+    if checked is None or checked not in MODEL_DTYPES:
+        raise ValueError(f"dtype: expected float16 or bfloat16, got {dtype!r}")
     return checked
 
 
@@ -80,7 +80,7 @@ def to_device(weights: LlamaWeights, dtype) -> LlamaWeights:
     import cupy
 
     dtype = _model_dtype(dtype)
-    environment.require_gpu("to_device")
+    environment.check_gpu("to_device")
 
     def up(a):
         return cupy.asarray(a).astype(dtype)  # host float32 -> device, then round on the device
@@ -108,7 +108,7 @@ def random_device_weights(config: LlamaConfig, dtype, seed: int) -> LlamaWeights
     import cupy
 
     dtype = _model_dtype(dtype)
-    environment.require_gpu("random_device_weights")
+    environment.check_gpu("random_device_weights")
     cfg = config
     rng = cupy.random.default_rng(seed)
 
@@ -158,7 +158,7 @@ class LlamaModel:
         :func:`~cupykern.llm.gguf_weights.load_weights` and :func:`to_device`; the dtype
         and the GPU are checked before the seconds of dequantising)."""
         _model_dtype(dtype)
-        environment.require_gpu("LlamaModel.from_gguf")
+        environment.check_gpu("LlamaModel.from_gguf")
         return cls(to_device(load_weights(path, np.float32), dtype), ops=ops)
 
     def new_cache(self, max_tokens: int) -> KVCache:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cupykern import _arrays
+from cupykern.llm.reference import host_token_ids
 
 #: tokenizer.ggml.token_type value of control (special) tokens (llama.cpp LLAMA_TOKEN_TYPE_CONTROL).
 CONTROL = 3
@@ -58,11 +58,15 @@ class GGUFTokenizer:
 
     def decode(self, ids, *, skip_special_tokens: bool = False) -> str:
         """Text of ``ids`` (byte-level decoding; partial UTF-8 sequences become U+FFFD).
-        ValueError naming the first id that is not an int in [0, vocab size) (the
-        tokenizer itself raised OverflowError for -1 and gave "" for 10**9)."""
-        vocab = self.tokenizer.get_vocab_size()
-        checked = [_arrays.count(i, f"ids[{n}]", 0, vocab - 1) for n, i in enumerate(ids)]
-        return self.tokenizer.decode(checked, skip_special_tokens=skip_special_tokens)
+        ValueError naming the first id outside [0, vocab size) (the tokenizer itself
+        raised OverflowError for -1 and gave "" for 10**9); TypeError for ids that are
+        not integers."""
+        ids = host_token_ids(ids, "ids")  # one array check: streaming decodes the whole text per token
+        outside = np.flatnonzero((ids < 0) | (ids >= self.tokenizer.get_vocab_size()))
+        if outside.size:
+            raise ValueError(f"ids[{outside[0]}]: expected an id in [0, {self.tokenizer.get_vocab_size()}), got "
+                             f"{ids[outside[0]]}")
+        return self.tokenizer.decode(ids.tolist(), skip_special_tokens=skip_special_tokens)
 
     def apply_chat_template(self, messages: list[dict], *, add_generation_prompt: bool = True) -> str:
         """The prompt text of a conversation ``[{"role": ..., "content": ...}, ...]``.
