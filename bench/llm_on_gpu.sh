@@ -2,34 +2,32 @@
 # SmolLM2-135M end to end on a GPU machine that has no internet and no `gguf` package.
 #
 # The GGUF (98,362,432 bytes) is larger than what one device call carries (64 MiB with the
-# working tree, ~18 MB of it tracked files), so it travels in three parts of at most 32 MiB
-# over three consecutive calls; the gguf wheel travels in .whl/. The machine stays warm
-# only ~30 s after a call, so make each call right after the one before (if it went cold,
-# the next stage says so: redo them from stage1).
+# working tree, whose tracked files are 41 MiB at 479a0b4 and growing), so it travels in
+# parts of PART_MIB MiB (default 18: five parts) over consecutive calls; the gguf wheel
+# travels in .whl/. The machine stays warm only ~30 s after a call, so make each call
+# right after the one before (if it went cold, the next stage says so: redo from part 1).
 #
-#   here, once:   [PYTHON=.venv/bin/python] bash bench/llm_on_gpu.sh prepare
+#   here, once:   [PYTHON=.venv/bin/python] [PART_MIB=18] bash bench/llm_on_gpu.sh prepare
 #                 -> .whl/gguf-0.19.0-py3-none-any.whl (+ pyyaml, imported by gguf; the
-#                    image has it, the wheel is insurance), .llm_parts/part1, part2, part3
+#                    image has it, the wheel is insurance), .llm_parts/part1 .. partN
 #                 (.whl/ and .llm_parts/ are in .git/info/exclude: never committed)
-#   device call 1 (carry [".llm_parts/part1"]):
-#                 bash bench/llm_on_gpu.sh stage1
-#                 -> copies part1 to ~/cupykern-llm/held (outside the working tree)
-#   device call 2 (carry [".llm_parts/part2"]):
-#                 bash bench/llm_on_gpu.sh stage2   -> appends part2 to it
-#   device call 3 (carry [".llm_parts/part3", ".whl"]):
-#                 bash bench/llm_on_gpu.sh stage3
+#   device calls K = 1 .. N-1 (carry [".llm_parts/partK"]), one after another:
+#                 bash bench/llm_on_gpu.sh part K
+#                 -> appends part K to ~/cupykern-llm/held (outside the working tree)
+#   device call N (carry [".llm_parts/partN", ".whl"]):
+#                 bash bench/llm_on_gpu.sh run N
 #                 -> joins the parts into $CUPYKERN_CACHE_DIR/models/, checks the
 #                    SHA-256 (cupykern.llm.fetch.verify), installs the wheels into
 #                    /tmp/site, runs tests/test_llm.py (GPU and CPU tests) and
 #                    `generate` in fp16/bf16 with kernels and with plain CuPy; logs in $OUT.
 #
 # STAGE3_TESTS / GENERATE_TOKENS / GENERATE_ARGS (';'-separated argument lists) override
-# what stage 3 runs.
+# what the run stage runs.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 
 GGUF_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
-PART_BYTES=$((32 * 1024 * 1024))
+PART_BYTES=$((${PART_MIB:-18} * 1024 * 1024))
 PARTS=.llm_parts
 HOLD=${HOME}/cupykern-llm
 
@@ -50,36 +48,35 @@ prepare() {
 }
 
 # A carried part of the wrong size (a truncated copy, another split) would fail the
-# SHA-256 only at stage 3: refused here, with the mend.
-check_part() {  # STAGE PART
-  [ -s "$PARTS/$2" ] || { echo "$1: $PARTS/$2 missing: carry it ([\"$PARTS/$2\"])" >&2; exit 2; }
-  [ "$(stat -c %s "$PARTS/$2")" -eq "$PART_BYTES" ] \
-    || { echo "$1: $PARTS/$2 is not $PART_BYTES bytes: run \`bash bench/llm_on_gpu.sh prepare\` again here" >&2; exit 2; }
+# SHA-256 only at the run stage: refused here, with the mend.
+check_part() {  # STAGE K
+  [ -s "$PARTS/part$2" ] || { echo "$1: $PARTS/part$2 missing: carry it ([\"$PARTS/part$2\"])" >&2; exit 2; }
+  [ "$(stat -c %s "$PARTS/part$2")" -eq "$PART_BYTES" ] \
+    || { echo "$1: $PARTS/part$2 is not $PART_BYTES bytes: run \`bash bench/llm_on_gpu.sh prepare\` again here" >&2; exit 2; }
 }
 
-stage1() {
+# held must be parts 1 .. K-1 before part K is added (else the machine went cold).
+check_held() {  # STAGE K
+  local want=$(( ($2 - 1) * PART_BYTES ))
+  [ "$(stat -c %s "$HOLD/held" 2>/dev/null || echo 0)" -eq "$want" ] \
+    || { echo "$1: $HOLD/held is not parts 1 .. $(( $2 - 1 )): the machine went cold; redo from part 1" >&2; exit 2; }
+}
+
+part() {  # K
   set -e
-  check_part stage1 part1
+  check_part "part $1" "$1"
   mkdir -p "$HOLD"
-  cp "$PARTS/part1" "$HOLD/held"
+  [ "$1" -eq 1 ] && rm -f "$HOLD/held"
+  check_held "part $1" "$1"
+  cat "$PARTS/part$1" >> "$HOLD/held"
   ls -l "$HOLD"
 }
 
-stage2() {
-  set -e
-  [ -s "$HOLD/held" ] || { echo "stage2: $HOLD/held missing: the machine went cold; redo stage1" >&2; exit 2; }
-  check_part stage2 part2
-  [ "$(stat -c %s "$HOLD/held")" -eq "$PART_BYTES" ] || { echo "stage2: $HOLD/held is not part1 alone: redo stage1" >&2; exit 2; }
-  cat "$PARTS/part2" >> "$HOLD/held"
-  ls -l "$HOLD"
-}
-
-stage3() {
+run() {  # N: the last part, carried with .whl
   OUT=${OUT:-$PWD/.out}
   mkdir -p "$OUT"
-  [ "$(stat -c %s "$HOLD/held" 2>/dev/null || echo 0)" -eq $((2 * PART_BYTES)) ] \
-    || { echo "stage3: $HOLD/held is not part1 + part2: the machine went cold; redo stage1 and stage2" >&2; exit 2; }
-  [ -s "$PARTS/part3" ] || { echo "stage3: $PARTS/part3 missing: carry it with .whl" >&2; exit 2; }
+  check_held "run $1" "$1"
+  [ -s "$PARTS/part$1" ] || { echo "run $1: $PARTS/part$1 missing: carry it with .whl" >&2; exit 2; }
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || exit 2
   export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
@@ -87,12 +84,12 @@ stage3() {
   export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/cupykern-kernel-cache}
   mkdir -p "$CUPYKERN_CACHE_DIR/models"
   target="$CUPYKERN_CACHE_DIR/models/$GGUF_NAME"
-  cat "$HOLD/held" "$PARTS/part3" > "$target"
+  cat "$HOLD/held" "$PARTS/part$1" > "$target"
   python3 -c "
 from pathlib import Path
 from cupykern.llm import fetch
 fetch.verify(Path('$target'), fetch.source('smollm2'))
-print('joined and verified:', '$target')" || { rm -f "$target"; echo "stage3: the joined file failed its SHA-256 (removed): run prepare again here, then the three stages" >&2; exit 2; }
+print('joined and verified:', '$target')" || { rm -f "$target"; echo "run: the joined file failed its SHA-256 (removed): run prepare again here, then every part" >&2; exit 2; }
 
   status=0
   { nvidia-smi --query-gpu=name,driver_version --format=csv; \
@@ -118,8 +115,7 @@ print('joined and verified:', '$target')" || { rm -f "$target"; echo "stage3: th
 
 case "${1:-}" in
   prepare) prepare ;;
-  stage1) stage1 ;;
-  stage2) stage2 ;;
-  stage3) stage3 ;;
-  *) echo "usage: bash bench/llm_on_gpu.sh prepare|stage1|stage2|stage3 (see the header)" >&2; exit 2 ;;
+  part) part "${2:?part K}" ;;
+  run) run "${2:?run N}" ;;
+  *) echo "usage: bash bench/llm_on_gpu.sh prepare | part K | run N (see the header)" >&2; exit 2 ;;
 esac
