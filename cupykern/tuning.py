@@ -220,6 +220,8 @@ def clear(file: Path | None = None) -> bool:
     be removed (a directory, no permission)."""
     file = _writable(file)
     _forget()
+    if not file.exists():  # nothing to take a lock for (filelock would make the folder and the lock file)
+        return False
     try:
         with _lock(file):
             file.unlink()
