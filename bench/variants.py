@@ -63,3 +63,25 @@ def time_rounds(fns: dict[str, Callable], timer: Callable | dict[str, Callable] 
         for name in names[k:] + names[:k]:
             medians[name].append(timers[name](fns[name]).median_us)
     return medians
+
+
+def liger_rope_on_rows(q, k, rows, head_dim: int) -> Callable:
+    """Liger-Kernel's RoPE (``LigerRopeFunction``) rotating ``q`` (num_tokens, q heads,
+    head_dim) and ``k`` (num_tokens, kv heads, head_dim) in place, as a callable to time:
+    ``rows`` are the fp32 cos_sin_cache rows of the tokens' positions (num_tokens,
+    rotary_dim), gathered before the timed call as bench/peers.py's "cos/sin fp32" form
+    (Liger takes cos and sin per token, each of rotary_dim, halves repeated). Imports
+    torch and liger_kernel (the device image has torch; .whl/ carries Liger)."""
+    import cupy
+    import torch
+    from liger_kernel.ops.rope import LigerRopeFunction
+
+    num_tokens, half = q.shape[0], rows.shape[1] // 2
+    cos = torch.from_dlpack(cupy.concatenate([rows[:, :half]] * 2, axis=1)[None])
+    sin = torch.from_dlpack(cupy.concatenate([rows[:, half:]] * 2, axis=1)[None])
+    qt, kt = torch.from_dlpack(q), torch.from_dlpack(k)
+
+    def call():
+        LigerRopeFunction.apply(qt.view(1, num_tokens, -1, head_dim).transpose(1, 2),
+                                kt.view(1, num_tokens, -1, head_dim).transpose(1, 2), cos, sin)
+    return call

@@ -10,7 +10,9 @@ rounds, one stream for CuPy and torch; bits against the library's):
            not split into 5s);
   token_d  apply_rope_token_kernel as the decode plan launches it (recorded at 16 tokens);
   liger    LigerRopeFunction on fp32 cos/sin gathered before (bench/peers.py's form).
-llama-3.1-8b and -70b at 512-8192 tokens. Seeded (numpy 20261205)."""
+llama-3.1-8b and -70b at 512-8192 tokens. Seeded (numpy 20261205). Call 9 ran it again
+(rope_token_prefill_call9.json) after Liger's closure moved to bench/variants.py, as
+committed here; call 8's run (rope_token_prefill.json) held the closure inline."""
 import json
 import os
 import sys
@@ -26,7 +28,6 @@ from bench import variants  # noqa: E402
 from cupykern import jit, launcher, models, timing  # noqa: E402
 from cupykern.ops import rope as rope_ops  # noqa: E402
 from cupykern.registry.rope import _rope_inputs  # noqa: E402
-from liger_kernel.ops.rope import LigerRopeFunction  # noqa: E402
 
 OUT = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else os.environ.get("OUT", ".")
 LEAD = ("__nv_bfloat16", "float", "long long", True, 8)
@@ -78,23 +79,13 @@ with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
                 fns["token_d"] = lambda f=dec.kernel, a=token_args(lib.args, dec_tph, dec_slots), n=n, b=dec.block: \
                     f((n,), b, a)
                 regs["token_d"] = dec.kernel.num_regs
-            rows = cupy.ascontiguousarray(cache[positions])
-            half = rows.shape[1] // 2
-            cos_t = torch.from_dlpack(cupy.concatenate([rows[:, :half]] * 2, axis=1)[None])
-            sin_t = torch.from_dlpack(cupy.concatenate([rows[:, half:]] * 2, axis=1)[None])
-            qt, kt = torch.from_dlpack(q), torch.from_dlpack(k)
-
-            def liger(qt=qt, kt=kt, cos_t=cos_t, sin_t=sin_t, n=n):
-                LigerRopeFunction.apply(qt.view(1, n, -1, 128).transpose(1, 2), kt.view(1, n, -1, 128).transpose(1, 2),
-                                        cos_t, sin_t)
-
             outs = {}
             for name in list(fns):
                 q[...], k[...] = q0, k0
                 fns[name]()
                 outs[name] = (q.copy(), k.copy())
             bitwise = {name: variants.same_bits(outs[name], outs["lib"]) for name in outs}
-            fns["liger"] = liger
+            fns["liger"] = variants.liger_rope_on_rows(q, k, cupy.ascontiguousarray(cache[positions]), 128)
             med = variants.time_rounds(fns, lambda f: timing.time_cold(f, repeat=30))
             results["points"].append({"model": model_name, "num_tokens": n, "lib_heads": heads,
                                       "lib_block": lib.block, "decode_block": dec and dec.block, "registers": regs,
@@ -102,5 +93,5 @@ with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
             print(f"{model_name} {n}: lib {heads} heads block {lib.block}, decode block {dec and dec.block}; regs {regs} "
                   f"bitwise {bitwise}", flush=True)
             print("   " + "; ".join(f"{f} {' '.join(f'{x:.2f}' for x in v)}" for f, v in med.items()), flush=True)
-            del i, q, k, q0, k0, outs, fns, rows, cos_t, sin_t, qt, kt
+            del i, q, k, q0, k0, outs, fns
 json.dump(results, open(os.path.join(OUT, "rope_token_prefill.json"), "w"), indent=1)
