@@ -3,7 +3,7 @@
 #
 # The GGUF (98,362,432 bytes) is larger than what one device call carries (64 MiB with the
 # working tree, whose tracked files are 41 MiB at 479a0b4 and growing), so it travels in
-# parts of PART_MIB MiB (default 18: five parts) over consecutive calls; the gguf wheel
+# parts of PART_MIB MiB (default 18: six parts, the last 3.8 MiB) over consecutive calls; the gguf wheel
 # travels in .whl/. The machine stays warm only ~30 s after a call, so make each call
 # right after the one before (if it went cold, the next stage says so: redo from part 1).
 #
