@@ -33,12 +33,13 @@ def gpu_problem() -> str | None:
         return f"CuPy cannot use CUDA ({type(exc).__name__}: {exc})"
 
 
-def check_gpu(what: str) -> None:
-    """RuntimeError naming ``what`` unless CuPy sees a CUDA GPU. Without a driver CuPy's own
-    error is ``cudaErrorInsufficientDriver``, which sends a user after the wrong thing."""
+def check_gpu(what: str, without: str = "") -> None:
+    """RuntimeError naming ``what`` unless CuPy sees a CUDA GPU (``without``: what to do
+    instead, appended). Without a driver CuPy's own error is ``cudaErrorInsufficientDriver``,
+    which sends a user after the wrong thing."""
     problem = gpu_problem()
     if problem:
-        raise RuntimeError(f"{what}: no CUDA GPU is visible ({problem})")
+        raise RuntimeError(f"{what}: no CUDA GPU is visible ({problem}){'; ' + without if without else ''}")
 
 
 def gpu_available() -> bool:

@@ -45,7 +45,8 @@ from pathlib import Path
 
 import filelock
 
-from cupykern import _arrays, user_cache
+from cupykern import user_cache
+from cupykern._arrays import count  # whole numbers >= 1: not a bool, not 4096.9
 
 FORMAT = "cupykern-tuned/1"
 ENV_FILE = "CUPYKERN_TUNE_FILE"
@@ -92,20 +93,15 @@ class TunedEntry:
         if not isinstance(median, dict):
             raise ValueError(f"'median_us' is a {type(median).__name__}, expected an object")
         return TunedEntry(
-            gpu=str(d["gpu"]), op=str(d["op"]), dtype=str(d["dtype"]), size=_count(d["size"], "size"),
-            threads_per_row=_count(d["threads_per_row"], "threads_per_row"),
-            vec_width=_count(d["vec_width"], "vec_width"),
-            vecs_per_thread=_count(d["vecs_per_thread"], "vecs_per_thread"),
-            rows_per_block=tuple(sorted((_count(n, "rows_per_block's n"), _count(r, "rows_per_block"))
+            gpu=str(d["gpu"]), op=str(d["op"]), dtype=str(d["dtype"]), size=count(d["size"], "size", 1),
+            threads_per_row=count(d["threads_per_row"], "threads_per_row", 1),
+            vec_width=count(d["vec_width"], "vec_width", 1),
+            vecs_per_thread=count(d["vecs_per_thread"], "vecs_per_thread", 1),
+            rows_per_block=tuple(sorted((count(n, "rows_per_block's n", 1), count(r, "rows_per_block", 1))
                                         for n, r in d.get("rows_per_block") or ())),
             score=float(d.get("score", 0.0)),
-            median_us=tuple(sorted((_count(int(n), "median_us's n"), float(t)) for n, t in median.items())),
+            median_us=tuple(sorted((count(int(n), "median_us's n", 1), float(t)) for n, t in median.items())),
             commit=str(d.get("commit", "")), date=str(d.get("date", "")))
-
-
-def _count(value, name: str) -> int:
-    """``value`` if a whole number >= 1 (not a bool, not 4096.9), else ValueError naming ``name``."""
-    return _arrays.count(value, name, 1)
 
 
 def path() -> Path:

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cupykern import _arrays
+
 
 @dataclass(frozen=True)
 class LlamaConfig:
@@ -135,9 +137,7 @@ def _int_field(reader, key: str, default=None) -> int:
     if isinstance(value, list):
         raise ValueError(f"GGUF {key}: per-layer values are not supported, expected one int, got "
                          f"{value[:4]}{' ...' if len(value) > 4 else ''}")
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"GGUF {key}: expected an int >= 1, got {_shown(value)}")
-    return int(value)
+    return _arrays.count(_plain(value), f"GGUF {key}", 1)
 
 
 def _real_field(reader, key: str, default=None, *, zero_allowed: bool) -> float:
@@ -147,13 +147,14 @@ def _real_field(reader, key: str, default=None, *, zero_allowed: bool) -> float:
         value >= 0 if zero_allowed else value > 0)
     if not ok:
         raise ValueError(f"GGUF {key}: expected a finite value {'>=' if zero_allowed else '>'} 0, got "
-                         f"{_shown(value)}")
+                         f"{_plain(value)!r}")
     return float(value)
 
 
-def _shown(value) -> str:
-    """A metadata value as read, NumPy scalars as the Python numbers they hold."""
-    return repr(value.item() if isinstance(value, np.generic) else value)
+def _plain(value):
+    """A metadata value as read, NumPy scalars as the Python numbers they hold (so that
+    messages say 0, not np.uint32(0))."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def read_config(reader) -> LlamaConfig:

@@ -296,9 +296,8 @@ def workspace_size(num_tokens: int, num_heads: int, head_dim: int, max_tokens: i
 
         from cupykern import environment
 
-        if not environment.gpu_available():  # CuPy's own error names the driver, not the missing GPU
-            raise RuntimeError("workspace_size: no CUDA GPU is visible to size the split for; without one pass "
-                               "limits= (a cupykern.plans.DeviceLimits, e.g. cupykern.plans.H200_LIMITS)")
+        environment.check_gpu("workspace_size", "without one pass limits= (a cupykern.plans.DeviceLimits, e.g. "
+                                                "cupykern.plans.H200_LIMITS)")
         limits = plans.DeviceLimits.of_device(cupy.cuda.runtime.getDevice())
     plan = plans.plan_attention(num_tokens, num_heads, max_tokens, _dtypes.float32, limits=limits)
     return 0 if plan.num_splits == 1 else num_tokens * num_heads * plan.num_splits * (head_dim + 1)
