@@ -1,0 +1,98 @@
+"""NOTES item 43, call 3: apply_rope's token kernel (no token loop, no guards, a block per
+token) past the decode sizes where the plan takes it (fewer than ROPE_MIN_TOKENS_PER_SM x
+SMs = 528 tokens on 132 SMs). Call 1 (rope_shape.py, 8b): token5 6 % below the wide
+kernel at 1024 tokens, 0.5 % at 4096, 2 % above at 16384. Bare launches of the library's
+kernels with the library's recorded arguments (bf16, in place, cold L2, three interleaved
+rounds, one stream for CuPy and torch; bits against the library's):
+  lib      the plan: apply_rope_wide_kernel (5 heads a thread for both presets);
+  token_p  apply_rope_token_kernel with the plan's heads a thread, where its launch
+           contract holds (8b: 5 heads, 8 slots, 64 threads a token; 70b's 72 heads do
+           not split into 5s);
+  token_d  apply_rope_token_kernel as the decode plan launches it (recorded at 16 tokens);
+  liger    LigerRopeFunction on fp32 cos/sin gathered before (bench/peers.py's form).
+llama-3.1-8b and -70b at 512-4096 tokens. Seeded (numpy 20261205). Item 44 (this copy of
+item 43's script): 768 and 1536 tokens added, 8192 dropped, and --tag names the JSON, so
+that two runs in one call can be compared (rope_token_prefill_<tag>.json)."""
+import json
+import os
+import sys
+from pathlib import Path
+
+import cupy
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+import cupykern  # noqa: E402
+from bench import variants  # noqa: E402
+from cupykern import jit, launcher, models, timing  # noqa: E402
+from cupykern.ops import rope as rope_ops  # noqa: E402
+from cupykern.registry.rope import _rope_inputs  # noqa: E402
+
+OUT = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else os.environ.get("OUT", ".")
+TAG = sys.argv[sys.argv.index("--tag") + 1] if "--tag" in sys.argv else "run"
+LEAD = ("__nv_bfloat16", "float", "long long", True, 8)
+THREADS_PER_HEAD, HEAD_SLOTS, TOKENS_PER_BLOCK = 22, 23, 24  # apply_rope kernels' argument indices
+
+
+def record(q, k, positions, cache):
+    with launcher.recording() as launched:
+        cupykern.apply_rope(q, k, positions, cache, check_positions=False)
+    return launched[-1]
+
+
+def token_args(args, threads_per_head, head_slots):
+    return (*args[:THREADS_PER_HEAD], np.int32(threads_per_head), np.int32(head_slots), np.int32(1),
+            *args[TOKENS_PER_BLOCK + 1:])
+
+
+seed = 20261205
+rng = np.random.default_rng(seed)
+stream = cupy.cuda.Stream(non_blocking=True)
+results = {"seed": seed, "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(), "points": []}
+with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
+    for model_name in ("llama-3.1-8b", "llama-3.1-70b"):
+        model = models.get(model_name)
+        num_heads = model.num_attention_heads + model.num_key_value_heads
+        small = _rope_inputs(rng, 16, 128, cupykern.bfloat16, model=model)
+        dec = record(small["q"], small["k"], small["positions"], small["cos_sin_cache"])
+        if dec.template is not rope_ops.APPLY_ROPE_TOKEN:
+            print(f"{model_name}: the decode plan is not the token kernel ({dec.template}): no token_d", flush=True)
+            dec = None
+        else:
+            dec_tph, dec_slots = int(dec.args[THREADS_PER_HEAD]), int(dec.args[HEAD_SLOTS])
+        del small
+        for n in (512, 768, 1024, 1536, 2048, 4096):
+            i = _rope_inputs(rng, n, 128, cupykern.bfloat16, model=model)
+            q, k, positions, cache = i["q"], i["k"], i["positions"], i["cos_sin_cache"]
+            q0, k0 = q.copy(), k.copy()
+            lib = record(q, k, positions, cache)
+            fns = {"lib": lambda r=lib: r.kernel(r.grid, r.block, r.args)}
+            regs = {"lib": lib.kernel.num_regs}
+            heads = lib.plan.heads_per_thread
+            slots = -(-num_heads // heads)
+            if lib.template is rope_ops.APPLY_ROPE_WIDE and heads * slots == num_heads and heads in (2, 3, 5) \
+                    and (slots * 8) % 32 == 0 and slots * 8 <= 256:
+                kp = jit.get_kernel(rope_ops.APPLY_ROPE_TOKEN, *LEAD, 8, heads)
+                fns["token_p"] = lambda f=kp, a=token_args(lib.args, 8, slots), n=n, b=slots * 8: f((n,), (b,), a)
+                regs["token_p"] = kp.num_regs
+            if dec is not None:
+                fns["token_d"] = lambda f=dec.kernel, a=token_args(lib.args, dec_tph, dec_slots), n=n, b=dec.block: \
+                    f((n,), b, a)
+                regs["token_d"] = dec.kernel.num_regs
+            outs = {}
+            for name in list(fns):
+                q[...], k[...] = q0, k0
+                fns[name]()
+                outs[name] = (q.copy(), k.copy())
+            bitwise = {name: variants.same_bits(outs[name], outs["lib"]) for name in outs}
+            fns["liger"] = variants.liger_rope_on_rows(q, k, cupy.ascontiguousarray(cache[positions]), 128)
+            med = variants.time_rounds(fns, lambda f: timing.time_cold(f, repeat=30))
+            results["points"].append({"model": model_name, "num_tokens": n, "lib_heads": heads,
+                                      "lib_block": lib.block, "decode_block": dec and dec.block, "registers": regs,
+                                      "bitwise": bitwise, "us": med})
+            print(f"{model_name} {n}: lib {heads} heads block {lib.block}, decode block {dec and dec.block}; regs {regs} "
+                  f"bitwise {bitwise}", flush=True)
+            print("   " + "; ".join(f"{f} {' '.join(f'{x:.2f}' for x in v)}" for f, v in med.items()), flush=True)
+            del i, q, k, q0, k0, outs, fns
+json.dump(results, open(os.path.join(OUT, f"rope_token_prefill_{TAG}.json"), "w"), indent=1)
