@@ -31,8 +31,9 @@ import numpy as np
 from cupykern import _dtypes, families, launcher, models, plans, tuning
 from cupykern._arrays import Sig
 
-#: num_tokens the planner's picks are taken at: decode (1, 16), a small batch, prefill.
-NUM_TOKENS = (1, 16, 64, 4096)
+#: num_tokens the planner's picks are taken at: decode (1, 16), a small batch, 1024 (apply_rope's
+#: token kernel in the prefill layout's heads, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM), prefill.
+NUM_TOKENS = (1, 16, 64, 1024, 4096)
 
 #: Rows of the KV cache and cos/sin table below the presets' context length: decode
 #: attention splits the cache past plans.ATTENTION_ONE_SPLIT_ROWS rows, so both paths are planned.

@@ -1058,6 +1058,14 @@ ROPE_NORM_TOKEN_HEADS = (2, 3, 5)
 #: prefill sizes it was level or slower (8b's 5 heads +1.1 % at 16384 tokens, 70b's 3 heads
 #: +3 % at 1024): the wide kernel there.
 ROPE_TOKEN_HEADS = (2, 3, 5)
+#: apply_rope's token kernel also runs past the decode sizes, below this many tokens an SM
+#: (1,056 tokens on 132 SMs), in the prefill layout's heads a thread where the shape is
+#: full as above: llama-3.1-8b's 5 heads (64 threads a token); -70b's 72 heads do not split
+#: into 5s and keep the wide kernel. Measured (bf16, cold L2, bench/results/NOTES.md items
+#: 43-44; the wide kernel's token loop and guards are what the token kernel drops): 8b at
+#: 1024 tokens 5 % less than the wide kernel on an H100, level at 2048-4096, 2 % more at
+#: 16384.
+ROPE_TOKEN_MAX_TOKENS_PER_SM = 8
 #: Resident 256-thread blocks an SM a wave counts where the kernel's own count is not known
 #: (planning without a GPU), scaled to the plan's block (4 of 128 threads, the same 512
 #: threads an SM: the 5-heads kernels' 112-128 registers). The ops pass the CUDA
@@ -1142,8 +1150,9 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     A bf16 qk_rms_norm_rope whose wide layout holds a number of
     :data:`ROPE_NORM_TOKEN_HEADS` heads a thread in a shape every thread fills takes the
     token kernel (``token_kernel``: one token a block, a block per token, no waves); so
-    does a 16-bit apply_rope of :data:`ROPE_TOKEN_HEADS` at decode sizes when the call is
-    ``in_place`` without ``mrope`` (M-RoPE's positions; both flags are apply_rope's alone:
+    does a 16-bit apply_rope of :data:`ROPE_TOKEN_HEADS` at decode sizes (and below
+    :data:`ROPE_TOKEN_MAX_TOKENS_PER_SM` tokens an SM) when the call is ``in_place`` without
+    ``mrope`` (M-RoPE's positions; both flags are apply_rope's alone:
     qk_rms_norm_rope is always in place). The rule takes no launch overrides: any raise
     ValueError (never ignored); ``fused_norm``, ``in_place`` and ``mrope`` not bools raise
     TypeError naming them; a device whose warps are not 32 lanes, PlanError.
@@ -1183,15 +1192,16 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     if not wide:
         heads_per_thread, waves, block_threads = (1 if few_tokens else steps_heads), 0, ROPE_MAX_BLOCK_SIZE
     token_heads = rope_token_heads(fused_norm)  # read at every shape too
+    token_sized = num_tokens < _constant("ROPE_TOKEN_MAX_TOKENS_PER_SM") * sm_count
     head_slots = max(1, min(-(-num_heads // heads_per_thread), block_cap // threads_per_head))
     threads_per_token = threads_per_head * head_slots
     # Fill the block (the wide kernels' block_threads of it) with tokens, but keep at least
     # one block per SM while tokens last.
     tokens_per_block = max(1, min(min(block_threads, block_cap) // threads_per_token,
                                   -(-num_tokens // sm_count)))
-    # Where each token kernel was measured faster than the wide one (items 38, 39): qk at
-    # every size, apply_rope at decode sizes.
-    token_call = fused_norm or (few_tokens and in_place and not mrope)
+    # Where each token kernel was measured faster than the wide one (items 38, 39, 44): qk
+    # at every size, apply_rope at decode sizes and a little past them.
+    token_call = fused_norm or ((few_tokens or token_sized) and in_place and not mrope)
     token_kernel = (token_call and wide and num_tokens >= 1 and heads_per_thread in token_heads
                     and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, head_slots,
                                          heads_per_thread, num_heads, fused_norm)

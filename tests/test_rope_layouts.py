@@ -230,7 +230,7 @@ WIDE_CONSTANTS = [("ROPE_WIDE_HEADS_PER_THREAD", (False,)), ("ROPE_WIDE_NORM_HEA
                   ("ROPE_WIDE_NORM_BLOCK_THREADS", (True,)),
                   # below it a batch is decode-sized; 0 once gave zero tokens the token kernel with a
                   # one-block grid (helper 59)
-                  ("ROPE_MIN_TOKENS_PER_SM", (False, True))]
+                  ("ROPE_MIN_TOKENS_PER_SM", (False, True)), ("ROPE_TOKEN_MAX_TOKENS_PER_SM", (False, True))]
 
 
 #: Bad values of every constant; 0 (a block per group of tokens) and more are legal waves, 2**40 blocks per SM
@@ -247,7 +247,7 @@ def test_bad_wide_constants_are_refused_by_name_at_every_batch_size(monkeypatch,
     legal = {"ROPE_WIDE_GRID_WAVES": (0, 2**40), "ROPE_WIDE_NORM_GRID_WAVES": (0, 2**40),
              "ROPE_WIDE_BLOCKS_PER_SM": (2**40,), "ROPE_WIDE_NORM_FULL_BLOCK_HEADS": (2**40,),
              "ROPE_WIDE_BLOCK_THREADS": (2**40,), "ROPE_WIDE_NORM_BLOCK_THREADS": (2**40,),
-             "ROPE_MIN_TOKENS_PER_SM": (2**40,)}.get(name, ())
+             "ROPE_MIN_TOKENS_PER_SM": (2**40,), "ROPE_TOKEN_MAX_TOKENS_PER_SM": (2**40,)}.get(name, ())
     if type(value) is int and value in legal:
         value = -value - 1
     monkeypatch.setattr(plans, name, value)
@@ -369,11 +369,14 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
     """16-bit apply_rope in place with one position a token takes the token kernel at decode
     sizes where the wide layout's heads a thread (one of ROPE_TOKEN_HEADS) fill every slot
     and every lane holds one unit of 8 to 32 lanes, in whole warps of at least 64 threads:
-    llama-3.1-8b (2 heads a thread, 160 threads), -70b (3, 192); a block per token. Not at
-    prefill sizes, not out of place or M-RoPE, not fp32, not 4 lanes a head, not with the
-    constant empty (item 39). Dims past rotary_dim do not stop it (in place they are not
-    touched)."""
+    llama-3.1-8b (2 heads a thread, 160 threads), -70b (3, 192); a block per token. From 4
+    to 8 tokens an SM (528-1055 on 132 SMs, item 44) in the prefill layout's heads where
+    they fill every slot: 8b's 5 (64 threads), not 70b's (72 heads in 15 slots of 5). Not
+    from 8 tokens an SM, not out of place or M-RoPE, not fp32, not 4 lanes a head, not with
+    the constant empty (item 39). Dims past rotary_dim do not stop it (in place they are
+    not touched)."""
     assert plans.ROPE_TOKEN_HEADS == (2, 3, 5)
+    assert (plans.ROPE_MIN_TOKENS_PER_SM, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.H200_LIMITS.sm_count) == (4, 8, 132)
 
     def plan(num_tokens, heads=40, dtype=BF16, head_dim=128, rotary_dim=None, **kw):
         kw = {"in_place": True, **kw}
@@ -387,8 +390,14 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
                 p = plan(n, heads, dtype)
                 assert (p.token_kernel, p.heads_per_thread, p.tokens_per_block, p.grid_waves, p.grid, p.block_size) \
                     == (True, per_thread, 1, 0, (n, 1, 1), block)
-        assert not plan(528, heads).token_kernel and not plan(16384, heads).token_kernel  # prefill sizes
+        assert not plan(1056, heads).token_kernel and not plan(16384, heads).token_kernel  # prefill sizes
         assert not plan(0, heads).token_kernel  # no block to launch (helper 60)
+    for n in (528, 1024, 1055):
+        p = plan(n, 40)
+        assert (p.token_kernel, p.heads_per_thread, p.tokens_per_block, p.grid, p.block_size) == \
+            (True, 5, 1, (n, 1, 1), 64)
+        assert plan(n, 72).heads_per_thread == 5 and not plan(n, 72).token_kernel  # 15 slots hold 75 heads
+        assert not plan(n, 40, in_place=False).token_kernel and not plan(n, 40, mrope=True).token_kernel
     assert plan(4096, 40).heads_per_thread == 5 and plan(4096, 40).block_size == 64  # full, yet the wide kernel
     for n in (1, 527):
         assert not plan(n, in_place=False).token_kernel and not plan(n, mrope=True).token_kernel
@@ -443,10 +452,10 @@ def test_token_kernel_in_the_planned_shape_does_not_spill(num_heads, head_dim):
                          ids=["8b", "70b", "16-lanes", "32-lanes"])
 def test_apply_rope_token_kernel_in_the_planned_shapes_does_not_spill(num_heads, head_dim):
     """apply_rope's token kernel at every lane count it is planned with and its heads a
-    thread at decode sizes (and at prefill sizes' 5 heads, planned with the rule's sizes
-    reversed), bf16 and fp16, sm_80 and sm_90."""
+    thread at decode sizes and at 1024 tokens (the prefill layout's heads, item 44), bf16 and
+    fp16, sm_80 and sm_90."""
     exprs = []
-    for n in (1, 4096):
+    for n in (1, 1024):
         for dtype, c_type in ((BF16, "__nv_bfloat16"), (np.float16, "__half")):
             plan = plans.plan_rope(n, num_heads, head_dim, head_dim, dtype, max_vec_width=8, fused_norm=False,
                                    in_place=True, limits=plans.H200_LIMITS)
@@ -692,14 +701,16 @@ def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_
 @pytest.mark.parametrize("num_tokens, num_q_heads, num_kv_heads, head_dim, rotary_dim", [
     (3, 32, 8, 128, 128),     # llama-3.1-8b: 2 heads a thread, 160 threads
     (300, 32, 8, 128, 128),   # the same in 300 blocks
+    (600, 32, 8, 128, 128),   # 4-8 tokens an SM on 76-150 SMs: 8b's prefill layout, 5 heads a thread (item 44)
     (7, 64, 8, 128, 128),     # llama-3.1-70b: 3 heads a thread, 192 threads
     (300, 16, 4, 256, 256),   # 16 lanes a head, 2 heads a thread
     (300, 32, 8, 256, 128),   # 8 lanes a head (2 heads a thread), dims past rotary_dim (left as they are)
-], ids=["8b-3", "8b-300", "70b-7", "16-lanes", "pass-through"])
+], ids=["8b-3", "8b-300", "8b-600", "70b-7", "16-lanes", "pass-through"])
 @pytest.mark.parametrize("variant", ["plain", "fused", "cache_in_dtype_int32", "bad_positions"])
 def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, num_tokens, num_q_heads, num_kv_heads,
                                                               head_dim, rotary_dim, variant):
-    """apply_rope in place at decode sizes takes its token kernel in these shapes (item 39):
+    """apply_rope in place at decode sizes takes its token kernel in these shapes (item 39),
+    and 8b's 5 heads a thread a little past them (item 44):
     q and k, bit for bit, are the steps kernel's and the wide kernel's, with views of a fused QKV buffer,
     int32 positions with a cache in q's dtype, and positions out of range (left unchanged)."""
     cache_dtype = dtype if variant == "cache_in_dtype_int32" else np.float32

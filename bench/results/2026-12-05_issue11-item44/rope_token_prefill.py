@@ -10,9 +10,11 @@ rounds, one stream for CuPy and torch; bits against the library's):
            not split into 5s);
   token_d  apply_rope_token_kernel as the decode plan launches it (recorded at 16 tokens);
   liger    LigerRopeFunction on fp32 cos/sin gathered before (bench/peers.py's form).
-llama-3.1-8b and -70b at 512-4096 tokens. Seeded (numpy 20261205). Item 44 (this copy of
+llama-3.1-8b, -70b and gemma-2-9b (head_dim 256: 16 lanes a head) at 512-4096 tokens. Seeded (numpy 20261205). Item 44 (this copy of
 item 43's script): 768 and 1536 tokens added, 8192 dropped, and --tag names the JSON, so
-that two runs in one call can be compared (rope_token_prefill_<tag>.json)."""
+that two runs in one call can be compared (rope_token_prefill_<tag>.json). "lib" is the
+plan without item 44's rule (plans.ROPE_TOKEN_MAX_TOKENS_PER_SM = 1: the token kernel at
+decode sizes only); "rule" is the plan with it (the constant as committed)."""
 import json
 import os
 import sys
@@ -25,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 import cupykern  # noqa: E402
 from bench import variants  # noqa: E402
-from cupykern import jit, launcher, models, timing  # noqa: E402
+from cupykern import jit, launcher, models, plans, timing  # noqa: E402
 from cupykern.ops import rope as rope_ops  # noqa: E402
 from cupykern.registry.rope import _rope_inputs  # noqa: E402
 
@@ -35,7 +37,12 @@ LEAD = ("__nv_bfloat16", "float", "long long", True, 8)
 THREADS_PER_HEAD, HEAD_SLOTS, TOKENS_PER_BLOCK = 22, 23, 24  # apply_rope kernels' argument indices
 
 
-def record(q, k, positions, cache):
+RULE = plans.ROPE_TOKEN_MAX_TOKENS_PER_SM
+
+
+def record(q, k, positions, cache, token_max_per_sm=1):
+    plans.ROPE_TOKEN_MAX_TOKENS_PER_SM = token_max_per_sm
+    launcher.clear_caches()  # the recipe of this shape was planned with the other value
     with launcher.recording() as launched:
         cupykern.apply_rope(q, k, positions, cache, check_positions=False)
     return launched[-1]
@@ -51,10 +58,10 @@ rng = np.random.default_rng(seed)
 stream = cupy.cuda.Stream(non_blocking=True)
 results = {"seed": seed, "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(), "points": []}
 with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
-    for model_name in ("llama-3.1-8b", "llama-3.1-70b"):
+    for model_name in ("llama-3.1-8b", "llama-3.1-70b", "gemma-2-9b"):
         model = models.get(model_name)
         num_heads = model.num_attention_heads + model.num_key_value_heads
-        small = _rope_inputs(rng, 16, 128, cupykern.bfloat16, model=model)
+        small = _rope_inputs(rng, 16, model.head_dim, cupykern.bfloat16, model=model)
         dec = record(small["q"], small["k"], small["positions"], small["cos_sin_cache"])
         if dec.template is not rope_ops.APPLY_ROPE_TOKEN:
             print(f"{model_name}: the decode plan is not the token kernel ({dec.template}): no token_d", flush=True)
@@ -63,18 +70,22 @@ with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
             dec_tph, dec_slots = int(dec.args[THREADS_PER_HEAD]), int(dec.args[HEAD_SLOTS])
         del small
         for n in (512, 768, 1024, 1536, 2048, 4096):
-            i = _rope_inputs(rng, n, 128, cupykern.bfloat16, model=model)
+            i = _rope_inputs(rng, n, model.head_dim, cupykern.bfloat16, model=model)
             q, k, positions, cache = i["q"], i["k"], i["positions"], i["cos_sin_cache"]
             q0, k0 = q.copy(), k.copy()
             lib = record(q, k, positions, cache)
-            fns = {"lib": lambda r=lib: r.kernel(r.grid, r.block, r.args)}
-            regs = {"lib": lib.kernel.num_regs}
+            rule = record(q, k, positions, cache, RULE)
+            fns = {"lib": lambda r=lib: r.kernel(r.grid, r.block, r.args),
+                   "rule": lambda r=rule: r.kernel(r.grid, r.block, r.args)}
+            regs = {"lib": lib.kernel.num_regs, "rule": rule.kernel.num_regs}
             heads = lib.plan.heads_per_thread
             slots = -(-num_heads // heads)
+            lanes = lib.plan.threads_per_head
             if lib.template is rope_ops.APPLY_ROPE_WIDE and heads * slots == num_heads and heads in (2, 3, 5) \
-                    and (slots * 8) % 32 == 0 and slots * 8 <= 256:
-                kp = jit.get_kernel(rope_ops.APPLY_ROPE_TOKEN, *LEAD, 8, heads)
-                fns["token_p"] = lambda f=kp, a=token_args(lib.args, 8, slots), n=n, b=slots * 8: f((n,), (b,), a)
+                    and (slots * lanes) % 32 == 0 and slots * lanes <= 256:
+                kp = jit.get_kernel(rope_ops.APPLY_ROPE_TOKEN, *LEAD, lanes, heads)
+                fns["token_p"] = lambda f=kp, a=token_args(lib.args, lanes, slots), n=n, b=slots * lanes: \
+                    f((n,), (b,), a)
                 regs["token_p"] = kp.num_regs
             if dec is not None:
                 fns["token_d"] = lambda f=dec.kernel, a=token_args(lib.args, dec_tph, dec_slots), n=n, b=dec.block: \
@@ -86,12 +97,14 @@ with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
                 fns[name]()
                 outs[name] = (q.copy(), k.copy())
             bitwise = {name: variants.same_bits(outs[name], outs["lib"]) for name in outs}
-            fns["liger"] = variants.liger_rope_on_rows(q, k, cupy.ascontiguousarray(cache[positions]), 128)
+            fns["liger"] = variants.liger_rope_on_rows(q, k, cupy.ascontiguousarray(cache[positions]), model.head_dim)
             med = variants.time_rounds(fns, lambda f: timing.time_cold(f, repeat=30))
             results["points"].append({"model": model_name, "num_tokens": n, "lib_heads": heads,
-                                      "lib_block": lib.block, "decode_block": dec and dec.block, "registers": regs,
+                                      "lib_block": lib.block, "rule_token_kernel": rule.template is rope_ops.APPLY_ROPE_TOKEN,
+                                      "rule_block": rule.block, "decode_block": dec and dec.block, "registers": regs,
                                       "bitwise": bitwise, "us": med})
-            print(f"{model_name} {n}: lib {heads} heads block {lib.block}, decode block {dec and dec.block}; regs {regs} "
+            print(f"{model_name} {n}: lib {heads} heads block {lib.block}, rule token kernel "
+                  f"{rule.template is rope_ops.APPLY_ROPE_TOKEN} block {rule.block}, decode block {dec and dec.block}; regs {regs} "
                   f"bitwise {bitwise}", flush=True)
             print("   " + "; ".join(f"{f} {' '.join(f'{x:.2f}' for x in v)}" for f, v in med.items()), flush=True)
             del i, q, k, q0, k0, outs, fns
