@@ -1475,6 +1475,11 @@ def plan_gemv(num_tokens: int, n_out: int, dtype, *, aligned: bool, limits: Devi
                       rows_per_warp=rows, ahead=GEMV_MANY_ROWS_AHEAD if rows > 1 else GEMV_AHEAD)
 
 
+#: gridDim.z's limit on every CUDA device (DeviceLimits does not carry it): the splits of
+#: decode attention stay below it however many SMs a hand-built DeviceLimits claims.
+CUDA_MAX_GRID_Z = 65535
+
+
 def plan_attention(num_tokens: int, num_heads: int, cache_rows: int, dtype, *, limits: DeviceLimits,
                    overrides: dict | None = None, op: str = "decode_attention") -> DecodePlan:
     """Plan for decode_attention_kernel: a block per (head, token, split). The cache is
@@ -1500,7 +1505,7 @@ def plan_attention(num_tokens: int, num_heads: int, cache_rows: int, dtype, *, l
     num_splits = 1
     if cache_rows > ATTENTION_ONE_SPLIT_ROWS:
         wanted = -(-2 * limits.sm_count // max(1, num_heads * num_tokens))
-        num_splits = max(1, min(wanted, cache_rows // ATTENTION_MIN_SPLIT_ROWS))
+        num_splits = max(1, min(wanted, cache_rows // ATTENTION_MIN_SPLIT_ROWS, CUDA_MAX_GRID_Z))
     split_size = -(-cache_rows // num_splits)
     return DecodePlan("attention", (num_heads, num_tokens, num_splits), ATTENTION_WARPS * WARP_SIZE,
                       vec_width=_dtypes.vec_width(dtype), num_splits=num_splits, split_size=split_size)

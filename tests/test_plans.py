@@ -248,6 +248,9 @@ def test_decode_plans_check_their_counts_and_the_device():
             plans.plan_gemv(1, bad, f32, aligned=True, limits=H200_LIMITS)
     with pytest.raises(plans.PlanError, match=r"grid of 32 x 4096 exceeds the device's 2147483647 x 1"):
         plans.plan_attention(4096, 32, 8192, f32, limits=replace(H200_LIMITS, max_grid_y=1))
+    # helper 67: 2**31 - 1 SMs wanted 134 million splits, past gridDim.z's 65535
+    huge = plans.plan_attention(1, 32, 2**31 - 1, f32, limits=replace(H200_LIMITS, sm_count=2**31 - 1))
+    assert huge.grid == (32, 1, plans.CUDA_MAX_GRID_Z) == (32, 1, huge.num_splits)
     small, wide = replace(H200_LIMITS, max_threads_per_block=64), replace(H200_LIMITS, warp_size=64)
     planners = _planners()
     for name in ("plan_gemv", "plan_attention", "plan_prefill_attention"):
