@@ -1056,16 +1056,19 @@ ROPE_NORM_TOKEN_HEADS = (2, 3, 5)
 #: 1.74 us at 1 / 16 / 64 tokens against the wide kernel's 1.83 / 1.91 / 1.97, 70b 1.81 /
 #: 1.90 / 2.02 against 1.92 / 2.03 / 2.16; cold L2 at 256 tokens 8b -3 %, 70b level. At
 #: prefill sizes it was level or slower (8b's 5 heads +1.1 % at 16384 tokens, 70b's 3 heads
-#: +3 % at 1024): the wide kernel there.
+#: +3 % at 1024): the wide kernel there, except in the prefill layout's heads below
+#: ROPE_TOKEN_MAX_TOKENS_PER_SM tokens an SM.
 ROPE_TOKEN_HEADS = (2, 3, 5)
 #: apply_rope's token kernel also runs past the decode sizes, below this many tokens an SM
-#: (1,056 tokens on 132 SMs), in the prefill layout's heads a thread where the shape is
-#: full as above: llama-3.1-8b's 5 heads (64 threads a token); -70b's 72 heads do not split
-#: into 5s and keep the wide kernel. Measured (bf16, cold L2, bench/results/NOTES.md items
-#: 43-44; the wide kernel's token loop and guards are what the token kernel drops): 8b at
-#: 1024 tokens 5 % less than the wide kernel on an H100, level at 2048-4096, 2 % more at
-#: 16384.
-ROPE_TOKEN_MAX_TOKENS_PER_SM = 8
+#: (1,584 tokens on 132 SMs), in the prefill layout's heads a thread where the shape is
+#: full as above: llama-3.1-8b's 5 heads (64 threads a token), gemma-2-9b's 3 (16 lanes a
+#: head, 128 threads); -70b's 72 heads do not split into 5s and keep the wide kernel.
+#: Measured (bf16, cold L2, bit for bit the wide kernel's; bench/results/NOTES.md item 44,
+#: two runs on an H100; the H200 untimed): 8b 3.1-3.6 / 5.6-6.3 / 4.9-5.3 % less than the
+#: wide kernel at 768 / 1024 / 1536 tokens, gemma 7.7-8.5 / 1.6-2.3 / 1.9-3.4 %; from 2048
+#: tokens 0.5-1.7 % (item 43: 2 % more at 16384). What the token kernel drops is the wide
+#: kernel's token loop and guards.
+ROPE_TOKEN_MAX_TOKENS_PER_SM = 12
 #: Resident 256-thread blocks an SM a wave counts where the kernel's own count is not known
 #: (planning without a GPU), scaled to the plan's block (4 of 128 threads, the same 512
 #: threads an SM: the 5-heads kernels' 112-128 registers). The ops pass the CUDA

@@ -370,13 +370,13 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
     sizes where the wide layout's heads a thread (one of ROPE_TOKEN_HEADS) fill every slot
     and every lane holds one unit of 8 to 32 lanes, in whole warps of at least 64 threads:
     llama-3.1-8b (2 heads a thread, 160 threads), -70b (3, 192); a block per token. From 4
-    to 8 tokens an SM (528-1055 on 132 SMs, item 44) in the prefill layout's heads where
+    to 12 tokens an SM (528-1583 on 132 SMs, item 44) in the prefill layout's heads where
     they fill every slot: 8b's 5 (64 threads), not 70b's (72 heads in 15 slots of 5). Not
-    from 8 tokens an SM, not out of place or M-RoPE, not fp32, not 4 lanes a head, not with
+    from 12 tokens an SM, not out of place or M-RoPE, not fp32, not 4 lanes a head, not with
     the constant empty (item 39). Dims past rotary_dim do not stop it (in place they are
     not touched)."""
     assert plans.ROPE_TOKEN_HEADS == (2, 3, 5)
-    assert (plans.ROPE_MIN_TOKENS_PER_SM, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.H200_LIMITS.sm_count) == (4, 8, 132)
+    assert (plans.ROPE_MIN_TOKENS_PER_SM, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.H200_LIMITS.sm_count) == (4, 12, 132)
 
     def plan(num_tokens, heads=40, dtype=BF16, head_dim=128, rotary_dim=None, **kw):
         kw = {"in_place": True, **kw}
@@ -390,14 +390,16 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
                 p = plan(n, heads, dtype)
                 assert (p.token_kernel, p.heads_per_thread, p.tokens_per_block, p.grid_waves, p.grid, p.block_size) \
                     == (True, per_thread, 1, 0, (n, 1, 1), block)
-        assert not plan(1056, heads).token_kernel and not plan(16384, heads).token_kernel  # prefill sizes
+        assert not plan(1584, heads).token_kernel and not plan(16384, heads).token_kernel  # prefill sizes
         assert not plan(0, heads).token_kernel  # no block to launch (helper 60)
-    for n in (528, 1024, 1055):
+    for n in (528, 1024, 1583):
         p = plan(n, 40)
         assert (p.token_kernel, p.heads_per_thread, p.tokens_per_block, p.grid, p.block_size) == \
             (True, 5, 1, (n, 1, 1), 64)
         assert plan(n, 72).heads_per_thread == 5 and not plan(n, 72).token_kernel  # 15 slots hold 75 heads
         assert not plan(n, 40, in_place=False).token_kernel and not plan(n, 40, mrope=True).token_kernel
+        p = plan(n, 24, head_dim=256)  # gemma-2-9b: 16 lanes a head, 3 heads a thread
+        assert (p.token_kernel, p.heads_per_thread, p.threads_per_head, p.block_size) == (True, 3, 16, 128)
     assert plan(4096, 40).heads_per_thread == 5 and plan(4096, 40).block_size == 64  # full, yet the wide kernel
     for n in (1, 527):
         assert not plan(n, in_place=False).token_kernel and not plan(n, mrope=True).token_kernel
@@ -701,7 +703,7 @@ def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_
 @pytest.mark.parametrize("num_tokens, num_q_heads, num_kv_heads, head_dim, rotary_dim", [
     (3, 32, 8, 128, 128),     # llama-3.1-8b: 2 heads a thread, 160 threads
     (300, 32, 8, 128, 128),   # the same in 300 blocks
-    (600, 32, 8, 128, 128),   # 4-8 tokens an SM on 76-150 SMs: 8b's prefill layout, 5 heads a thread (item 44)
+    (600, 32, 8, 128, 128),   # 4-12 tokens an SM on 51-150 SMs: 8b's prefill layout, 5 heads a thread (item 44)
     (7, 64, 8, 128, 128),     # llama-3.1-70b: 3 heads a thread, 192 threads
     (300, 16, 4, 256, 256),   # 16 lanes a head, 2 heads a thread
     (300, 32, 8, 256, 128),   # 8 lanes a head (2 heads a thread), dims past rotary_dim (left as they are)

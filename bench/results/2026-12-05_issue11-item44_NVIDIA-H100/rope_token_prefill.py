@@ -14,7 +14,8 @@ llama-3.1-8b, -70b and gemma-2-9b (head_dim 256: 16 lanes a head) at 512-4096 to
 item 43's script): 768 and 1536 tokens added, 8192 dropped, and --tag names the JSON, so
 that two runs in one call can be compared (rope_token_prefill_<tag>.json). "lib" is the
 plan without item 44's rule (plans.ROPE_TOKEN_MAX_TOKENS_PER_SM = 1: the token kernel at
-decode sizes only); "rule" is the plan with it (the constant as committed)."""
+decode sizes only); "rule" is the plan with it (the constant as committed: 8 when the two runs here were made,
+at a2301bc; 12 since, whose 1536-token point launches token_p's kernel and arguments)."""
 import json
 import os
 import sys
