@@ -115,15 +115,21 @@ def path() -> Path:
 class TunedFileError(ValueError):
     """The tuned file exists but cannot be read as one (the message names the file, says
     what is wrong and how to clear it, on one line), or it cannot be written or removed
-    (``io`` set: the message says which and why)."""
+    (``io`` set: the message says which and why). A file that does not hold this format
+    at all (``ours`` False: not JSON, another format) may be someone else's: the advice is
+    then to delete it by hand or point :data:`ENV_FILE` elsewhere, as :func:`clear` refuses
+    to remove it."""
 
-    def __init__(self, file: Path, problem: str, *, io: str | None = None):
+    def __init__(self, file: Path, problem: str, *, io: str | None = None, ours: bool = True):
         if io:  # the file is there and may be fine: another path is the way out
             super().__init__(f"{file}: the tuned-config file cannot be {io} ({problem}); set {ENV_FILE} to "
                              f"another path{'' if io == 'read' else ' this user can write'}")
-        else:
+        elif ours:
             super().__init__(f"{file}: not a valid tuned-config file ({problem}); clear it with "
                              f"`cupykern tune --clear` (or delete the file)")
+        else:
+            super().__init__(f"{file}: not a tuned-config file ({problem}); if it is a damaged one, delete it; "
+                             f"else set {ENV_FILE} to another path")
 
 
 class TunedFileWarning(UserWarning):
@@ -145,16 +151,8 @@ def read(file: Path | None = None) -> dict[tuple, TunedEntry]:
     except OSError as exc:  # a directory, no permission
         raise TunedFileError(file, exc.strerror or str(exc), io="read") from None
     except UnicodeDecodeError as exc:
-        raise TunedFileError(file, f"not UTF-8 text: {exc}") from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise TunedFileError(file, f"not JSON: {exc}") from None
-    except RecursionError:  # arrays nested thousands deep
-        raise TunedFileError(file, "not JSON this reader takes: nested too deep") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        got = data.get("format") if isinstance(data, dict) else type(data).__name__
-        raise TunedFileError(file, f"format {got!r}, expected {FORMAT!r}")
+        raise TunedFileError(file, f"not UTF-8 text: {exc}", ours=False) from None
+    data = _tuned_json(file, text)
     raw = data.get("entries", [])
     if not isinstance(raw, list):
         raise TunedFileError(file, f"'entries' is a {type(raw).__name__}, expected a list")
@@ -169,6 +167,21 @@ def read(file: Path | None = None) -> dict[tuple, TunedEntry]:
         except (ValueError, TypeError, AttributeError, OverflowError) as exc:
             raise TunedFileError(file, f"entry {i}: {exc}") from None
     return {e.key: e for e in entries}
+
+
+def _tuned_json(file: Path, text: str) -> dict:
+    """``text`` parsed, TunedFileError (``ours`` False) unless a JSON object of
+    :data:`FORMAT`."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise TunedFileError(file, f"not JSON: {exc}", ours=False) from None
+    except RecursionError:  # arrays nested thousands deep
+        raise TunedFileError(file, "not JSON this reader takes: nested too deep", ours=False) from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        got = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise TunedFileError(file, f"format {got!r}, expected {FORMAT!r}", ours=False)
+    return data
 
 
 def load(file: Path | None = None) -> dict[tuple, TunedEntry]:
@@ -213,12 +226,20 @@ def save(entries, file: Path | None = None) -> Path:
 def clear(file: Path | None = None) -> bool:
     """Removes the file (under :func:`save`'s lock, so a save at the same time cannot
     write back what it read before); True if there was one. TunedFileError if it cannot
-    be removed (a directory, no permission)."""
+    be removed (a directory, no permission), and, so that a mistyped :data:`ENV_FILE`
+    deletes nothing else, if it is not a regular file or does not hold this format (a
+    tuned file with bad entries is removed)."""
     file = _writable(file)
     _forget()
     if not file.exists():  # nothing to take a lock for (filelock would make the folder and the lock file)
         return False
+    if not file.is_file():  # helper 71: a FIFO, or /dev/null itself, was unlinked
+        raise TunedFileError(file, "not a regular file", io="removed")
     try:
+        try:  # before the lock, which would leave its file beside someone else's
+            _tuned_json(file, file.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            raise TunedFileError(file, f"not UTF-8 text: {exc}", ours=False) from None
         with _lock(file):
             file.unlink()
         return True

@@ -139,6 +139,17 @@ def test_rope_kv_append_intake_checks_caches_and_flags():
                              ("is_neox", 1.5, TypeError)):
         with pytest.raises(error, match=name):
             attention._prepare_rope_kv_append(prepare_args("rope_kv_append", **dict(values, **{name: bad})))
+    # helper 71: a v_cache of fewer rows than k_cache was written past its end (the kernel
+    # bounds a position by k_cache's rows)
+    short = r"v_cache: expected shape \(10, 2, 64\) \(as k_cache\), got \(4, 2, 64\)"
+    with pytest.raises(ValueError, match=short):
+        attention._prepare_rope_kv_append(prepare_args("rope_kv_append", **dict(values, v_cache=contiguous(
+            (4, 2, 64), np.float16))))
+    rng = np.random.default_rng(0)
+    q, k = rng.standard_normal((2, 4, 64)), rng.standard_normal((2, 2, 64))
+    with pytest.raises(ValueError, match=short):  # the float64 twin: IndexError before
+        reference.rope_kv_append(q, k, k, np.array([1, 8]), reference.rope_cos_sin_cache(10, 64),
+                                 np.zeros((10, 2, 64)), np.zeros((4, 2, 64)))
 
 
 _Q_SHAPE = r"q: expected shape \(num_tokens, num_heads, head_dim\), got "

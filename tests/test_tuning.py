@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
 import warnings
 from pathlib import Path
 
@@ -76,14 +78,28 @@ INVALID = [
 ]
 
 
+#: The INVALID texts that do not hold the format at all: maybe not a tuned file, so
+#: clear() keeps them (helper 71: `tune --clear` removed whatever CUPYKERN_TUNE_FILE named).
+FOREIGN = ("not JSON", "format '", "nested too deep")
+
+
 @pytest.mark.parametrize("text, problem", INVALID)
 def test_invalid_file_says_what_and_how_to_clear_it(tune_file, text, problem):
     tune_file.write_text(text)
     with pytest.raises(tuning.TunedFileError) as info:
         tuning.read()
     message = str(info.value)
-    assert message.startswith(f"{tune_file}: not a valid tuned-config file (") and problem in message
-    assert message.endswith("clear it with `cupykern tune --clear` (or delete the file)") and "\n" not in message
+    assert problem in message and "\n" not in message
+    if any(problem.startswith(f) or f in problem for f in FOREIGN):
+        assert message.startswith(f"{tune_file}: not a tuned-config file (")
+        assert message.endswith("if it is a damaged one, delete it; else set CUPYKERN_TUNE_FILE to another path")
+        with pytest.raises(tuning.TunedFileError, match="not a tuned-config file"):
+            tuning.clear()
+        assert tune_file.read_text() == text
+    else:
+        assert message.startswith(f"{tune_file}: not a valid tuned-config file (")
+        assert message.endswith("clear it with `cupykern tune --clear` (or delete the file)")
+        assert tuning.clear() and not tune_file.exists()
 
 
 def test_a_file_not_utf8_is_invalid_not_a_crash(tune_file):
@@ -125,6 +141,25 @@ def test_clear_that_cannot_remove_says_so(tmp_path):
     (tmp_path / "tuned.json").mkdir()
     with pytest.raises(tuning.TunedFileError, match="the tuned-config file cannot be removed"):
         tuning.clear(tmp_path / "tuned.json")
+
+
+def test_clear_removes_nothing_but_a_tuned_file(tmp_path):
+    """helper 71: CUPYKERN_TUNE_FILE=/dev/null `cupykern tune --clear` removed the device
+    node, and a FIFO or a notes file went the same way."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("precious")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for file, problem in ((notes, "not a tuned-config file (not JSON"), (fifo, "cannot be removed (not a regular")):
+        with pytest.raises(tuning.TunedFileError, match=re.escape(problem)):
+            tuning.clear(file)
+        assert file.exists()
+    assert notes.read_text() == "precious" and not (tmp_path / "notes.txt.lock").exists()
+    with pytest.raises(tuning.TunedFileError, match="not a tuned-config file"):
+        tuning.save([entry()], notes)  # nor written over
+    notes.unlink()
+    tuning.save([entry()], notes)  # a tuned file under any name is removed
+    assert tuning.clear(notes) and not notes.exists()
 
 
 def _save_many(file: str, worker: int, count: int, start) -> None:

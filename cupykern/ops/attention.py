@@ -112,6 +112,8 @@ def _prepare_rope_kv_append(a: launcher.Args) -> launcher.Launch:
     table, rotary_dim, table_stride = _rope._cache(a.cos_sin_cache, q.dtype, qh.head_dim)
     _, kc = _cache(a.k_cache, "k_cache", q.dtype, kh.num_heads, qh.head_dim)
     _, vc = _cache(a.v_cache, "v_cache", q.dtype, kh.num_heads, qh.head_dim)
+    if vc.num_tokens != kc.num_tokens:  # the kernel bounds a position by k_cache's rows alone
+        raise ValueError(f"v_cache: expected shape {tuple(a.k_cache.shape)} (as k_cache), got {tuple(a.v_cache.shape)}")
     is_neox = _arrays.flag(a.is_neox, "is_neox")
     _arrays.distinct_heads(qh, "q")
     if table_stride != rotary_dim:
