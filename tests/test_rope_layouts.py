@@ -571,10 +571,11 @@ def _qk(i, is_neox):
                                      i["cos_sin_cache"], 1e-6, is_neox=is_neox, check_positions=False)
 
 
-def _assert_token_kernel_bytes(make, run, template, num_tokens, token_off: dict):
+def _assert_token_kernel_bytes(make, run, template, num_tokens, token_off: dict, heads_per_thread=None):
     """``run(make())`` (an in-place RoPE op) launches ``template`` alone with a block per
-    token and changes q or k; its q and k, bit for bit, are the steps kernel's and, under
-    ``token_off`` (the op's token heads emptied), the wide kernel's on fresh inputs."""
+    token (``heads_per_thread`` heads a thread, if given) and changes q or k; its q and k,
+    bit for bit, are the steps kernel's and, under ``token_off`` (the op's token heads
+    emptied), the wide kernel's on fresh inputs."""
     import cupy
 
     def qk_bytes(i):
@@ -586,6 +587,7 @@ def _assert_token_kernel_bytes(make, run, template, num_tokens, token_off: dict)
         _under({}, lambda: run(inputs))
     assert [rec.template for rec in launched] == [template]
     assert launched[0].grid == (num_tokens, 1, 1)
+    assert heads_per_thread in (None, launched[0].plan.heads_per_thread)
     got = {"token": qk_bytes(inputs)}
     assert got["token"] != before
     for constants, name in (({"ROPE_LAYOUT": "steps"}, "steps"), (token_off, "wide")):
@@ -605,7 +607,8 @@ def _assert_same(got):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
-@pytest.mark.parametrize("num_tokens", [1, 600])
+# 600: apply_rope's token kernel in place at (128, 128) (4-12 tokens an SM, item 44); 2000: the wide kernel's
+@pytest.mark.parametrize("num_tokens", [1, 600, 2000])
 @pytest.mark.parametrize("head_dim, rotary_dim", [(128, 128), (128, 64), (80, 32)])
 @pytest.mark.parametrize("variant", ["plain", "out_of_place", "fused_misaligned", "cache_in_dtype_int32",
                                      "bad_positions"])
@@ -722,8 +725,16 @@ def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, nu
         return _inputs(num_tokens + head_dim + rotary_dim, num_tokens, num_q_heads, num_kv_heads, head_dim, rotary_dim,
                        dtype, cache_dtype, pos_dtype, fused=variant == "fused", bad=variant == "bad_positions")
 
+    heads = None
+    if num_tokens == 600:  # the band from 4 to 12 tokens an SM: 8b's prefill heads
+        import cupy
+
+        sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+        if not plans.ROPE_MIN_TOKENS_PER_SM * sms <= 600 < plans.ROPE_TOKEN_MAX_TOKENS_PER_SM * sms:
+            pytest.skip(f"600 tokens are outside 4-12 tokens an SM on {sms} SMs")
+        heads = 5
     _assert_token_kernel_bytes(make, lambda i: _apply(i, is_neox=is_neox), rope_ops.APPLY_ROPE_TOKEN, num_tokens,
-                               {"ROPE_TOKEN_HEADS": ()})
+                               {"ROPE_TOKEN_HEADS": ()}, heads)
 
 
 @pytest.mark.gpu
