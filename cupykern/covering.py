@@ -1,7 +1,7 @@
 """The covering set: the few kernel instantiations a first run compiles instead of all.
 
 ``cupykern.families.instantiations()`` is the full cross product the ops can launch
-(dtype x layout x variant: 6620 name expressions, most in norm.cu, quant.cu and rope.cu), which
+(dtype x layout x variant: 6908 name expressions, most in norm.cu, quant.cu and rope.cu), which
 takes minutes to compile with NVRTC. :func:`instantiations` picks a subset of it that
 still compiles every line a user's first call can reach:
 

@@ -1064,10 +1064,12 @@ ROPE_TOKEN_HEADS = (2, 3, 5)
 #: full as above: llama-3.1-8b's 5 heads (64 threads a token), gemma-2-9b's 3 (16 lanes a
 #: head, 128 threads); -70b's 72 heads do not split into 5s and keep the wide kernel.
 #: Measured (bf16, cold L2, bit for bit the wide kernel's; bench/results/NOTES.md item 44,
-#: two runs on an H100; the H200 untimed): 8b 3.1-3.6 / 5.6-6.3 / 4.9-5.3 % less than the
-#: wide kernel at 768 / 1024 / 1536 tokens, gemma 7.7-8.5 / 1.6-2.3 / 1.9-3.4 %; from 2048
-#: tokens 0.5-1.7 % (item 43: 2 % more at 16384). What the token kernel drops is the wide
-#: kernel's token loop and guards.
+#: two runs on an H100): 8b 3.1-3.6 / 5.6-6.3 / 4.9-5.3 % less than the wide kernel at 768 /
+#: 1024 / 1536 tokens, gemma 7.7-8.5 / 1.6-2.3 / 1.9-3.4 %; from 2048 tokens 0.5-1.7 % (item
+#: 43: 2 % more at 16384). On the H200 8b's was level at 1024 (9.63-9.65 against 9.60-9.71
+#: us, item 39 call A; 1536 and gemma untimed there), so the rule costs the H200 nothing
+#: measured and gains the H100 its 3-6 %. fp16 untimed in this band. What the token kernel
+#: drops is the wide kernel's token loop and guards.
 ROPE_TOKEN_MAX_TOKENS_PER_SM = 12
 #: Resident 256-thread blocks an SM a wave counts where the kernel's own count is not known
 #: (planning without a GPU), scaled to the plan's block (4 of 128 threads, the same 512
@@ -1488,7 +1490,7 @@ def plan_attention(num_tokens: int, num_heads: int, cache_rows: int, dtype, *, l
     """Plan for decode_attention_kernel: a block per (head, token, split). The cache is
     split (then combined by a second launch) only past :data:`ATTENTION_ONE_SPLIT_ROWS`
     rows, into enough splits for about two blocks per SM, each at least
-    :data:`ATTENTION_MIN_SPLIT_ROWS` rows. The split depends on the cache's capacity, not
+    :data:`ATTENTION_MIN_SPLIT_ROWS` rows, at most :data:`CUDA_MAX_GRID_Z` of them. The split depends on the cache's capacity, not
     on the positions (which live on the device), so a captured graph fits every step.
 
     Raises:

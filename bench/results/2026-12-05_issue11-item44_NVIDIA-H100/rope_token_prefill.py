@@ -1,21 +1,22 @@
-"""NOTES item 43, call 3: apply_rope's token kernel (no token loop, no guards, a block per
-token) past the decode sizes where the plan takes it (fewer than ROPE_MIN_TOKENS_PER_SM x
-SMs = 528 tokens on 132 SMs). Call 1 (rope_shape.py, 8b): token5 6 % below the wide
-kernel at 1024 tokens, 0.5 % at 4096, 2 % above at 16384. Bare launches of the library's
+"""NOTES item 44 (item 43's call 3, extended): apply_rope's token kernel (no token loop,
+no guards, a block per token) past the decode sizes, where the plan took it below
+ROPE_MIN_TOKENS_PER_SM x SMs = 528 tokens on 132 SMs. Bare launches of the library's
 kernels with the library's recorded arguments (bf16, in place, cold L2, three interleaved
 rounds, one stream for CuPy and torch; bits against the library's):
-  lib      the plan: apply_rope_wide_kernel (5 heads a thread for both presets);
+  lib      the plan without item 44's rule (plans.ROPE_TOKEN_MAX_TOKENS_PER_SM = 1):
+           apply_rope_wide_kernel (5 heads a thread for llama-3.1-8b and -70b, 3 for
+           gemma-2-9b; at 512 tokens the decode plan's token kernel);
+  rule     the plan with the constant as committed (8 when the runs a and b were made, at
+           a2301bc; 12 since, whose 1536-token point launches token_p's kernel);
   token_p  apply_rope_token_kernel with the plan's heads a thread, where its launch
-           contract holds (8b: 5 heads, 8 slots, 64 threads a token; 70b's 72 heads do
-           not split into 5s);
+           contract holds (8b: 5 heads, 8 slots, 64 threads a token; gemma: 3 heads, 16
+           lanes; 70b's 72 heads do not split into 5s);
   token_d  apply_rope_token_kernel as the decode plan launches it (recorded at 16 tokens);
   liger    LigerRopeFunction on fp32 cos/sin gathered before (bench/peers.py's form).
-llama-3.1-8b, -70b and gemma-2-9b (head_dim 256: 16 lanes a head) at 512-4096 tokens. Seeded (numpy 20261205). Item 44 (this copy of
-item 43's script): 768 and 1536 tokens added, 8192 dropped, and --tag names the JSON, so
-that two runs in one call can be compared (rope_token_prefill_<tag>.json). "lib" is the
-plan without item 44's rule (plans.ROPE_TOKEN_MAX_TOKENS_PER_SM = 1: the token kernel at
-decode sizes only); "rule" is the plan with it (the constant as committed: 8 when the two runs here were made,
-at a2301bc; 12 since, whose 1536-token point launches token_p's kernel and arguments)."""
+llama-3.1-8b, -70b and gemma-2-9b (head_dim 256) at 512-4096 tokens. Seeded (numpy
+20261205). Against item 43's script: 768 and 1536 tokens and gemma added, 8192 dropped, the
+"rule" column, and --tag names the JSON (rope_token_prefill_<tag>.json), so that two runs
+in one call can be compared."""
 import json
 import os
 import sys
