@@ -347,15 +347,32 @@ def cos_sin_table(max_position: int, rotary_dim: int, base: float = 10000.0, rop
     ``cos_sin_cache`` layout.
 
     Raises:
-        ValueError: as :func:`check_table_args` and :func:`rope_parameters`.
+        ValueError: as :func:`check_table_args` and :func:`rope_parameters`; and naming
+            ``rope_scaling`` where its values leave no finite frequencies or attention
+            factor, or a table that is not finite in ``dtype``.
     """
     check_table_args(max_position, rotary_dim, base)
-    inv_freq, attention_factor = rope_parameters(rotary_dim, float(base), rope_scaling, max_position=max_position)
+    try:
+        inv_freq, attention_factor = rope_parameters(rotary_dim, float(base), rope_scaling, max_position=max_position)
+    except (OverflowError, ZeroDivisionError) as exc:  # helper 71: a yarn beta of 5e-324, a factor of 1e200
+        raise ValueError(f"rope_scaling: its values overflow the frequencies ({exc}); got {rope_scaling!r}") from None
+    except ValueError as exc:
+        if "math domain error" not in str(exc):  # rope_parameters' own messages name the key
+            raise
+        raise ValueError(f"rope_scaling: its values leave the frequencies undefined ({exc}); "
+                         f"got {rope_scaling!r}") from None
+    if not (np.isfinite(inv_freq).all() and np.isfinite(attention_factor)):  # a linear factor of 1e-308
+        raise ValueError(f"rope_scaling: its values give frequencies or an attention factor that are not finite; "
+                         f"got {rope_scaling!r}")
     half = rotary_dim // 2
     table = np.empty((max_position, rotary_dim), dtype=dtype)
     for start in range(0, max_position, _CHUNK_ROWS):
         stop = min(start + _CHUNK_ROWS, max_position)
-        angles = np.arange(start, stop, dtype=np.float64)[:, None] * inv_freq[None, :]
-        table[start:stop, :half] = np.cos(angles) * attention_factor
-        table[start:stop, half:] = np.sin(angles) * attention_factor
+        with np.errstate(over="ignore", invalid="ignore"):  # checked just below, by name
+            angles = np.arange(start, stop, dtype=np.float64)[:, None] * inv_freq[None, :]
+            table[start:stop, :half] = np.cos(angles) * attention_factor
+            table[start:stop, half:] = np.sin(angles) * attention_factor
+        if not np.isfinite(table[start:stop]).all():  # an attention factor past the dtype's range
+            raise ValueError(f"rope_scaling: the cos/sin table is not finite in {np.dtype(dtype).name} "
+                             f"(attention factor {attention_factor:g}); got {rope_scaling!r}")
     return table

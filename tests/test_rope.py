@@ -12,6 +12,7 @@ out-of-range positions and CUDA-graph capture.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 from functools import lru_cache
 
@@ -241,6 +242,29 @@ def test_cache_rejects_bad_rope_scaling(scaling, words):
         reference.rope_cos_sin_cache(16, 8, rope_scaling=scaling)
     for word in words:
         assert word in str(info.value)
+
+
+_YARN8 = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}
+
+
+@pytest.mark.parametrize("scaling, dtype, problem", [
+    ({**_YARN8, "beta_fast": 5e-324}, np.float64, "overflow the frequencies"),  # OverflowError before
+    ({**_YARN8, "beta_slow": 1e308, "beta_fast": 1e308, "truncate": False}, np.float64,
+     "leave the frequencies undefined (math domain error)"),  # a ValueError naming nothing before
+    ({"rope_type": "linear", "factor": 1e-308}, np.float64, "not finite in float64"),  # 28 NaN of 128 before
+    ({**_YARN8, "attention_factor": 1e39}, np.float32, "not finite in float32"),  # 75 inf of 128 before
+])
+def test_scaling_values_that_break_the_table_are_named(scaling, dtype, problem):
+    """helper 71: extreme rope_scaling values raised OverflowError or returned tables of
+    NaN and inf; now a ValueError naming rope_scaling, from the host table the op and its
+    float64 twin share (the op's float32 table is checked in float32)."""
+    from cupykern import rope_scaling
+
+    with pytest.raises(ValueError, match=r"rope_scaling: .*" + re.escape(problem)):
+        rope_scaling.cos_sin_table(16, 8, 10000.0, scaling, dtype=dtype)
+    if dtype == np.float64:
+        with pytest.raises(ValueError, match="rope_scaling: "):
+            reference.rope_cos_sin_cache(16, 8, rope_scaling=scaling)
 
 
 def test_rope_cos_sin_cache_rejects_bad_arguments_without_gpu():
