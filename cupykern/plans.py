@@ -1230,7 +1230,8 @@ def rope_resident_grid(plan: RopePlan, num_tokens: int, blocks_per_sm: int, limi
     its last blocks at a fraction of the SMs' slots (item 33). ValueError naming the
     argument (or the plan's field) unless each count is an int, >= 0 for num_tokens and
     plan.grid_waves, >= 1 otherwise; TypeError for a plan that is not a RopePlan or
-    limits that are not DeviceLimits."""
+    limits that are not DeviceLimits; PlanError for a token-kernel plan whose grid would
+    not be exactly num_tokens blocks (waves, tokens a block, 0 tokens, or past max_grid_x)."""
     if not isinstance(plan, RopePlan):
         raise TypeError(f"plan: expected a plans.RopePlan, got {type(plan).__name__}")
     limits = _device_limits(limits)
@@ -1238,6 +1239,11 @@ def rope_resident_grid(plan: RopePlan, num_tokens: int, blocks_per_sm: int, limi
     blocks_per_sm = _count(blocks_per_sm, "blocks_per_sm", 1)
     waves = _count(plan.grid_waves, "plan.grid_waves", 0)
     blocks = max(1, -(-num_tokens // _count(plan.tokens_per_block, "plan.tokens_per_block", 1)))
+    if plan.token_kernel and not (waves == 0 and plan.tokens_per_block == 1 and 1 <= num_tokens <= limits.max_grid_x):
+        # no token loop and no guard: block b is token b, so the grid must be the tokens exactly (helper 71)
+        raise PlanError(f"a token-kernel plan launches one block per token, without waves: {num_tokens} tokens "
+                        f"(grid_waves {waves}, tokens_per_block {plan.tokens_per_block}) do not fit a grid of 1 to "
+                        f"{limits.max_grid_x} blocks")
     if waves:
         blocks = min(blocks, waves * blocks_per_sm * limits.sm_count)
     return replace(plan, grid=(min(blocks, limits.max_grid_x), 1, 1))

@@ -421,6 +421,19 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
     assert not plan(64, 72).token_kernel and not plan(1).token_kernel
 
 
+def test_resident_grid_refuses_token_plans_it_cannot_cover():
+    """helper 71: the public rope_resident_grid gave a token-kernel plan (no token loop, no
+    guard) grids of 100 blocks for 1024 tokens, 132 for 100000 with waves, 1 for none."""
+    p = plans.plan_rope(1024, 40, 128, 128, BF16, max_vec_width=8, fused_norm=False, in_place=True,
+                        limits=plans.H200_LIMITS)
+    assert p.token_kernel and plans.rope_resident_grid(p, 1024, 2, plans.H200_LIMITS).grid == (1024, 1, 1)
+    for plan, n, limits in ((p, 1024, replace(plans.H200_LIMITS, max_grid_x=100)),
+                            (replace(p, grid_waves=1), 100000, plans.H200_LIMITS),
+                            (replace(p, tokens_per_block=2), 1024, plans.H200_LIMITS), (p, 0, plans.H200_LIMITS)):
+        with pytest.raises(plans.PlanError, match="a token-kernel plan launches one block per token"):
+            plans.rope_resident_grid(plan, n, 2, limits)
+
+
 @pytest.mark.parametrize("name, fused_norm, choices", [
     ("ROPE_NORM_TOKEN_HEADS", True, "ROPE_WIDE_NORM_HEADS_CHOICES"),
     ("ROPE_TOKEN_HEADS", False, "ROPE_WIDE_HEADS_CHOICES")])
