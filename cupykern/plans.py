@@ -1496,8 +1496,9 @@ def plan_attention(num_tokens: int, num_heads: int, cache_rows: int, dtype, *, l
     """Plan for decode_attention_kernel: a block per (head, token, split). The cache is
     split (then combined by a second launch) only past :data:`ATTENTION_ONE_SPLIT_ROWS`
     rows, into enough splits for about two blocks per SM, each at least
-    :data:`ATTENTION_MIN_SPLIT_ROWS` rows, at most :data:`CUDA_MAX_GRID_Z` of them. The split depends on the cache's capacity, not
-    on the positions (which live on the device), so a captured graph fits every step.
+    :data:`ATTENTION_MIN_SPLIT_ROWS` rows, at most :data:`CUDA_MAX_GRID_Z` of them. The
+    split depends on the cache's capacity, not on the positions (which live on the
+    device), so a captured graph fits every step.
 
     Raises:
         ValueError: a count that is not an int >= 0; PlanError (a ValueError) for heads or

@@ -373,10 +373,9 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
     llama-3.1-8b (2 heads a thread, 160 threads), -70b (3, 192); a block per token. From 4
     to 12 tokens an SM (528-1583 on 132 SMs, item 44) in the prefill layout's heads where
     they fill every slot: 8b's 5 (64 threads), gemma-2-9b's 3 (16 lanes, 128 threads), not
-    70b's (72 heads in 15 slots of 5). Not
-    from 12 tokens an SM, not out of place or M-RoPE, not fp32, not 4 lanes a head, not with
-    the constant empty (item 39). Dims past rotary_dim do not stop it (in place they are
-    not touched)."""
+    70b's (72 heads in 15 slots of 5). Not from 12 tokens an SM, not out of place or M-RoPE,
+    not fp32, not 4 lanes a head, not with the constant empty (item 39). Dims past
+    rotary_dim do not stop it (in place they are not touched)."""
     assert plans.ROPE_TOKEN_HEADS == (2, 3, 5)
     assert (plans.ROPE_MIN_TOKENS_PER_SM, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM) == (4, 12)
     assert plans.H200_LIMITS.sm_count == 132

@@ -90,7 +90,7 @@ def test_invalid_file_says_what_and_how_to_clear_it(tune_file, text, problem):
         tuning.read()
     message = str(info.value)
     assert problem in message and "\n" not in message
-    if any(problem.startswith(f) or f in problem for f in FOREIGN):
+    if any(f in problem for f in FOREIGN):
         assert message.startswith(f"{tune_file}: not a tuned-config file (")
         assert message.endswith("if it is a damaged one, delete it; else set CUPYKERN_TUNE_FILE to another path")
         with pytest.raises(tuning.TunedFileError, match="not a tuned-config file"):
