@@ -203,6 +203,7 @@ def _any_rope_calls(dtype):
     aligns = (0, 8, 4, 2) if np.dtype(dtype).itemsize == 2 else (0, 8, 4)
     for (head_dim, rotary_dim), (hq, hkv), align in itertools.product(ANY_ROPE_HEADS, ANY_ROPE_HEAD_COUNTS, aligns):
         for n in (1, 1024, 4096):  # decode, apply_rope's token band, prefill (plans.ROPE_*TOKENS_PER_SM)
+            band_only = n == 1024  # a size class of in-place apply_rope without M-RoPE alone
             q = _c((n, hq, head_dim), dtype, align)
             k = _c((n, hkv, head_dim), dtype, align) if hkv else None
             for table_dtype, index in itertools.product({_FLOAT32, np.dtype(dtype)}, (_INT32, _INT64)):
@@ -211,16 +212,16 @@ def _any_rope_calls(dtype):
                 for is_neox in (True, False):
                     # In place and out of place launch an instantiation each (rope.cu's
                     # kInPlace); out of place plans as in place (its outputs are new, aligned).
-                    for inplace in (True, False) if n != 1024 else (True,):
+                    for inplace in (True,) if band_only else (True, False):
                         yield "apply_rope", dict(q=q, k=k, positions=positions, cos_sin_cache=table,
                                                  is_neox=is_neox, inplace=inplace)
-                    if k is not None and n != 1024:
+                    if k is not None and not band_only:
                         weight = _c((head_dim,), dtype, align)
                         yield "qk_rms_norm_rope", dict(q=q, k=k, q_weight=weight, k_weight=weight,
                                                        positions=positions, cos_sin_cache=table, eps=1e-6,
                                                        is_neox=is_neox)
                 half = rotary_dim // 2
-                if half >= 3 and n != 1024:  # M-RoPE (NeoX pairs only): sectioned and interleaved
+                if half >= 3 and not band_only:  # M-RoPE (NeoX pairs only): sectioned and interleaved
                     section = (half - 2 * (half // 3), half // 3, half // 3)
                     for interleaved, inplace in itertools.product((False, True), (True, False)):
                         yield "apply_rope", dict(q=q, k=k, positions=_c((3, n), index), cos_sin_cache=table,

@@ -77,6 +77,17 @@ def _cache(sig, name: str, dtype, num_kv_heads: int, head_dim: int,
     return sig, cache
 
 
+def _kv_caches(k_sig, v_sig, dtype, num_kv_heads: int, head_dim: int,
+               what: str = "the dtype of q") -> tuple[_arrays.Heads, _arrays.Heads]:
+    """k_cache and v_cache (each :func:`_cache`) of the same rows: the kernels bound a
+    position by k_cache's rows alone, so a shorter v_cache would be written past its end."""
+    _, kc = _cache(k_sig, "k_cache", dtype, num_kv_heads, head_dim, what)
+    _, vc = _cache(v_sig, "v_cache", dtype, num_kv_heads, head_dim, what)
+    if vc.num_tokens != kc.num_tokens:
+        raise ValueError(f"v_cache: expected shape {tuple(k_sig.shape)} (as k_cache), got {tuple(v_sig.shape)}")
+    return kc, vc
+
+
 def check_cache_positions(positions: np.ndarray, max_position: int) -> None:
     """ValueError unless the host positions ``positions`` are in ``[0, max_position)`` and
     distinct: tokens at one position would write the same cache row at once (a row mixing
@@ -110,10 +121,7 @@ def _prepare_rope_kv_append(a: launcher.Args) -> launcher.Launch:
         raise ValueError(f"v: expected shape {tuple(k.shape)} (as k), got {tuple(v.shape)}")
     positions = _positions(a.positions, qh.num_tokens)
     table, rotary_dim, table_stride = _rope._cache(a.cos_sin_cache, q.dtype, qh.head_dim)
-    _, kc = _cache(a.k_cache, "k_cache", q.dtype, kh.num_heads, qh.head_dim)
-    _, vc = _cache(a.v_cache, "v_cache", q.dtype, kh.num_heads, qh.head_dim)
-    if vc.num_tokens != kc.num_tokens:  # the kernel bounds a position by k_cache's rows alone
-        raise ValueError(f"v_cache: expected shape {tuple(a.k_cache.shape)} (as k_cache), got {tuple(a.v_cache.shape)}")
+    kc, vc = _kv_caches(a.k_cache, a.v_cache, q.dtype, kh.num_heads, qh.head_dim)
     is_neox = _arrays.flag(a.is_neox, "is_neox")
     _arrays.distinct_heads(qh, "q")
     if table_stride != rotary_dim:
@@ -185,10 +193,8 @@ def _attention_intake(a: launcher.Args, op: str, max_tokens: int | None) -> _Att
     num_kv_heads = kc_sig.shape[1]
     if num_kv_heads < 1 or qh.num_heads % num_kv_heads:
         raise ValueError(f"k_cache: num_kv_heads ({num_kv_heads}) must divide q's num_heads ({qh.num_heads})")
-    k_cache, kc = _cache(kc_sig, "k_cache", q.dtype, num_kv_heads, qh.head_dim)
-    v_cache, vc = _cache(a.v_cache, "v_cache", q.dtype, num_kv_heads, qh.head_dim)
-    if vc.num_tokens != kc.num_tokens:
-        raise ValueError(f"v_cache: expected shape {tuple(kc_sig.shape)} (as k_cache), got {tuple(v_cache.shape)}")
+    k_cache, v_cache = kc_sig, a.v_cache
+    kc, vc = _kv_caches(k_cache, v_cache, q.dtype, num_kv_heads, qh.head_dim)
     positions = _positions(a.positions, qh.num_tokens)
     if max_tokens is not None and qh.num_tokens > max_tokens:
         raise ValueError(f"q: {op} takes at most {max_tokens} tokens per call (the grid's y dimension), "

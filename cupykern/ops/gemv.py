@@ -178,10 +178,7 @@ def _prepare_qkv_rope(a: launcher.Args) -> launcher.Launch:
         raise ValueError(f"qkv_weight: expected ((num_heads + 2 * {num_kv_heads}) * {head_dim}, {k}) rows (q, k, v "
                          f"heads of k_cache's head_dim), got shape {tuple(w_sig.shape)}")
     weight, w_stride = _weight(w_sig, "qkv_weight", x.dtype, k, rows_w, f"(num_heads + 2 * num_kv_heads) * head_dim, {k}")
-    _, kc = _attention._cache(kc_sig, "k_cache", x.dtype, num_kv_heads, head_dim, "the dtype of x")
-    _, vc = _attention._cache(a.v_cache, "v_cache", x.dtype, num_kv_heads, head_dim, "the dtype of x")
-    if vc.num_tokens != kc.num_tokens:
-        raise ValueError(f"v_cache: expected shape {tuple(kc_sig.shape)} (as k_cache), got {tuple(a.v_cache.shape)}")
+    kc, vc = _attention._kv_caches(kc_sig, a.v_cache, x.dtype, num_kv_heads, head_dim, "the dtype of x")
     positions = _attention._positions(a.positions, rows.num_rows)
     table, rotary_dim, table_stride = _rope._cache(a.cos_sin_cache, x.dtype, head_dim)
     if table.dtype != _dtypes.float32 or table_stride != rotary_dim:
