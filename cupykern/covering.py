@@ -339,7 +339,8 @@ def _coverage(expr: str) -> set:
 
 def instantiations(only=None) -> dict[str, list[str]]:
     """The covering set, as {source file: [name expressions]} in the order of
-    ``families.instantiations(only)`` (``only``: family names).
+    ``families.instantiations(only)`` (``only``: a family name or names; ValueError for
+    a name that is not a family).
 
     The planner's picks (:func:`planned`) first, then, greedily, the instantiation that
     adds the most template-parameter values not yet covered, until every value of the

@@ -29,11 +29,21 @@ def public_names(kind: str) -> dict:
 
 def instantiations(only=None) -> dict[str, list[str]]:
     """Every kernel instantiation the package can launch, as {source file: [name expressions]};
-    with ``only`` (family names), those families' alone. ``cupykern.covering`` picks the
-    subset a first run compiles."""
+    with ``only`` (a family name or an iterable of them), those families' alone.
+    ``cupykern.covering`` picks the subset a first run compiles. ValueError naming ``only``
+    for a name not in :data:`FAMILIES` (an empty answer would read as "nothing to compile")."""
     spaces: dict[str, list[str]] = {}
-    chosen = FAMILIES if only is None else [f for f in FAMILIES if f in set(only)]
+    chosen = FAMILIES if only is None else _known(only)
     for module in (importlib.import_module(f"cupykern.ops.{family}") for family in chosen):
         for template, exprs in module.instantiations().items():
             spaces.setdefault(template.source, []).extend(exprs)
     return spaces
+
+
+def _known(only) -> list[str]:
+    """The families ``only`` names (one name, or an iterable of names), in FAMILIES' order."""
+    names = {only} if isinstance(only, str) else set(only)
+    unknown = sorted(map(repr, names - set(FAMILIES)))
+    if unknown:
+        raise ValueError(f"only: expected kernel family names from {FAMILIES}, got unknown {', '.join(unknown)}")
+    return [f for f in FAMILIES if f in names]

@@ -197,10 +197,21 @@ def check_override_keys(overrides: dict, allowed, what: str) -> None:
             raise ValueError(f"launch override {key}: expected a positive int, got {value!r}")
 
 
+def given_overrides(overrides: dict | None) -> dict:
+    """``overrides`` (a dict, or None for none) without its None values; TypeError naming
+    ``overrides`` for anything else (a list of pairs or a string would fail deep in a plan
+    rule, helper 71)."""
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, dict):
+        raise TypeError(f"overrides: expected a dict of launch overrides or None, got {overrides!r}")
+    return {k: v for k, v in overrides.items() if v is not None}
+
+
 def checked_overrides(overrides: dict | None, allowed, what: str) -> dict:
     """``overrides`` without its None values, checked (:func:`check_override_keys`), with
     NumPy ints and bools as Python ones (the plan rules do int arithmetic on them)."""
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    overrides = given_overrides(overrides)
     check_override_keys(overrides, allowed, what)
     return {k: bool(v) if k in FLAG_OVERRIDE_KEYS else int(v) for k, v in overrides.items()}
 
@@ -694,8 +705,8 @@ def plan_rows(num_rows: int, hidden_size: int, dtype, *, aligned: bool, limits: 
     threads_per_row without vecs_per_thread takes the tree's (:func:`tree_vecs_per_thread`),
     a vecs_per_thread alone the threads_per_row that goes with it. The result is
     validated (ValueError, also for a layout that would not compute the row's tree;
-    TypeError for an ``op`` that is not a name). With
-    ``op`` and no override, an entry of the tuned file for (op, dtype, hidden_size,
+    TypeError for an ``op`` that is not a name, for ``overrides`` neither a dict nor None).
+    With ``op`` and no override, an entry of the tuned file for (op, dtype, hidden_size,
     ``limits.name``) is used first (origin ``"tuned"``); otherwise the heuristic
     :func:`row_layout`, which follows ``num_rows``. Every valid plan gives a row the same
     bits. ``exact`` is :func:`exact_walk`'s answer for an ``op`` of :data:`EXACT_WALK`, else
@@ -894,7 +905,8 @@ def plan_activation(num_rows: int, d: int, dtype, *, aligned: bool, limits: Devi
     :data:`ACTIVATION_OVERRIDE_KEYS`: ``block_size``, ``vec_width``, and ``grid_stride``
     to force either grid) replace the heuristic's choices; the result is validated:
     ValueError for a bad override, for ``grid_stride=False`` on a grid past the device's
-    limits, or with a d that is not a multiple of ``vec_width``.
+    limits, or with a d that is not a multiple of ``vec_width``; TypeError for
+    ``overrides`` neither a dict nor None.
     """
     overrides = checked_overrides(overrides, ACTIVATION_OVERRIDE_KEYS, op)
     limits = _device_limits(limits)
@@ -1159,11 +1171,12 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     :data:`ROPE_TOKEN_MAX_TOKENS_PER_SM` tokens an SM) when the call is ``in_place`` without
     ``mrope`` (M-RoPE's positions; both flags are apply_rope's alone:
     qk_rms_norm_rope is always in place). The rule takes no launch overrides: any raise
-    ValueError (never ignored); ``fused_norm``, ``in_place`` and ``mrope`` not bools raise
-    TypeError naming them; a device whose warps are not 32 lanes, PlanError.
+    ValueError (never ignored); ``fused_norm``, ``in_place`` and ``mrope`` not bools, and
+    ``overrides`` neither a dict nor None, raise TypeError naming them; ``max_vec_width``
+    not an int >= 1 ValueError; a device whose warps are not 32 lanes, PlanError.
     """
     dtype = _dtypes.check_supported(dtype, "dtype")
-    check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
+    check_override_keys(given_overrides(overrides), (), op)
     for name, flag in (("fused_norm", fused_norm), ("in_place", in_place), ("mrope", mrope)):
         if not isinstance(flag, (bool, np.bool_)):  # "no" or NaN would read as True
             raise TypeError(f"{name}: expected a bool, got {flag!r}")
@@ -1171,6 +1184,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     # Python ints from here on (NumPy's unsigned and small ints wrapped in -(-n // h)).
     num_tokens, num_heads = _count(num_tokens, "num_tokens", 0), _count(num_heads, "num_heads", 1)
     head_dim, rotary_dim = _count(head_dim, "head_dim", 2), _count(rotary_dim, "rotary_dim", 2)
+    max_vec_width = _count(max_vec_width, "max_vec_width", 1)  # 1 (scalar access) always fits
     limits = _fixed_block(limits, WARP_SIZE, "RoPE's kernels")
     sm_count = limits.sm_count
     # Every size below fits the device's blocks as well as the kernels' launch bounds:
@@ -1471,19 +1485,22 @@ def plan_gemv(num_tokens: int, n_out: int, dtype, *, aligned: bool, limits: Devi
     Raises:
         ValueError: a count that is not an int >= 0, more than GEMV_MAX_TOKENS[-1] tokens;
             PlanError (a ValueError) for a device whose warps are not 32 lanes or whose
-            blocks hold fewer than GEMV_WARPS warps.
-        TypeError: ``limits`` not a DeviceLimits.
+            blocks hold fewer than GEMV_WARPS warps, or for a GEMV_* constant not an int >= 1.
+        TypeError: ``limits`` not a DeviceLimits, ``overrides`` neither a dict nor None.
     """
-    check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
-    limits = _fixed_block(limits, GEMV_WARPS * WARP_SIZE, "the GEMV kernels")
+    check_override_keys(given_overrides(overrides), (), op)
+    warps, ahead = _constant("GEMV_WARPS"), _constant("GEMV_AHEAD")
+    many_from, many_per_warp = _constant("GEMV_MANY_ROWS"), _constant("GEMV_MANY_ROWS_PER_WARP")
+    many_ahead = _constant("GEMV_MANY_ROWS_AHEAD")
+    limits = _fixed_block(limits, warps * WARP_SIZE, "the GEMV kernels")
     num_tokens, n_out = _count(num_tokens, "num_tokens", 0), _count(n_out, "n_out", 0)
     dtype, aligned = _dtype_and_alignment(dtype, aligned)
-    rows = GEMV_MANY_ROWS_PER_WARP if many_rows and n_out >= GEMV_MANY_ROWS else 1
+    rows = many_per_warp if many_rows and n_out >= many_from else 1
     units = -(-n_out // rows)
-    blocks = max(1, min(-(-units // GEMV_WARPS), limits.max_grid_x))
-    return DecodePlan("gemv", (blocks, 1, 1), GEMV_WARPS * WARP_SIZE,
+    blocks = max(1, min(-(-units // warps), limits.max_grid_x))
+    return DecodePlan("gemv", (blocks, 1, 1), warps * WARP_SIZE,
                       vec_width=_dtypes.vec_width(dtype) if aligned else 1, max_tokens=gemv_max_tokens(num_tokens),
-                      rows_per_warp=rows, ahead=GEMV_MANY_ROWS_AHEAD if rows > 1 else GEMV_AHEAD)
+                      rows_per_warp=rows, ahead=many_ahead if rows > 1 else ahead)
 
 
 #: gridDim.z's limit on every CUDA device (DeviceLimits does not carry it): the splits of
@@ -1503,23 +1520,25 @@ def plan_attention(num_tokens: int, num_heads: int, cache_rows: int, dtype, *, l
     Raises:
         ValueError: a count that is not an int >= 0; PlanError (a ValueError) for heads or
             tokens past the device's grid, warps not of 32 lanes, or blocks of fewer than
-            ATTENTION_WARPS warps.
-        TypeError: ``limits`` not a DeviceLimits.
+            ATTENTION_WARPS warps, or for a constant of this rule out of its range.
+        TypeError: ``limits`` not a DeviceLimits, ``overrides`` neither a dict nor None.
     """
     dtype = _dtypes.check_supported(dtype, "dtype")
-    check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
-    limits = _fixed_block(limits, ATTENTION_WARPS * WARP_SIZE, "the decode attention kernels")
+    check_override_keys(given_overrides(overrides), (), op)
+    warps, one_split_rows = _constant("ATTENTION_WARPS"), _constant("ATTENTION_ONE_SPLIT_ROWS", lowest=0)
+    min_split_rows, max_splits = _constant("ATTENTION_MIN_SPLIT_ROWS"), _constant("CUDA_MAX_GRID_Z")
+    limits = _fixed_block(limits, warps * WARP_SIZE, "the decode attention kernels")
     num_tokens, num_heads = _count(num_tokens, "num_tokens", 0), _count(num_heads, "num_heads", 0)
     cache_rows = _count(cache_rows, "cache_rows", 0)
     if num_heads > limits.max_grid_x or num_tokens > limits.max_grid_y:
         raise PlanError(f"a (head, token, split) grid of {num_heads} x {num_tokens} exceeds the device's "
                         f"{limits.max_grid_x} x {limits.max_grid_y}")
     num_splits = 1
-    if cache_rows > ATTENTION_ONE_SPLIT_ROWS:
+    if cache_rows > one_split_rows:
         wanted = -(-2 * limits.sm_count // max(1, num_heads * num_tokens))
-        num_splits = max(1, min(wanted, cache_rows // ATTENTION_MIN_SPLIT_ROWS, CUDA_MAX_GRID_Z))
+        num_splits = max(1, min(wanted, cache_rows // min_split_rows, max_splits))
     split_size = -(-cache_rows // num_splits)
-    return DecodePlan("attention", (num_heads, num_tokens, num_splits), ATTENTION_WARPS * WARP_SIZE,
+    return DecodePlan("attention", (num_heads, num_tokens, num_splits), warps * WARP_SIZE,
                       vec_width=_dtypes.vec_width(dtype), num_splits=num_splits, split_size=split_size)
 
 
@@ -1535,21 +1554,23 @@ def plan_prefill_attention(num_tokens: int, num_heads: int, num_kv_heads: int, d
         ValueError: more blocks than the grid's x dimension holds; a count that is not an
             int (>= 0 tokens, >= 1 heads), num_heads not a multiple of num_kv_heads;
             PlanError (a ValueError) for warps not of 32 lanes or blocks of fewer than
-            PREFILL_ATTENTION_WARPS warps.
-        TypeError: ``limits`` not a DeviceLimits.
+            PREFILL_ATTENTION_WARPS warps, or for PREFILL_ATTENTION_* out of its range.
+        TypeError: ``limits`` not a DeviceLimits, ``overrides`` neither a dict nor None.
     """
     dtype = _dtypes.check_supported(dtype, "dtype")
-    check_override_keys({k: v for k, v in (overrides or {}).items() if v is not None}, (), op)
-    limits = _fixed_block(limits, PREFILL_ATTENTION_WARPS * WARP_SIZE, "the prefill attention kernels")
+    check_override_keys(given_overrides(overrides), (), op)
+    warps = _constant("PREFILL_ATTENTION_WARPS")
+    lanes_per_row = _constant("PREFILL_ATTENTION_LANES_PER_ROW", allowed=(1, 2, 4, 8, 16, 32))  # they split a warp
+    limits = _fixed_block(limits, warps * WARP_SIZE, "the prefill attention kernels")
     num_tokens = _count(num_tokens, "num_tokens", 0)
     num_heads, num_kv_heads = _count(num_heads, "num_heads", 1), _count(num_kv_heads, "num_kv_heads", 1)
     if num_heads % num_kv_heads:
         raise ValueError(f"num_heads: expected a multiple of num_kv_heads ({num_kv_heads}), got {num_heads}")
-    rows_per_tile = WARP_SIZE // PREFILL_ATTENTION_LANES_PER_ROW
+    rows_per_tile = WARP_SIZE // lanes_per_row
     group = num_heads // num_kv_heads
     blocks = -(-num_tokens * group // rows_per_tile) * num_kv_heads
     if blocks > limits.max_grid_x:
         raise ValueError(f"q: {op} takes at most {limits.max_grid_x // num_kv_heads * rows_per_tile // group} "
                          f"tokens per call here (the grid's x dimension), got {num_tokens}; split the call")
-    return DecodePlan("attention", (blocks, 1, 1), PREFILL_ATTENTION_WARPS * WARP_SIZE,
+    return DecodePlan("attention", (blocks, 1, 1), warps * WARP_SIZE,
                       vec_width=_dtypes.vec_width(dtype), rows_per_warp=rows_per_tile, num_splits=1)

@@ -179,3 +179,13 @@ def test_any_size_enumerations_launch_only_the_sources_they_declare():
             covering.heuristic_picks(sources=bad)
     with pytest.raises(TypeError, match="limits: expected a plans.DeviceLimits, got str"):
         covering.heuristic_picks(limits="H200")
+
+
+def test_instantiations_take_one_family_by_name_and_refuse_unknown_ones():
+    """Helper 71: ``instantiations("rope")`` iterated the string's letters and answered {}."""
+    assert families.instantiations("rope") == families.instantiations(["rope"])
+    assert list(families.instantiations("rope")) == ["rope.cu"]
+    with pytest.raises(ValueError, match=r"only: expected kernel family names from .*, got unknown 'ropes'$"):
+        families.instantiations(["rope", "ropes"])
+    with pytest.raises(ValueError, match=r"got unknown 'e', 'o', 'p', 'r'$"):
+        covering.instantiations(list("rope"))

@@ -392,6 +392,32 @@ def test_plan_rows_overrides_are_a_dict():
         plans.plan_rows(4, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, threads_per_row=64)
 
 
+_EVERY_PLANNER = {
+    "rows": lambda overrides: plans.plan_rows(4, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS,
+                                              overrides=overrides),
+    "activation": lambda overrides: plans.plan_activation(4, 14336, _dtypes.bfloat16, aligned=True,
+                                                          limits=H200_LIMITS, overrides=overrides),
+    "rope": lambda overrides: plans.plan_rope(4, 40, 128, 128, _dtypes.bfloat16, max_vec_width=8, fused_norm=False,
+                                              limits=H200_LIMITS, overrides=overrides),
+    "gemv": lambda overrides: plans.plan_gemv(1, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS,
+                                              overrides=overrides),
+    "attention": lambda overrides: plans.plan_attention(1, 32, 4096, _dtypes.bfloat16, limits=H200_LIMITS,
+                                                        overrides=overrides),
+    "prefill_attention": lambda overrides: plans.plan_prefill_attention(16, 32, 8, _dtypes.bfloat16,
+                                                                        limits=H200_LIMITS, overrides=overrides),
+}
+
+
+@pytest.mark.parametrize("planner", sorted(_EVERY_PLANNER))
+@pytest.mark.parametrize("overrides", [[("block_size", 128)], "block_size", 128, ("vec_width",)])
+def test_overrides_that_are_not_a_dict_are_refused_by_name(planner, overrides):
+    """Helper 71: a list of pairs reached ``.items()`` (AttributeError) in the plan rules."""
+    with pytest.raises(TypeError, match=r"overrides: expected a dict of launch overrides or None"):
+        _EVERY_PLANNER[planner](overrides)
+    _EVERY_PLANNER[planner](None)  # and no overrides plan as before
+    _EVERY_PLANNER[planner]({})
+
+
 @pytest.mark.parametrize("threads_per_row, block_size", [(32, 256), (64, 256), (256, 256), (128, 128), (32, 32)])
 def test_block_size_override_sets_rows_per_block(threads_per_row, block_size):
     """A row op takes block_size = threads_per_row x rows_per_block (sweeps' --block-size)."""
@@ -462,6 +488,19 @@ def test_rope_plan_rejects_every_override(fused_norm, op, key, value):
     with pytest.raises(ValueError, match=key):
         plans.plan_rope(64, 40, 128, 128, _dtypes.bfloat16, max_vec_width=8, fused_norm=fused_norm,
                         limits=H200_LIMITS, overrides={key: value}, op=op)
+
+
+@pytest.mark.parametrize("value, error", [(0, ValueError), (-8, ValueError), (8.0, ValueError), (True, ValueError),
+                                          ("8", ValueError)])
+def test_rope_plan_refuses_a_max_vec_width_below_one(value, error):
+    """Helper 71: 0 reached ``max()`` of no widths (ValueError: max() arg is an empty sequence)."""
+    with pytest.raises(error, match=r"max_vec_width: expected an int >= 1"):
+        plans.plan_rope(64, 40, 128, 128, _dtypes.bfloat16, max_vec_width=value, fused_norm=False,
+                        limits=H200_LIMITS)
+    # 1 (scalar access) and widths between the compiled ones plan the widest that fits.
+    widths = [plans.plan_rope(64, 40, 128, 128, _dtypes.bfloat16, max_vec_width=w, fused_norm=False,
+                              limits=H200_LIMITS).vec_width for w in (1, 3, 4, 8, 64)]
+    assert widths == [1, 1, 4, 8, 8]
 
 
 def test_rope_plan_without_overrides():
@@ -849,3 +888,27 @@ def test_plans_take_aligned_as_a_bool_only(aligned):
                  lambda: plans.plan_gemv(1, 4096, np.float16, aligned=aligned, limits=H200_LIMITS)):
         with pytest.raises(TypeError, match="aligned: expected a bool"):
             call()
+
+
+@pytest.mark.parametrize("name, value, planner", [
+    ("GEMV_WARPS", 0, "gemv"), ("GEMV_AHEAD", -1, "gemv"), ("GEMV_MANY_ROWS", None, "gemv"),
+    ("GEMV_MANY_ROWS_PER_WARP", 2.0, "gemv"), ("GEMV_MANY_ROWS_AHEAD", True, "gemv"),
+    ("ATTENTION_WARPS", 0, "attention"), ("ATTENTION_ONE_SPLIT_ROWS", -1, "attention"),
+    ("ATTENTION_MIN_SPLIT_ROWS", 0, "attention"), ("CUDA_MAX_GRID_Z", 0, "attention"),
+    ("PREFILL_ATTENTION_WARPS", 0, "prefill_attention"), ("PREFILL_ATTENTION_LANES_PER_ROW", 3, "prefill_attention"),
+    ("PREFILL_ATTENTION_LANES_PER_ROW", 64, "prefill_attention"),
+])
+def test_bad_decode_constants_are_refused_by_name(monkeypatch, name, value, planner):
+    """Helper 71: the decode family's constants were read unchecked (0 warps divided by zero,
+    3 lanes a row planned tiles the kernel's static_assert refuses), as the row and RoPE
+    constants are not."""
+    monkeypatch.setattr(plans, name, value)
+    with pytest.raises(plans.PlanError, match=rf"plans\.{name} must be"):
+        _EVERY_PLANNER[planner](None)
+
+
+def test_legal_decode_constants_still_plan(monkeypatch):
+    monkeypatch.setattr(plans, "ATTENTION_ONE_SPLIT_ROWS", 0)  # split from the first row
+    assert plans.plan_attention(1, 32, 4096, _dtypes.bfloat16, limits=H200_LIMITS).num_splits > 1
+    monkeypatch.setattr(plans, "PREFILL_ATTENTION_LANES_PER_ROW", 4)
+    assert plans.plan_prefill_attention(16, 32, 8, _dtypes.bfloat16, limits=H200_LIMITS).rows_per_warp == 8

@@ -31,6 +31,25 @@ def test_philox_matches_random123_known_answers(counter, key, expected):
     assert tuple(int(w) for w in reference.philox4x32_10(np.array(counter, np.uint64), key)) == expected
 
 
+@pytest.mark.parametrize("counter, key, name", [
+    ((2**32, 0, 0, 0), (0, 0), "counter"), ((0, 0, 0, -1), (0, 0), "counter"), ((0.5, 0, 0, 0), (0, 0), "counter"),
+    ((0, 0, 0, 0), (2**40, 0), "key"), ((0, 0, 0, 0), (-1, 0), "key"),
+    ((0, 0, 0, 0), (np.uint64(2**63), 0), "key"),
+])
+def test_philox_refuses_words_past_32_bits(counter, key, name):
+    """Helper 71: a word past 32 bits ran (the rounds mixed its high bits) and returned
+    words no 32-bit generator gives."""
+    with pytest.raises(ValueError, match=rf"{name}: expected integer words in \[0, 2\*\*32\)"):
+        reference.philox4x32_10(counter, key)
+
+
+@pytest.mark.parametrize("counter, key, match", [((0, 0, 0), (0, 0), r"counter: expected shape \(\.\.\., 4\)"),
+                                                 ((0, 0, 0, 0), (0, 0, 0), r"key: expected two words")])
+def test_philox_refuses_other_shapes(counter, key, match):
+    with pytest.raises(ValueError, match=match):
+        reference.philox4x32_10(counter, key)
+
+
 def test_gumbel_noise_has_the_gumbel_mean_and_variance():
     from cupykern.reference.tokens import gumbel_noise
 

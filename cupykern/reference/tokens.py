@@ -21,12 +21,35 @@ _W0, _W1 = 0x9E3779B9, 0xBB67AE85
 _MASK = np.uint64(0xFFFFFFFF)
 
 
+def _words(value, name: str) -> np.ndarray:
+    """``value`` as uint64 words, ValueError naming ``name`` unless every one is an int in
+    [0, 2**32) (checked on the array: gumbel_noise passes a vocabulary of counters)."""
+    words = np.asarray(value)
+    if words.dtype.kind in "iu":
+        fits = words.size == 0 or (int(words.min()) >= 0 and int(words.max()) <= 0xFFFFFFFF)
+    elif words.dtype == object:  # Python ints past int64
+        fits = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 <= v <= 0xFFFFFFFF
+                   for v in words.flat)
+    else:
+        fits = False
+    if not fits:
+        raise ValueError(f"{name}: expected integer words in [0, 2**32), got {value!r}")
+    return words.astype(np.uint64)
+
+
 def philox4x32_10(counter, key) -> np.ndarray:
     """Philox4x32-10 (Salmon et al., SC 2011; Random123's constants): ``counter`` an
-    ``(..., 4)`` array of uint32 words, ``key`` two uint32 words; returns ``(..., 4)`` uint32."""
-    c = np.asarray(counter, dtype=np.uint64)
+    ``(..., 4)`` array of uint32 words, ``key`` two uint32 words; returns ``(..., 4)`` uint32.
+    ValueError naming ``counter`` or ``key`` for a word outside [0, 2**32) or another shape
+    (a wider word would change every later round instead of failing)."""
+    c = _words(counter, "counter")
+    if c.ndim < 1 or c.shape[-1] != 4:
+        raise ValueError(f"counter: expected shape (..., 4), got {c.shape}")
+    keys = _words(key, "key")
+    if keys.shape != (2,):
+        raise ValueError(f"key: expected two words, got shape {keys.shape}")
     x, y, z, w = (c[..., i] for i in range(4))
-    k0, k1 = int(key[0]), int(key[1])
+    k0, k1 = int(keys[0]), int(keys[1])
     for _ in range(10):
         p0, p1 = _M0 * x, _M1 * z  # exact: 32 x 32 bits fit in 64
         hi0, lo0 = p0 >> np.uint64(32), p0 & _MASK
