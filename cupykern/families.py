@@ -31,7 +31,8 @@ def instantiations(only=None) -> dict[str, list[str]]:
     """Every kernel instantiation the package can launch, as {source file: [name expressions]};
     with ``only`` (a family name or an iterable of them), those families' alone.
     ``cupykern.covering`` picks the subset a first run compiles. ValueError naming ``only``
-    for a name not in :data:`FAMILIES` (an empty answer would read as "nothing to compile")."""
+    for no name or one not in :data:`FAMILIES` (an empty answer would read as "nothing to
+    compile"), TypeError for what is not a name or names."""
     spaces: dict[str, list[str]] = {}
     chosen = FAMILIES if only is None else _known(only)
     for module in (importlib.import_module(f"cupykern.ops.{family}") for family in chosen):
@@ -41,8 +42,19 @@ def instantiations(only=None) -> dict[str, list[str]]:
 
 
 def _known(only) -> list[str]:
-    """The families ``only`` names (one name, or an iterable of names), in FAMILIES' order."""
-    names = {only} if isinstance(only, str) else set(only)
+    """The families ``only`` names (one name, or an iterable of names), in FAMILIES' order;
+    TypeError for anything else, ValueError for no name or an unknown one."""
+    if isinstance(only, str):
+        names = {only}
+    elif isinstance(only, (bytes, bytearray)) or not hasattr(only, "__iter__"):
+        raise TypeError(f"only: expected a family name or an iterable of them, got {only!r}")
+    else:
+        names = list(only)
+        if not all(isinstance(name, str) for name in names):
+            raise TypeError(f"only: expected family names (str), got {only!r}")
+        names = set(names)
+    if not names:
+        raise ValueError(f"only: expected at least one family name from {FAMILIES}, got {only!r}")
     unknown = sorted(map(repr, names - set(FAMILIES)))
     if unknown:
         raise ValueError(f"only: expected kernel family names from {FAMILIES}, got unknown {', '.join(unknown)}")

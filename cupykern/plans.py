@@ -185,7 +185,7 @@ def check_override_keys(overrides: dict, allowed, what: str) -> None:
     """ValueError if ``overrides`` has keys ``what``'s plan rule does not take (never
     ignored), or a value that is not a positive int (a count of threads, rows or
     elements), or for :data:`FLAG_OVERRIDE_KEYS` not a bool."""
-    unknown = sorted(set(overrides) - set(allowed))
+    unknown = sorted(set(overrides) - set(allowed), key=repr)  # keys of any type: {1: 2, "a": 3}
     if unknown:
         takes = ", ".join(sorted(allowed)) or "none"
         raise ValueError(f"launch overrides {unknown} do not apply to {what} (its plan takes: {takes})")
@@ -220,14 +220,17 @@ def _pow2(n: int) -> bool:
     return n >= 1 and not n & (n - 1)
 
 
-def _constant(name: str, allowed=None, lowest: int = 1, allowed_by: str = "") -> int:
+def _constant(name: str, allowed=None, lowest: int = 1, allowed_by: str = "", highest: int | None = None) -> int:
     """The plan constant ``name`` of this module (read now, so a sweep or test may set it),
-    ValueError naming it unless an int (not a bool) in ``allowed`` (or >= ``lowest``);
-    ``allowed_by`` names the constant that lists ``allowed``, if one does."""
+    ValueError naming it unless an int (not a bool) in ``allowed`` (or >= ``lowest`` and,
+    if given, <= ``highest``); ``allowed_by`` names the constant that lists ``allowed``, if
+    one does."""
     value = globals()[name]
-    if not _is_int(value) or (value not in allowed if allowed is not None else value < lowest):
+    out_of_range = value < lowest or (highest is not None and value > highest) if _is_int(value) else True
+    if not _is_int(value) or (value not in allowed if allowed is not None else out_of_range):
         listed = f"plans.{allowed_by} " if allowed_by else ""
-        want = f"one of {listed}{tuple(allowed)}" if allowed is not None else f"an int >= {lowest}"
+        bounds = f"an int in [{lowest}, {highest}]" if highest is not None else f"an int >= {lowest}"
+        want = f"one of {listed}{tuple(allowed)}" if allowed is not None else bounds
         raise PlanError(f"plans.{name} must be {want}, got {value!r}")
     return int(value)
 
@@ -1465,12 +1468,23 @@ class DecodePlan:
                 "num_splits": self.num_splits}
 
 
+def gemv_token_choices() -> tuple[int, ...]:
+    """:data:`GEMV_MAX_TOKENS`, PlanError unless a non-empty tuple of ints >= 1 in rising
+    order (the ops refuse more rows than its last; the plan takes the first that holds)."""
+    choices = GEMV_MAX_TOKENS
+    if not (isinstance(choices, tuple) and choices and all(_is_int(m) and m >= 1 for m in choices)
+            and list(choices) == sorted(set(choices))):
+        raise PlanError(f"plans.GEMV_MAX_TOKENS must be a non-empty tuple of ints >= 1 in rising order, got {choices!r}")
+    return tuple(int(m) for m in choices)
+
+
 def gemv_max_tokens(num_tokens: int) -> int:
     """The smallest kMaxTokens that holds ``num_tokens``; ValueError past the largest."""
-    for m in GEMV_MAX_TOKENS:
+    choices = gemv_token_choices()
+    for m in choices:
         if num_tokens <= m:
             return m
-    raise ValueError(f"num_tokens: the decode GEMV takes at most {GEMV_MAX_TOKENS[-1]} tokens, got {num_tokens} "
+    raise ValueError(f"num_tokens: the decode GEMV takes at most {choices[-1]} tokens, got {num_tokens} "
                      f"(use a GEMM, e.g. cupy.matmul, for more)")
 
 
@@ -1485,13 +1499,17 @@ def plan_gemv(num_tokens: int, n_out: int, dtype, *, aligned: bool, limits: Devi
     Raises:
         ValueError: a count that is not an int >= 0, more than GEMV_MAX_TOKENS[-1] tokens;
             PlanError (a ValueError) for a device whose warps are not 32 lanes or whose
-            blocks hold fewer than GEMV_WARPS warps, or for a GEMV_* constant not an int >= 1.
-        TypeError: ``limits`` not a DeviceLimits, ``overrides`` neither a dict nor None.
+            blocks hold fewer than GEMV_WARPS warps, or for a GEMV_* constant out of its range.
+        TypeError: ``limits`` not a DeviceLimits, ``overrides`` neither a dict nor None,
+            ``many_rows`` not a bool, ``op`` not a str.
     """
     check_override_keys(given_overrides(overrides), (), op)
-    warps, ahead = _constant("GEMV_WARPS"), _constant("GEMV_AHEAD")
+    _check_op(op)
+    if not isinstance(many_rows, (bool, np.bool_)):  # "no" or NaN would read as True
+        raise TypeError(f"many_rows: expected a bool, got {many_rows!r}")
+    warps = _constant("GEMV_WARPS", allowed=(4,))  # gemv.cu's kGemvWarps is not a template parameter
+    ahead, many_ahead = _constant("GEMV_AHEAD", lowest=0), _constant("GEMV_MANY_ROWS_AHEAD", lowest=0)  # 0: off
     many_from, many_per_warp = _constant("GEMV_MANY_ROWS"), _constant("GEMV_MANY_ROWS_PER_WARP")
-    many_ahead = _constant("GEMV_MANY_ROWS_AHEAD")
     limits = _fixed_block(limits, warps * WARP_SIZE, "the GEMV kernels")
     num_tokens, n_out = _count(num_tokens, "num_tokens", 0), _count(n_out, "n_out", 0)
     dtype, aligned = _dtype_and_alignment(dtype, aligned)
@@ -1526,7 +1544,8 @@ def plan_attention(num_tokens: int, num_heads: int, cache_rows: int, dtype, *, l
     dtype = _dtypes.check_supported(dtype, "dtype")
     check_override_keys(given_overrides(overrides), (), op)
     warps, one_split_rows = _constant("ATTENTION_WARPS"), _constant("ATTENTION_ONE_SPLIT_ROWS", lowest=0)
-    min_split_rows, max_splits = _constant("ATTENTION_MIN_SPLIT_ROWS"), _constant("CUDA_MAX_GRID_Z")
+    min_split_rows = _constant("ATTENTION_MIN_SPLIT_ROWS")
+    max_splits = _constant("CUDA_MAX_GRID_Z", highest=65535)  # a lower cap is a test's; a higher one no GPU's
     limits = _fixed_block(limits, warps * WARP_SIZE, "the decode attention kernels")
     num_tokens, num_heads = _count(num_tokens, "num_tokens", 0), _count(num_heads, "num_heads", 0)
     cache_rows = _count(cache_rows, "cache_rows", 0)

@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from cupykern import _arrays
+from cupykern import _arrays, _dtypes
 
 #: The rope_type values understood, with the keys each one requires.
 REQUIRED_KEYS = {
@@ -336,6 +336,18 @@ def check_table_args(max_position, rotary_dim, base) -> None:
         raise ValueError(f"base: expected a finite number > 0 and != 1, got {base!r}")
 
 
+def _table_dtype(dtype) -> np.dtype:
+    """``dtype`` as a NumPy floating dtype (bfloat16 included); TypeError naming it for an
+    int or bool one, whose table would truncate every value, or what is not a dtype."""
+    try:
+        table_dtype = np.dtype(dtype)
+    except TypeError:
+        table_dtype = None
+    if table_dtype is None or not (table_dtype.kind == "f" or table_dtype == _dtypes.bfloat16):
+        raise TypeError(f"dtype: expected a floating dtype for the cos/sin table, got {dtype!r}")
+    return table_dtype
+
+
 def cos_sin_table(max_position: int, rotary_dim: int, base: float = 10000.0, rope_scaling=None,
                   dtype=np.float64) -> np.ndarray:
     """The ``(max_position, rotary_dim)`` cos/sin cache on the host.
@@ -350,8 +362,10 @@ def cos_sin_table(max_position: int, rotary_dim: int, base: float = 10000.0, rop
         ValueError: as :func:`check_table_args` and :func:`rope_parameters`; and naming
             ``rope_scaling`` where its values leave no finite frequencies or attention
             factor, or a table that is not finite in ``dtype``.
+        TypeError: ``dtype`` not a floating dtype (an int or bool table would truncate).
     """
     check_table_args(max_position, rotary_dim, base)
+    _table_dtype(dtype)
     try:
         inv_freq, attention_factor = rope_parameters(rotary_dim, float(base), rope_scaling, max_position=max_position)
     except (OverflowError, ZeroDivisionError) as exc:  # helper 71: a yarn beta of 5e-324, a factor of 1e200

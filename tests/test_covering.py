@@ -189,3 +189,16 @@ def test_instantiations_take_one_family_by_name_and_refuse_unknown_ones():
         families.instantiations(["rope", "ropes"])
     with pytest.raises(ValueError, match=r"got unknown 'e', 'o', 'p', 'r'$"):
         covering.instantiations(list("rope"))
+
+
+@pytest.mark.parametrize("only, error, match", [
+    ([], ValueError, r"only: expected at least one family name"), (set(), ValueError, r"at least one family name"),
+    (5, TypeError, r"only: expected a family name or an iterable of them, got 5"),
+    (b"gemv", TypeError, r"only: expected a family name or an iterable of them"),
+    ([["gemv"]], TypeError, r"only: expected family names \(str\)"),
+])
+def test_instantiations_refuse_what_is_not_a_family_name(only, error, match):
+    """Helper 74: [] answered {} (nothing to compile), 5 and b"gemv" gave messages that did
+    not name ``only``."""
+    with pytest.raises(error, match=match):
+        families.instantiations(only)

@@ -538,6 +538,15 @@ def test_cli_generate_refuses_a_temperature_that_cannot_sample(value):
     assert result.exit_code == 2 and "temperature: expected a finite value >= 0" in result.output, result.output
 
 
+def test_cli_generate_refuses_past_the_graph_samplers_temperature_before_loading(monkeypatch):
+    """Helper 74: 1e31 passed the CLI and reached sample_tokens' check after the model loaded
+    (a usage error, exit code 2, comes before anything is loaded or fetched)."""
+    monkeypatch.setattr(fetch, "fetch_model", lambda *a, **kw: pytest.fail("fetched"))
+    result = CliRunner().invoke(cli.generate_command, ["hi", "--temperature", "1e31"])
+    assert result.exit_code == 2 and "the graph's sampler takes at most 1e+30, got 1e+31" in result.output, \
+        result.output
+
+
 def test_cpu_stage_timer_sums_stages(ref_model):
     timer = stage_timer.CpuStageTimer()
     ref_model.forward(PROMPT_IDS[:2], ref_model.new_cache(2), timer=timer)

@@ -891,17 +891,21 @@ def test_plans_take_aligned_as_a_bool_only(aligned):
 
 
 @pytest.mark.parametrize("name, value, planner", [
-    ("GEMV_WARPS", 0, "gemv"), ("GEMV_AHEAD", -1, "gemv"), ("GEMV_MANY_ROWS", None, "gemv"),
-    ("GEMV_MANY_ROWS_PER_WARP", 2.0, "gemv"), ("GEMV_MANY_ROWS_AHEAD", True, "gemv"),
+    ("GEMV_WARPS", 0, "gemv"), ("GEMV_WARPS", 2, "gemv"), ("GEMV_WARPS", 8, "gemv"), ("GEMV_AHEAD", -1, "gemv"),
+    ("GEMV_MANY_ROWS", None, "gemv"), ("GEMV_MANY_ROWS_PER_WARP", 2.0, "gemv"), ("GEMV_MANY_ROWS_AHEAD", True, "gemv"),
+    ("GEMV_MAX_TOKENS", (), "gemv"), ("GEMV_MAX_TOKENS", None, "gemv"), ("GEMV_MAX_TOKENS", (1, 4, 16.5), "gemv"),
+    ("GEMV_MAX_TOKENS", (16, 4, 1), "gemv"), ("GEMV_MAX_TOKENS", [1, 4, 16], "gemv"),
     ("ATTENTION_WARPS", 0, "attention"), ("ATTENTION_ONE_SPLIT_ROWS", -1, "attention"),
     ("ATTENTION_MIN_SPLIT_ROWS", 0, "attention"), ("CUDA_MAX_GRID_Z", 0, "attention"),
+    ("CUDA_MAX_GRID_Z", 65536, "attention"),
     ("PREFILL_ATTENTION_WARPS", 0, "prefill_attention"), ("PREFILL_ATTENTION_LANES_PER_ROW", 3, "prefill_attention"),
     ("PREFILL_ATTENTION_LANES_PER_ROW", 64, "prefill_attention"),
 ])
 def test_bad_decode_constants_are_refused_by_name(monkeypatch, name, value, planner):
     """Helper 71: the decode family's constants were read unchecked (0 warps divided by zero,
     3 lanes a row planned tiles the kernel's static_assert refuses), as the row and RoPE
-    constants are not."""
+    constants are not. Helper 74: GEMV_WARPS other than gemv.cu's fixed kGemvWarps (4)
+    would leave features unwritten, and GEMV_MAX_TOKENS went unchecked."""
     monkeypatch.setattr(plans, name, value)
     with pytest.raises(plans.PlanError, match=rf"plans\.{name} must be"):
         _EVERY_PLANNER[planner](None)
@@ -912,3 +916,26 @@ def test_legal_decode_constants_still_plan(monkeypatch):
     assert plans.plan_attention(1, 32, 4096, _dtypes.bfloat16, limits=H200_LIMITS).num_splits > 1
     monkeypatch.setattr(plans, "PREFILL_ATTENTION_LANES_PER_ROW", 4)
     assert plans.plan_prefill_attention(16, 32, 8, _dtypes.bfloat16, limits=H200_LIMITS).rows_per_warp == 8
+
+
+def test_legal_gemv_constants_still_plan(monkeypatch):
+    """0 turns the look-ahead off (gemv.cu's kAhead)."""
+    monkeypatch.setattr(plans, "GEMV_AHEAD", 0)
+    monkeypatch.setattr(plans, "GEMV_MAX_TOKENS", (2, 8))
+    plan = plans.plan_gemv(3, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS)
+    assert plan.ahead == 0 and plan.max_tokens == 8
+
+
+@pytest.mark.parametrize("kwargs, match", [(dict(many_rows="no"), r"many_rows: expected a bool"),
+                                           (dict(many_rows=float("nan")), r"many_rows: expected a bool"),
+                                           (dict(op=5), r"op: expected an op name")])
+def test_plan_gemv_refuses_flags_that_are_not_bools_and_ops_that_are_not_names(kwargs, match):
+    """Helper 74: ``many_rows="no"`` read as True."""
+    with pytest.raises(TypeError, match=match):
+        plans.plan_gemv(1, 32768, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, **kwargs)
+
+
+def test_unknown_override_keys_of_mixed_types_are_named():
+    """Helper 74: sorting {1, "a"} raised "'<' not supported" instead of naming the keys."""
+    with pytest.raises(ValueError, match=r"launch overrides \['a', 1\] do not apply"):
+        plans.plan_rows(4, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, overrides={1: 2, "a": 3})

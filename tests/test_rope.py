@@ -819,6 +819,20 @@ def test_reference_qk_norm_is_rms_norm_then_rope(rng):
     np.testing.assert_allclose(scaled_q, plain_q, rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, bool, object, "bf16"])
+def test_cos_sin_table_refuses_a_dtype_that_is_not_floating(dtype):
+    """Helper 74: an int or bool table truncated every value to 0 / 1 without a word."""
+    with pytest.raises(TypeError, match=r"dtype: expected a floating dtype for the cos/sin table"):
+        rope_scaling.cos_sin_table(16, 8, 10000.0, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, _dtypes.bfloat16])
+def test_cos_sin_table_takes_floating_dtypes(dtype):
+    table = rope_scaling.cos_sin_table(16, 8, 10000.0, dtype=dtype)
+    assert table.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(table.astype(np.float64)[3, 0], np.cos(3.0), rtol=1e-2)
+
+
 # ----------------------------------------------------------------- GPU helpers
 @lru_cache(maxsize=None)
 def _tables(rotary_dim: int, cache_dtype=np.float32):

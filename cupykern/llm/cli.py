@@ -146,6 +146,12 @@ def generate_command(ctx, prompt, max_new_tokens, dtype, chat, seed, temperature
         generate.check_args(max_new_tokens, temperature)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--temperature") from None
+    from cupykern.ops.tokens import MAX_TEMPERATURE
+    if graph and not reference and ops_name == "cupykern" and temperature > MAX_TEMPERATURE:
+        # The graph samples with sample_tokens, which takes at most MAX_TEMPERATURE; say so
+        # before the model loads (helper 74), not after.
+        raise click.BadParameter(f"the graph's sampler takes at most {MAX_TEMPERATURE:g}, got {temperature!r} "
+                                 f"(--no-graph samples on the host at any finite value)", param_hint="--temperature")
     if reference:  # helper 67: they were taken without a word, as sweep does not
         gpu_only = [flag for name, flag in _GPU_FORWARD_OPTIONS.items()
                     if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
