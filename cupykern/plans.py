@@ -226,8 +226,11 @@ def _constant(name: str, allowed=None, lowest: int = 1, allowed_by: str = "", hi
     if given, <= ``highest``); ``allowed_by`` names the constant that lists ``allowed``, if
     one does."""
     value = globals()[name]
-    out_of_range = value < lowest or (highest is not None and value > highest) if _is_int(value) else True
-    if not _is_int(value) or (value not in allowed if allowed is not None else out_of_range):
+    if allowed is not None:
+        legal = _is_int(value) and value in allowed
+    else:
+        legal = _is_int(value) and lowest <= value and (highest is None or value <= highest)
+    if not legal:
         listed = f"plans.{allowed_by} " if allowed_by else ""
         bounds = f"an int in [{lowest}, {highest}]" if highest is not None else f"an int >= {lowest}"
         want = f"one of {listed}{tuple(allowed)}" if allowed is not None else bounds

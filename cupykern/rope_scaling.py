@@ -365,7 +365,7 @@ def cos_sin_table(max_position: int, rotary_dim: int, base: float = 10000.0, rop
         TypeError: ``dtype`` not a floating dtype (an int or bool table would truncate).
     """
     check_table_args(max_position, rotary_dim, base)
-    _table_dtype(dtype)
+    dtype = _table_dtype(dtype)
     try:
         inv_freq, attention_factor = rope_parameters(rotary_dim, float(base), rope_scaling, max_position=max_position)
     except (OverflowError, ZeroDivisionError) as exc:  # helper 71: a yarn beta of 5e-324, a factor of 1e200

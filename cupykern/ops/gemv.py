@@ -127,8 +127,9 @@ def _prepare(op: str):
             out, allocate = launcher.output(a.out, "out", out_shape, out_dtype)
             out_name = "out"
         out_rows = _arrays.written_rows(out, out_name)
-        if rows.num_rows > plans.gemv_token_choices()[-1]:
-            raise ValueError(f"x: {op} takes at most {plans.gemv_token_choices()[-1]} rows (decode-size batches), got "
+        most_rows = plans.gemv_token_choices()[-1]
+        if rows.num_rows > most_rows:
+            raise ValueError(f"x: {op} takes at most {most_rows} rows (decode-size batches), got "
                              f"{rows.num_rows}; use cupy.matmul for more")
         disjoint = tuple(launcher.Disjoint(name, out_name) for name in ("x", weight_name, "norm_weight")
                          if name != "norm_weight" or norm)
@@ -191,9 +192,9 @@ def _prepare_qkv_rope(a: launcher.Args) -> launcher.Launch:
         raise ValueError(f"x: expected shape (num_tokens, k), got {tuple(x.shape)}")
     qh = _arrays.heads(q_out, "q_out")
     _arrays.distinct_heads(qh, "q_out")
-    if rows.num_rows > plans.gemv_token_choices()[-1]:
-        raise ValueError(f"x: {op} takes at most {plans.gemv_token_choices()[-1]} rows (decode-size batches), got "
-                         f"{rows.num_rows}")
+    most_rows = plans.gemv_token_choices()[-1]
+    if rows.num_rows > most_rows:
+        raise ValueError(f"x: {op} takes at most {most_rows} rows (decode-size batches), got {rows.num_rows}")
     written = ("q_out", "k_cache", "v_cache")
     disjoint = (*(launcher.Disjoint(r, w) for w in written
                   for r in ("x", "norm_weight", "qkv_weight", "positions", "cos_sin_cache")),
