@@ -145,14 +145,11 @@ def read(file: Path | None = None) -> dict[tuple, TunedEntry]:
     """
     file = Path(file) if file is not None else path()
     try:
-        text = file.read_text(encoding="utf-8")
+        data = _tuned_data(file)
     except FileNotFoundError:
         return {}
     except OSError as exc:  # a directory, no permission
         raise TunedFileError(file, exc.strerror or str(exc), io="read") from None
-    except UnicodeDecodeError as exc:
-        raise TunedFileError(file, f"not UTF-8 text: {exc}", ours=False) from None
-    data = _tuned_json(file, text)
     raw = data.get("entries", [])
     if not isinstance(raw, list):
         raise TunedFileError(file, f"'entries' is a {type(raw).__name__}, expected a list")
@@ -169,11 +166,13 @@ def read(file: Path | None = None) -> dict[tuple, TunedEntry]:
     return {e.key: e for e in entries}
 
 
-def _tuned_json(file: Path, text: str) -> dict:
-    """``text`` parsed, TunedFileError (``ours`` False) unless a JSON object of
-    :data:`FORMAT`."""
+def _tuned_data(file: Path) -> dict:
+    """``file`` parsed, TunedFileError (``ours`` False) unless UTF-8 text of a JSON object of
+    :data:`FORMAT`; OSError as reading raises it (the callers say what they were doing)."""
     try:
-        data = json.loads(text)
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:  # a ValueError: before json's
+        raise TunedFileError(file, f"not UTF-8 text: {exc}", ours=False) from None
     except ValueError as exc:
         raise TunedFileError(file, f"not JSON: {exc}", ours=False) from None
     except RecursionError:  # arrays nested thousands deep
@@ -236,10 +235,7 @@ def clear(file: Path | None = None) -> bool:
     if not file.is_file():  # helper 71: a FIFO, or /dev/null itself, was unlinked
         raise TunedFileError(file, "not a regular file", io="removed")
     try:
-        try:  # before the lock, which would leave its file beside someone else's
-            _tuned_json(file, file.read_text(encoding="utf-8"))
-        except UnicodeDecodeError as exc:
-            raise TunedFileError(file, f"not UTF-8 text: {exc}", ours=False) from None
+        _tuned_data(file)  # before the lock, which would leave its file beside someone else's
         with _lock(file):
             file.unlink()
         return True

@@ -66,7 +66,7 @@ def _heads3(sig, name: str, shape: str) -> _arrays.Heads:
 
 
 def _cache(sig, name: str, dtype, num_kv_heads: int, head_dim: int,
-           what: str = "the dtype of q") -> tuple[_arrays.Sig, _arrays.Heads]:
+           what: str = "the dtype of q") -> _arrays.Heads:
     """A KV cache ``(max_tokens, num_kv_heads, head_dim)`` of ``dtype`` with distinct heads
     (``what`` says where the dtype comes from)."""
     cache = _heads3(sig, name, "(max_tokens, num_kv_heads, head_dim)")
@@ -74,15 +74,15 @@ def _cache(sig, name: str, dtype, num_kv_heads: int, head_dim: int,
     if (cache.num_heads, cache.head_dim) != (num_kv_heads, head_dim):
         raise ValueError(f"{name}: expected shape (max_tokens, {num_kv_heads}, {head_dim}), got {tuple(sig.shape)}")
     _arrays.distinct_heads(cache, name)
-    return sig, cache
+    return cache
 
 
 def _kv_caches(k_sig, v_sig, dtype, num_kv_heads: int, head_dim: int,
                what: str = "the dtype of q") -> tuple[_arrays.Heads, _arrays.Heads]:
     """k_cache and v_cache (each :func:`_cache`) of the same rows: the kernels bound a
     position by k_cache's rows alone, so a shorter v_cache would be written past its end."""
-    _, kc = _cache(k_sig, "k_cache", dtype, num_kv_heads, head_dim, what)
-    _, vc = _cache(v_sig, "v_cache", dtype, num_kv_heads, head_dim, what)
+    kc = _cache(k_sig, "k_cache", dtype, num_kv_heads, head_dim, what)
+    vc = _cache(v_sig, "v_cache", dtype, num_kv_heads, head_dim, what)
     if vc.num_tokens != kc.num_tokens:
         raise ValueError(f"v_cache: expected shape {tuple(k_sig.shape)} (as k_cache), got {tuple(v_sig.shape)}")
     return kc, vc
