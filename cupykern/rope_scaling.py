@@ -261,9 +261,9 @@ def _yarn_options(rope_scaling: dict) -> dict:
         if rope_scaling.get(key) is not None:
             options[key] = _positive(rope_scaling, key, allow_zero=key.startswith("mscale"))
     truncate = rope_scaling.get("truncate", True)
-    if not isinstance(truncate, bool):
+    if not isinstance(truncate, (bool, np.bool_)):  # NumPy's bool too, as every other flag
         raise ValueError(f"rope_scaling['truncate']: expected a bool, got {truncate!r}")
-    options["truncate"] = truncate
+    options["truncate"] = bool(truncate)
     return options
 
 

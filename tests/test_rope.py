@@ -1704,3 +1704,17 @@ def test_yarn_tables_follow_the_hf_formula(d, base, scaling):
     _check_table(scaling, inv, af, d=d, base=base, max_position=163840)
     if scaling.get("mscale") and scaling.get("mscale") == scaling.get("mscale_all_dim"):
         assert got_af == pytest.approx(1.0)  # DeepSeek: the mscales cancel in the table
+
+
+def test_yarn_truncate_takes_numpy_bools_as_every_flag():
+    """YaRN's ``truncate`` took Python's bool only (np.False_ was refused); the table is
+    the same for NumPy's bool as for Python's."""
+    from cupykern import rope_scaling
+
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
+
+    def table(truncate):
+        return rope_scaling.cos_sin_table(max_position=16, rotary_dim=8, rope_scaling={**scaling, "truncate": truncate})
+    for numpy_flag, python_flag in ((np.False_, False), (np.True_, True)):
+        np.testing.assert_array_equal(table(numpy_flag), table(python_flag))
+    assert not np.array_equal(table(False), table(True))  # the flag is read: the two ramps differ here
