@@ -140,10 +140,13 @@ def read(file: Path | None = None) -> dict[tuple, TunedEntry]:
     """Entries of ``file`` (default :func:`path`) by key; {} if it is missing.
 
     Raises:
-        TunedFileError: the file cannot be read, is not JSON, has another format, or an
-            entry is malformed (which entry, and what is missing or wrong).
+        TunedFileError: the file cannot be read (a directory, no permission, not a regular
+            file such as a FIFO or a device), is not JSON, has another format, or an entry
+            is malformed (which entry, and what is missing or wrong).
     """
     file = Path(file) if file is not None else path()
+    if file.exists() and not (file.is_file() or file.is_dir()):  # helper 76: reading a FIFO waited forever
+        raise TunedFileError(file, "not a regular file", io="read")
     try:
         data = _tuned_data(file)
     except FileNotFoundError:

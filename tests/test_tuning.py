@@ -162,6 +162,37 @@ def test_clear_removes_nothing_but_a_tuned_file(tmp_path):
     assert tuning.clear(notes) and not notes.exists()
 
 
+def test_read_refuses_what_is_not_a_regular_file_without_waiting(tmp_path):
+    """helper 76: CUPYKERN_TUNE_FILE naming a FIFO made `cupykern tune` and the first row
+    op's plan wait forever on the open; read(), load() and save() now refuse it by name."""
+    import threading
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    outcome = {}
+
+    def attempt():
+        for name, call in (("read", lambda: tuning.read(fifo)), ("save", lambda: tuning.save([entry()], fifo))):
+            try:
+                call()
+                outcome[name] = "returned"
+            except tuning.TunedFileError as exc:
+                outcome[name] = str(exc)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            outcome["load"] = (tuning.load(fifo), [str(w.message) for w in caught])
+
+    worker = threading.Thread(target=attempt, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    if worker.is_alive():  # unblock the open it is stuck in, so the test run goes on
+        with open(fifo, "w"):
+            pass
+        pytest.fail("reading a FIFO as the tuned file waited (it should refuse it at once)")
+    assert "not a regular file" in outcome["read"] and "not a regular file" in outcome["save"]
+    assert outcome["load"][0] == {} and "not a regular file" in outcome["load"][1][0]
+
+
 def _save_many(file: str, worker: int, count: int, start) -> None:
     start.wait()  # all at once
     for i in range(count):
