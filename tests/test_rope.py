@@ -1718,3 +1718,54 @@ def test_yarn_truncate_takes_numpy_bools_as_every_flag():
     for numpy_flag, python_flag in ((np.False_, False), (np.True_, True)):
         np.testing.assert_array_equal(table(numpy_flag), table(python_flag))
     assert not np.array_equal(table(False), table(True))  # the flag is read: the two ramps differ here
+
+
+def _empty_table_calls(q, k, cache, xp, new):
+    """The four RoPE references (xp=reference, new=numpy) or ops (xp=cupykern, new=cupy)
+    on a cos/sin table of no rows, positions unchecked: every token is out of range.
+    Returns {name: outputs}."""
+    num_tokens, kv_heads, head_dim = k.shape
+    hidden = 16
+    positions, weight = new.arange(num_tokens), new.ones((head_dim,), q.dtype)
+    k_cache = new.zeros((8, kv_heads, head_dim), q.dtype)
+    qkv = new.ones(((q.shape[1] + 2 * kv_heads) * head_dim, hidden), q.dtype)
+    return {
+        "apply_rope": xp.apply_rope(q.copy(), k.copy(), positions, cache, check_positions=False),
+        "qk_rms_norm_rope": xp.qk_rms_norm_rope(q.copy(), k.copy(), weight, weight, positions, cache,
+                                                check_positions=False),
+        "rope_kv_append": xp.rope_kv_append(q.copy(), k.copy(), k.copy(), positions, cache, k_cache.copy(),
+                                            k_cache.copy(), check_positions=False),
+        "rms_norm_gemv_rope_kv_append": xp.rms_norm_gemv_rope_kv_append(
+            new.ones((1, hidden), q.dtype), new.ones((hidden,), q.dtype), qkv, positions[:1], cache, k_cache.copy(),
+            k_cache.copy(), check_positions=False),
+    }
+
+def test_references_take_a_table_of_no_rows_unchecked():
+    """Helper 76: with cos_sin_cache[:0] and check_positions=False the op's checks pass and
+    the kernels leave every token as it is; the references raised IndexError gathering row 0."""
+    rng = np.random.default_rng(7)
+    q = rng.standard_normal((3, 4, 8)).astype(np.float32)
+    k = rng.standard_normal((3, 2, 8)).astype(np.float32)
+    cache = reference.rope_cos_sin_cache(16, 8)[:0]
+    out = _empty_table_calls(q, k, cache, reference, np)
+    for name in ("apply_rope", "qk_rms_norm_rope"):
+        np.testing.assert_array_equal(out[name][0], q)
+        np.testing.assert_array_equal(out[name][1], k)
+    q_rot, k_cache, v_cache = out["rope_kv_append"]
+    np.testing.assert_array_equal(q_rot, q)
+    assert not k_cache.any() and not v_cache.any()  # no row written
+    _, k_cache, v_cache = out["rms_norm_gemv_rope_kv_append"]
+    assert not k_cache.any() and not v_cache.any()
+
+
+@pytest.mark.gpu
+def test_ops_take_a_table_of_no_rows_unchecked_as_the_references():
+    rng = np.random.default_rng(7)
+    q = rng.standard_normal((3, 4, 8)).astype(np.float32)
+    k = rng.standard_normal((3, 2, 8)).astype(np.float32)
+    host_cache = reference.rope_cos_sin_cache(16, 8)[:0]
+    want = _empty_table_calls(q, k, host_cache, reference, np)
+    got = _empty_table_calls(cupy.asarray(q), cupy.asarray(k), cupy.asarray(host_cache, np.float32), cupykern, cupy)
+    for name, outputs in want.items():
+        for w, g in zip(outputs, got[name]):
+            np.testing.assert_allclose(cupy.asnumpy(g).astype(np.float64), w, rtol=1e-5, atol=1e-6, err_msg=name)  # fp32 sums of 16

@@ -90,6 +90,8 @@ def _cos_sin(positions, cos_sin_cache, mrope_section=None, mrope_interleaved: bo
     pos = host(positions).astype(np.int64)
     pos = pos.reshape(3, -1) if mrope_section is not None else pos.reshape(1, -1)
     valid = ((pos >= 0) & (pos < cache.shape[0])).all(axis=0)
+    if cache.shape[0] == 0:  # no row to gather: every token is out of range (helper 76)
+        cache = np.zeros((1, cache.shape[1]))
     rows = cache[np.where(valid[None, :], pos, 0)]  # (1 or 3, tokens, rotary_dim)
     cos_r, sin_r = rows[..., :half], rows[..., half:]
     if mrope_section is None:
