@@ -8,6 +8,9 @@ guarded, over dtypes, shapes and layouts.
 
 from __future__ import annotations
 
+from decimal import Decimal
+from fractions import Fraction
+
 import cupy
 import numpy as np
 import pytest
@@ -68,6 +71,31 @@ def test_reference_messages_say_a_float64_array_is_checked_as_float32():
     # helper 62: "weight: expected dtype float32 (the dtype of x)" where x was float64
     with pytest.raises(TypeError, match=r"the dtype of x\), got bfloat16 \(x: float64, checked as float32\)$"):
         reference.rms_norm(np.zeros((4, 512)), np.ones(512, _dtypes.bfloat16))
+
+
+@pytest.mark.parametrize("kind", [lambda v: complex(v), np.complex64, lambda v: Fraction(v).limit_denominator(10**9),
+                                  lambda v: Decimal(repr(v)), np.longdouble, np.array],
+                         ids=["complex", "complex64", "Fraction", "Decimal", "longdouble", "0-d array"])
+def test_references_compute_in_float64_whatever_real_scalar_the_checks_take(kind):
+    """Helper 76: the checks take these scalars as the ops do, but the references used them
+    raw: a complex eps gave complex128 results, a Fraction or Decimal one failed inside
+    NumPy, a long double gave float128. Each now gives the float64 result of the float."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 16)).astype(np.float32)
+    w, b = np.full(16, 0.5, np.float32), np.zeros(16, np.float32)
+    calls = {  # (eps, weight_offset or temperature) -> the reference's output
+        "rms_norm": lambda eps, offset: reference.rms_norm(x, w, eps, weight_offset=offset),
+        "fused_add_rms_norm": lambda eps, offset: reference.fused_add_rms_norm(x, x, w, eps, weight_offset=offset)[0],
+        "layer_norm": lambda eps, offset: reference.layer_norm(x, w, b, eps),
+        "rms_norm_quant": lambda eps, offset: reference.rms_norm_quant(x, w, np.array([0.1], np.float32), eps,
+                                                                       weight_offset=offset),
+        "rms_norm_gemv": lambda eps, offset: reference.rms_norm_gemv(x[:1], w, np.ones((4, 16), np.float32), eps),
+        "softmax": lambda eps, temperature: reference.softmax(x, temperature=temperature),
+    }
+    for name, call in calls.items():
+        got = call(kind(1e-6), kind(0.5))
+        assert got.dtype == np.float64, name
+        np.testing.assert_allclose(got, call(1e-6, 0.5), rtol=1e-12, atol=0, err_msg=name)
 
 
 def test_reference_layer_norm_is_stable_with_large_mean():

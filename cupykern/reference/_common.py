@@ -24,6 +24,14 @@ def f64(a) -> np.ndarray:
     return host(a).astype(np.float64)
 
 
+def real64(value) -> float:
+    """A scalar the checks took (eps, weight_offset, temperature: a real number, or a
+    complex one with no imaginary part, a Fraction, a Decimal, a 0-d array, NumPy's long
+    double) as a Python float, so that the reference computes in float64 (helper 76: a
+    complex eps made the result complex128, a Fraction one failed inside NumPy)."""
+    return float(np.real(value))
+
+
 def round_to(values: np.ndarray, dtype) -> np.ndarray:
     """float64 values rounded (to nearest even) to ``dtype`` and back to float64."""
     return values.astype(dtype).astype(np.float64)

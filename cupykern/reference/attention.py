@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from cupykern import _arrays
-from cupykern.reference._common import check, f64, host
+from cupykern.reference._common import check, f64, host, real64
 from cupykern.ops import attention as _attention_ops
 from cupykern.reference.rope import apply_rope
 
@@ -70,7 +70,7 @@ def attend(q, k_cache, v_cache, positions, scale=None) -> np.ndarray:
     q, keys, values = f64(q), f64(k_cache), f64(v_cache)
     num_tokens, num_heads, head_dim = q.shape
     group = num_heads // keys.shape[1]
-    scale = 1.0 / math.sqrt(head_dim) if scale is None else float(np.real(scale))  # a complex one with no imaginary part
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else real64(scale)
     pos = host(positions).astype(np.int64).reshape(-1)
     result = np.zeros_like(q)
     for t in range(num_tokens):

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from cupykern.reference._common import check, f64, host, round_to
+from cupykern.reference._common import check, f64, host, real64, round_to
 
 __all__ = ["fused_add_rms_norm", "layer_norm", "rms_norm"]
 
 
 def _rms_norm(x, weight, eps, weight_offset) -> np.ndarray:
     x = f64(x)
-    inv_rms = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
-    return x * inv_rms * (f64(weight) + weight_offset)
+    inv_rms = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + real64(eps))
+    return x * inv_rms * (f64(weight) + real64(weight_offset))
 
 
 def rms_norm(x, weight, eps: float = 1e-6, *, weight_offset: float = 0.0) -> np.ndarray:
@@ -48,7 +48,7 @@ def layer_norm(x, weight, bias, eps: float = 1e-5) -> np.ndarray:
     check("layer_norm", x=x, weight=weight, bias=bias, eps=eps)
     x = f64(x)
     centered = x - np.mean(x, axis=-1, keepdims=True)
-    y = centered / np.sqrt(np.mean(centered * centered, axis=-1, keepdims=True) + eps)
+    y = centered / np.sqrt(np.mean(centered * centered, axis=-1, keepdims=True) + real64(eps))
     if weight is not None:
         y = y * f64(weight)
     if bias is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cupykern.reference._common import check, f64
+from cupykern.reference._common import check, f64, real64
 
 __all__ = ["softmax"]
 
@@ -18,7 +18,7 @@ def softmax(x, *, temperature: float = 1.0) -> np.ndarray:
     is not finite and positive, or outside the kernel's range, is a ValueError).
     """
     check("softmax", x=x, temperature=temperature)
-    z = f64(x) / temperature
+    z = f64(x) / real64(temperature)
     with np.errstate(invalid="ignore"):
         e = np.exp(z - np.max(z, axis=-1, keepdims=True))
         return e / np.sum(e, axis=-1, keepdims=True)

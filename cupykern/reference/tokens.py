@@ -12,7 +12,7 @@ import numpy as np
 
 from cupykern import _arrays
 from cupykern.ops import tokens as _tokens_ops
-from cupykern.reference._common import check, f64, host
+from cupykern.reference._common import check, f64, host, real64
 
 __all__ = ["append_tokens", "embedding", "philox4x32_10", "sample_tokens"]
 
@@ -91,7 +91,7 @@ def sample_tokens(logits, *, temperature=0.0, seed=0, positions=None, out=None) 
         if temperature == 0:
             z = row
         else:
-            z = (row + float(np.real(temperature)) * gumbel_noise(row.size, int(pos[t]), int(seed))).astype(np.float32)
+            z = (row + real64(temperature) * gumbel_noise(row.size, int(pos[t]), int(seed))).astype(np.float32)
         result[t] = int(np.argmax(z))
     return result
 
