@@ -21,6 +21,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cupykern import _dtypes, compositions, environment, models, sweep, timing  # noqa: E402
+from cupykern import cli  # noqa: E402
 from cupykern.registry import all_specs  # noqa: E402
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -128,17 +129,9 @@ def exit_code(result: dict) -> int:
 
 
 # ----------------------------------------------------------------- command line
-def positive_int_list(ctx, param, value):
-    """click callback: comma-separated integers >= 1 (None stays None)."""
-    if value is None:
-        return None
-    try:
-        values = [int(v) for v in str(value).split(",")]
-    except ValueError:
-        values = []
-    if not values or any(v < 1 for v in values):
-        raise click.BadParameter(f"expected comma-separated integers >= 1, got {value!r}")
-    return values
+#: click callback of the bench scripts' --num-tokens: cupykern sweep's (ASCII integers
+#: from 1 to 2**31 - 1, each once; helper 76: int() took "1_6" and full-width digits).
+positive_int_list = cli.positive_int_list
 
 
 def positive_int(ctx, param, value):
@@ -168,8 +161,11 @@ def model_names(ctx, param, value):
     """click callback: model names (``--model`` repeated, or ``--models`` comma-separated)."""
     if value is None:
         return None
-    names = [v.strip().lower() for item in ([value] if isinstance(value, str) else value) for v in item.split(",")
-             if v.strip()]
+    items = [value] if isinstance(value, str) else value
+    names = [v.strip().lower() for item in items for v in item.split(",") if v.strip()]
+    if items and not names:  # helper 76: "--models ' , '" reached the run as None
+        raise click.BadParameter(f"expected comma-separated model names; known: {', '.join(models.names())}; "
+                                 f"got {value!r}")
     for name in names:
         if name not in models.names():
             raise click.BadParameter(f"unknown model {name!r}; known: {', '.join(models.names())}")

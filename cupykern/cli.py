@@ -50,7 +50,9 @@ def _int_list(ctx, param, value):
 _MAX_COUNT = _arrays.INT32_LIMIT - 1
 
 
-def _positive_int_list(ctx, param, value):
+def positive_int_list(ctx, param, value):
+    """click callback: comma-separated ASCII integers from 1 to 2**31 - 1, each once, in the
+    order given (None stays None); also bench/common.py's for the bench scripts."""
     values = _int_list(ctx, param, value)
     if values is not None and (not values or any(not 1 <= v <= _MAX_COUNT for v in values)):
         raise click.BadParameter(f"expected comma-separated integers from 1 to 2**31 - 1, got {value!r}")
@@ -69,7 +71,7 @@ def _choice_list(choices, what: str):
 
 
 def _pow2_list(ctx, param, value):
-    values = _positive_int_list(ctx, param, value)
+    values = positive_int_list(ctx, param, value)
     bad = [v for v in values or () if v & (v - 1)]
     if bad:
         raise click.BadParameter(f"expected powers of two, got {bad}")
@@ -77,7 +79,7 @@ def _pow2_list(ctx, param, value):
 
 
 def _block_size_list(ctx, param, value):
-    values = _positive_int_list(ctx, param, value)
+    values = positive_int_list(ctx, param, value)
     bad = [v for v in values or () if v % plans.WARP_SIZE or v > plans.MAX_BLOCK_SIZE]
     if bad:
         raise click.BadParameter(f"block sizes must be multiples of {plans.WARP_SIZE} up to "
@@ -344,11 +346,11 @@ def _print_sweep(points: list, model_name: str, copy_gbps: float, seed: int, tun
 @click.argument("ops", nargs=-1)
 @click.option("--model", "model", callback=_model, default="llama-3.1-8b", show_default=True,
               help="model preset giving each op's row size and constants (see `cupykern models`)")
-@click.option("--num-tokens", callback=_positive_int_list, default=",".join(map(str, NUM_TOKENS_LADDER)),
+@click.option("--num-tokens", callback=positive_int_list, default=",".join(map(str, NUM_TOKENS_LADDER)),
               show_default=True,
               help="rows per call (tokens), comma-separated: decode sizes to prefill sizes (the gemv ops take "
                    "at most 16; larger counts are left out for them)")
-@click.option("--hidden-size", "sizes", callback=_positive_int_list, default=None,
+@click.option("--hidden-size", "sizes", callback=positive_int_list, default=None,
               help="row sizes overriding the model's, for every chosen op (name the ops): hidden_size (norms, "
                    "softmax, row_reduce, the gemv ops' k, embedding), d (activations), head_dim (RoPE, "
                    "rope_kv_append, decode_attention, prefill_attention), vocab_size (sample_tokens), history length "

@@ -239,7 +239,7 @@ def test_repeated_list_items_are_one_point():
     """helper 67: --num-tokens 16,16 --dtype bf16,bfloat16 --hidden-size 4096,4096 planned 8 identical cases."""
     from cupykern import _dtypes
 
-    assert cli._positive_int_list(None, None, "16,1,16, 64") == [16, 1, 64]
+    assert cli.positive_int_list(None, None, "16,1,16, 64") == [16, 1, 64]
     assert cli._dtype_list(None, None, "bf16,bfloat16,fp32") == [_dtypes.bfloat16, _dtypes.float32]
 
 
@@ -502,7 +502,12 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("args, message", [
-    (["bench/peers.py", "--num-tokens", "1,x"], "expected comma-separated integers >= 1"),
+    (["bench/peers.py", "--num-tokens", "1,x"], "expected comma-separated integers"),
+    # helper 76: int() took "1_6", full-width digits and a count past 32 bits; " , " crashed
+    (["bench/peers.py", "--num-tokens", "1_6,4"], "expected comma-separated integers, got '1_6,4'"),
+    (["bench/peers.py", "--num-tokens", "\uff14"], "expected comma-separated integers"),
+    (["bench/sanitize.py", "--num-tokens", "99999999999999999999"], "integers from 1 to 2**31 - 1"),
+    (["bench/peers.py", "--models", " , "], "expected comma-separated model names"),
     (["bench/peers.py", "--repeat", "0"], "expected an integer >= 1"),
     (["bench/peers.py", "--dtype", "int8"], "int8"),
     (["bench/peers.py", "--ops", "rms_norm,bogus"], "unknown op ['bogus']"),
