@@ -98,6 +98,20 @@ def test_references_compute_in_float64_whatever_real_scalar_the_checks_take(kind
         np.testing.assert_allclose(got, call(1e-6, 0.5), rtol=1e-12, atol=0, err_msg=name)
 
 
+def test_references_refuse_masked_arrays_by_name():
+    """Helper 76: a masked x or weight was computed on its hidden data and the mask dropped."""
+    from cupykern.reference import softmax
+
+    x = np.ma.masked_array(np.ones((2, 8), np.float32))
+    x[0, 0] = np.ma.masked
+    with pytest.raises(TypeError, match=r"x: expected a NumPy or CuPy array, got a masked array.*x.filled"):
+        reference.rms_norm(x, np.ones(8, np.float32))
+    with pytest.raises(TypeError, match=r"x: .*masked array"):
+        softmax(x)
+    with pytest.raises(TypeError, match=r"weight: .*masked array"):
+        reference.rms_norm(x.data, np.ma.masked_array(np.ones(8, np.float32)))
+
+
 def test_reference_layer_norm_is_stable_with_large_mean():
     rng = np.random.default_rng(1)
     x = 1e4 + rng.standard_normal((4, 1024))

@@ -48,11 +48,15 @@ def signature(a, name: str) -> _arrays.Sig | None:
     an integer x is refused as the kernel refuses it).
 
     Raises:
-        TypeError: ``a`` is not a NumPy or CuPy array (a list, a scalar, ...).
+        TypeError: ``a`` is not a NumPy or CuPy array (a list, a scalar, ...), or is a
+            NumPy masked array (its mask would be ignored).
         ValueError: a float64 array whose strides are not whole elements.
     """
     if a is None:
         return None
+    if isinstance(a, np.ma.MaskedArray):  # helper 76: the mask was dropped without a word
+        raise TypeError(f"{name}: expected a NumPy or CuPy array, got a masked array, whose mask the "
+                        f"references would ignore; pass {name}.filled(value) or {name}.data")
     if isinstance(a, np.ndarray):
         address = a.ctypes.data
     elif hasattr(a, "strides") and hasattr(getattr(a, "data", None), "ptr"):  # cupy.ndarray
