@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cupykern import _arrays
+
 #: The preset ``cupykern sweep`` uses when no ``--model`` is given.
 DEFAULT_MODEL = "llama-3.1-8b"
 #: num_tokens of a default `cupykern sweep` and of bench/peers.py: decode (1-64) to prefill.
@@ -89,7 +91,12 @@ class ModelPreset:
         return self.rotary_dim_for(self.head_dim)
 
     def rotary_dim_for(self, head_dim: int) -> int:
-        """Rotated dims of a head of ``head_dim``: ``head_dim * partial_rotary_factor``, even."""
+        """Rotated dims of a head of ``head_dim``: ``head_dim * partial_rotary_factor``, even.
+
+        Raises ValueError (naming ``head_dim``) unless it is an int >= 1 below 2**31, as
+        the kernels take (helper 76: 0, -1, True and 4096.0 were taken).
+        """
+        head_dim = _arrays.count(head_dim, "head_dim", 1, _arrays.INT32_LIMIT - 1)
         rotary = int(head_dim * self.partial_rotary_factor)
         return rotary - rotary % 2
 

@@ -66,6 +66,15 @@ def test_model_specific_fields():
     assert half.rotary_dim == 48 and half.rotary_dim_for(10) == 4
 
 
+def test_rotary_dim_for_takes_head_dims_the_kernels_take():
+    """Helper 76: 0 gave 0, -1 gave -2, True gave 0, 4096.0 and 2**70 passed."""
+    preset = models.get("llama-3.1-8b")
+    assert preset.rotary_dim_for(128) == 128 and preset.rotary_dim_for(np.int64(64)) == 64
+    for bad in (0, -1, True, 4096.0, 2**70, None, "128"):
+        with pytest.raises(ValueError, match=r"head_dim: expected an int in \[1, 2147483647\]"):
+            preset.rotary_dim_for(bad)
+
+
 def test_spec_sizes_from_model():
     specs, p = all_specs(), models.get("qwen2.5-7b")
     # Sizes a preset does not give (the vocabulary, a history length) stay at the check size.
