@@ -323,11 +323,13 @@ def rope_parameters(rotary_dim: int, base: float, rope_scaling=None, *, max_posi
 
 
 def check_table_args(max_position, rotary_dim, base) -> None:
-    """ValueError unless ``max_position >= 0``, ``rotary_dim`` even and >= 2, ``base > 0`` and != 1."""
-    if not _arrays.is_int(max_position) or max_position < 0:
-        raise ValueError(f"max_position: expected an int >= 0, got {max_position!r}")
-    if not _arrays.is_int(rotary_dim) or rotary_dim < 2 or rotary_dim % 2:
-        raise ValueError(f"rotary_dim: expected an even int >= 2, got {rotary_dim!r}")
+    """ValueError unless ``max_position`` is in ``[0, 2**31)``, ``rotary_dim`` even in ``[2,
+    2**31)`` (the kernels take both as 32-bit arguments; helper 76: 2**62 rows reached
+    NumPy's "array is too big"), ``base > 0`` and != 1."""
+    if not _arrays.is_int(max_position) or not 0 <= max_position < _arrays.INT32_LIMIT:
+        raise ValueError(f"max_position: expected an int in [0, 2**31), got {max_position!r}")
+    if not _arrays.is_int(rotary_dim) or not 2 <= rotary_dim < _arrays.INT32_LIMIT or rotary_dim % 2:
+        raise ValueError(f"rotary_dim: expected an even int in [2, 2**31), got {rotary_dim!r}")
     try:
         base_value = float(base) if not isinstance(base, (bool, str)) else float("nan")
     except (TypeError, ValueError, OverflowError):
@@ -379,7 +381,12 @@ def cos_sin_table(max_position: int, rotary_dim: int, base: float = 10000.0, rop
         raise ValueError(f"rope_scaling: its values give frequencies or an attention factor that are not finite; "
                          f"got {rope_scaling!r}")
     half = rotary_dim // 2
-    table = np.empty((max_position, rotary_dim), dtype=dtype)
+    try:
+        table = np.empty((max_position, rotary_dim), dtype=dtype)
+    except (MemoryError, ValueError):  # past the host's memory, or NumPy's size limit
+        raise MemoryError(f"the cos/sin table of max_position {max_position} x rotary_dim {rotary_dim} "
+                          f"({np.dtype(dtype).name}, {max_position * rotary_dim * np.dtype(dtype).itemsize} bytes) "
+                          "does not fit in host memory") from None
     for start in range(0, max_position, _CHUNK_ROWS):
         stop = min(start + _CHUNK_ROWS, max_position)
         with np.errstate(over="ignore", invalid="ignore"):  # checked just below, by name

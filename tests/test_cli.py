@@ -594,8 +594,12 @@ def test_rope_cos_sin_cache_without_gpu_says_so():
 
 
 @pytest.mark.parametrize("args, kwargs, message", [
-    ((-1, 128), {}, "max_position: expected an int >= 0"),
-    ((16, 127), {}, "rotary_dim: expected an even int >= 2"),
+    ((-1, 128), {}, r"max_position: expected an int in \[0, 2\*\*31\)"),
+    ((16, 127), {}, r"rotary_dim: expected an even int in \[2, 2\*\*31\)"),
+    # helper 76: NumPy's MemoryError, "array is too big" or "Maximum allowed dimension exceeded"
+    ((2**31, 2), {}, r"max_position: expected an int in \[0, 2\*\*31\), got 2147483648"),
+    ((2**63, 2), {}, "max_position: expected an int in"),
+    ((16, 2**40), {}, "rotary_dim: expected an even int in"),
     ((16, 8), {"base": 1.0}, "base"),
     ((16, 8), {"rope_scaling": {"rope_type": "bogus"}}, "bogus"),
 ])

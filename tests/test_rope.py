@@ -1769,3 +1769,9 @@ def test_ops_take_a_table_of_no_rows_unchecked_as_the_references():
     for name, outputs in want.items():
         for w, g in zip(outputs, got[name]):
             np.testing.assert_allclose(cupy.asnumpy(g).astype(np.float64), w, rtol=1e-5, atol=1e-6, err_msg=name)  # fp32 sums of 16
+
+
+def test_a_table_past_host_memory_says_which_sizes():
+    """Helper 76: a table of 2**30 x 1024 float64 (8 TiB) raised NumPy's bare MemoryError."""
+    with pytest.raises(MemoryError, match=r"max_position 1073741824 x rotary_dim 1024 \(float64, 8796093022208 bytes\)"):
+        reference.rope_cos_sin_cache(2**30, 2**10)
