@@ -368,6 +368,12 @@ def cos_sin_table(max_position: int, rotary_dim: int, base: float = 10000.0, rop
     """
     check_table_args(max_position, rotary_dim, base)
     dtype = _table_dtype(dtype)
+    try:  # first: rope_parameters' rotary_dim / 2 frequencies of a table too large take as long
+        table = np.empty((max_position, rotary_dim), dtype=dtype)
+    except (MemoryError, ValueError):  # past the host's memory, or NumPy's size limit
+        raise MemoryError(f"the cos/sin table of max_position {max_position} x rotary_dim {rotary_dim} "
+                          f"({dtype.name}, {max_position * rotary_dim * dtype.itemsize} bytes) "
+                          "does not fit in host memory") from None
     try:
         inv_freq, attention_factor = rope_parameters(rotary_dim, float(base), rope_scaling, max_position=max_position)
     except (OverflowError, ZeroDivisionError) as exc:  # helper 71: a yarn beta of 5e-324, a factor of 1e200
@@ -381,12 +387,6 @@ def cos_sin_table(max_position: int, rotary_dim: int, base: float = 10000.0, rop
         raise ValueError(f"rope_scaling: its values give frequencies or an attention factor that are not finite; "
                          f"got {rope_scaling!r}")
     half = rotary_dim // 2
-    try:
-        table = np.empty((max_position, rotary_dim), dtype=dtype)
-    except (MemoryError, ValueError):  # past the host's memory, or NumPy's size limit
-        raise MemoryError(f"the cos/sin table of max_position {max_position} x rotary_dim {rotary_dim} "
-                          f"({np.dtype(dtype).name}, {max_position * rotary_dim * np.dtype(dtype).itemsize} bytes) "
-                          "does not fit in host memory") from None
     for start in range(0, max_position, _CHUNK_ROWS):
         stop = min(start + _CHUNK_ROWS, max_position)
         with np.errstate(over="ignore", invalid="ignore"):  # checked just below, by name
