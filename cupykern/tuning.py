@@ -37,7 +37,9 @@ cached plans then go).
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import warnings
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -88,20 +90,49 @@ class TunedEntry:
     def from_json(d: dict) -> "TunedEntry":
         """The entry of one JSON object. KeyError for a missing key; ValueError for a count
         that is not a whole number >= 1 (a bool, 4096.9 or -64 too: int() would take them
-        as 1, 4096 or a size no row has), a timing that is not a number."""
+        as 1, 4096 or a size no row has), a name that is not a string, a timing that is
+        not a finite number >= 0 or is keyed by anything but ASCII digits, a score that is
+        not finite, or two rows_per_block buckets of one n (helper 76 found NaN, "inf",
+        Arabic-Indic digits and repeated buckets taken)."""
         median = d.get("median_us") or {}
         if not isinstance(median, dict):
             raise ValueError(f"'median_us' is a {type(median).__name__}, expected an object")
+        names = {}
+        for key in ("gpu", "op", "dtype", "commit", "date"):
+            value = d[key] if key in ("gpu", "op", "dtype") else d.get(key, "")
+            if not isinstance(value, str):
+                raise ValueError(f"{key!r} is a {type(value).__name__}, expected a string")
+            names[key] = value
+        buckets = tuple(sorted((count(n, "rows_per_block's n", 1), count(r, "rows_per_block", 1))
+                               for n, r in d.get("rows_per_block") or ()))
+        if len({n for n, _ in buckets}) != len(buckets):
+            raise ValueError(f"rows_per_block has two buckets of one n: {[list(b) for b in buckets]}")
+        timings = []
+        for n, t in median.items():
+            if not _DIGITS.fullmatch(n):
+                raise ValueError(f"median_us's n: expected ASCII digits, got {n!r}")
+            t = _finite(t, f"median_us[{n!r}]")
+            if t < 0:
+                raise ValueError(f"median_us[{n!r}]: expected a time >= 0, got {t!r}")
+            timings.append((count(int(n), "median_us's n", 1), t))
         return TunedEntry(
-            gpu=str(d["gpu"]), op=str(d["op"]), dtype=str(d["dtype"]), size=count(d["size"], "size", 1),
+            gpu=names["gpu"], op=names["op"], dtype=names["dtype"], size=count(d["size"], "size", 1),
             threads_per_row=count(d["threads_per_row"], "threads_per_row", 1),
             vec_width=count(d["vec_width"], "vec_width", 1),
             vecs_per_thread=count(d["vecs_per_thread"], "vecs_per_thread", 1),
-            rows_per_block=tuple(sorted((count(n, "rows_per_block's n", 1), count(r, "rows_per_block", 1))
-                                        for n, r in d.get("rows_per_block") or ())),
-            score=float(d.get("score", 0.0)),
-            median_us=tuple(sorted((count(int(n), "median_us's n", 1), float(t)) for n, t in median.items())),
-            commit=str(d.get("commit", "")), date=str(d.get("date", "")))
+            rows_per_block=buckets, score=_finite(d.get("score", 0.0), "score"), median_us=tuple(sorted(timings)),
+            commit=names["commit"], date=names["date"])
+
+
+#: A median_us key: the count in ASCII digits, as as_json writes it.
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def _finite(value, name: str) -> float:
+    """A JSON number (not a bool, not a string: float() took "inf") as a finite float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name}: expected a finite number, got {value!r}")
+    return float(value)
 
 
 def path() -> Path:
@@ -204,7 +235,12 @@ def save(entries, file: Path | None = None) -> Path:
     Raises:
         TunedFileError: the file exists but is invalid (its entries are not dropped: clear
             it first), or it or its lock cannot be written (a directory, no permission).
+        TypeError: an entry that is not a :class:`TunedEntry`.
     """
+    entries = list(entries)
+    strays = [e for e in entries if not isinstance(e, TunedEntry)]
+    if strays:  # helper 76: save([1]) raised AttributeError from inside the merge
+        raise TypeError(f"entries: expected TunedEntry objects, got {strays[0]!r}")
     file = _writable(file)
     try:
         file.parent.mkdir(parents=True, exist_ok=True)

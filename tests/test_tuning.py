@@ -75,6 +75,22 @@ INVALID = [
     ('{"format": "cupykern-tuned/1", "entries": [{"gpu": "G", "op": "rms_norm", "dtype": "bf16", "size": 1e400, '
      '"threads_per_row": 64, "vec_width": 8, "vecs_per_thread": 8}]}', "entry 0: size: expected an int >= 1, got inf"),
     ("[" * 100_000, "nested too deep"),
+    # helper 76: taken before: a NaN score, "inf" timings, Arabic-Indic digits, repeated
+    # buckets, names that are not strings
+    ('{"format": "cupykern-tuned/1", "entries": [' + json.dumps({**entry().as_json(), "score": 0.0})
+     .replace('"score": 0.0', '"score": NaN') + ']}', "entry 0: score: expected a finite number, got nan"),
+    (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "median_us": {"16": "inf"}}]}),
+     "entry 0: median_us['16']: expected a finite number, got 'inf'"),
+    (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "median_us": {"16": -1.0}}]}),
+     "entry 0: median_us['16']: expected a time >= 0, got -1.0"),
+    (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "median_us": {"\u0661\u0666": 2.0}}]}),
+     "entry 0: median_us's n: expected ASCII digits"),
+    (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "rows_per_block": [[16, 1], [16, 8]]}]}),
+     "entry 0: rows_per_block has two buckets of one n: [[16, 1], [16, 8]]"),
+    (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "gpu": 7}]}),
+     "entry 0: 'gpu' is a int, expected a string"),
+    (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "commit": None}]}),
+     "entry 0: 'commit' is a NoneType, expected a string"),
 ]
 
 
@@ -160,6 +176,13 @@ def test_clear_removes_nothing_but_a_tuned_file(tmp_path):
     notes.unlink()
     tuning.save([entry()], notes)  # a tuned file under any name is removed
     assert tuning.clear(notes) and not notes.exists()
+
+
+def test_save_takes_tuned_entries_only(tmp_path):
+    """Helper 76: save([1]) raised AttributeError from inside the merge."""
+    with pytest.raises(TypeError, match=r"entries: expected TunedEntry objects, got 1"):
+        tuning.save([entry(), 1], tmp_path / "tuned.json")
+    assert not (tmp_path / "tuned.json").exists()
 
 
 def test_read_refuses_what_is_not_a_regular_file_without_waiting(tmp_path):
