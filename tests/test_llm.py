@@ -630,8 +630,8 @@ def test_cli_generate_without_cublas_says_what_to_install(monkeypatch):
     from cupykern.llm import blas
 
     def missing():
-        raise OSError("cuBLAS (libcublas.so.13) could not be loaded: install the llm extra, pip install "
-                      "'cupykern[llm]' (it brings cuBLAS as the nvidia-cublas==13.* wheel)")
+        raise OSError("cuBLAS (libcublas.so.13) could not be loaded: install the llm extra, pip install -e "
+                      "'.[llm]' in the cupykern checkout (it brings cuBLAS as the nvidia-cublas==13.* wheel)")
 
     monkeypatch.setattr(environment, "gpu_problem", lambda: None)
     monkeypatch.setattr(blas, "load", missing)
@@ -639,7 +639,8 @@ def test_cli_generate_without_cublas_says_what_to_install(monkeypatch):
     result = CliRunner().invoke(cli.generate_command, ["hi", "--max-new-tokens", "2"])
     assert result.exit_code == 1 and not isinstance(result.exception, (ImportError, OSError)), result.output
     assert "Error: `cupykern generate` needs cuBLAS for its matmuls. cuBLAS (libcublas.so.13)" in result.output
-    assert "pip install 'cupykern[llm]'" in result.output and "nvidia-cublas==13.*" in result.output
+    assert "pip install -e '.[llm]' in the cupykern checkout" in result.output
+    assert "nvidia-cublas==13.*" in result.output
 
 
 def test_cli_generate_reference_streams_llama_cpp_tokens(model_file):
@@ -1085,4 +1086,5 @@ def test_cli_generate_checks_the_llm_extra_before_downloading(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
     monkeypatch.setattr(fetch, "fetch_model", lambda *a, **k: pytest.fail("fetched before the check"))
     result = CliRunner().invoke(cli.generate_command, ["hi", "--reference"])
-    assert result.exit_code == 1 and "pip install 'cupykern[llm]' (missing: gguf)" in result.output, result.output
+    assert result.exit_code == 1, result.output
+    assert "pip install -e '.[llm]' in the cupykern checkout (missing: gguf)" in result.output, result.output

@@ -270,7 +270,7 @@ def test_a_missing_cublas_says_what_to_install(monkeypatch, error):
         blas._library.__wrapped__()  # past the cache of an earlier successful load
     message = str(info.value)
     assert message.startswith("cuBLAS (libcublas.so.13) could not be loaded: install the llm extra, "
-                              "pip install 'cupykern[llm]'")
+                              "pip install -e '.[llm]' in the cupykern checkout")
     assert "nvidia-cublas==13.*" in message and "No such file: libcublas.so.13" in message
     assert "nvidia-cublas-cu12" in blas._install_hint(12)  # CUDA 12's wheel had the suffix
 

@@ -13,8 +13,8 @@ captured graph keeps their addresses.
 The products are ``cublasGemmEx`` with fp16/bf16 inputs and output and fp32 accumulation
 (``CUBLAS_COMPUTE_32F``, as CuPy uses for half precision), row-major arrays passed as
 their column-major transposes. Linux only (``libcublas.so.<major>``, CUDA 13 with
-cupy-cuda13x): the ``nvidia-cublas`` wheel of the ``llm`` extra (``pip install
-'cupykern[llm]'``) puts it in ``nvidia/cu13/lib`` of site-packages, where CuPy finds it
+cupy-cuda13x): the ``nvidia-cublas`` wheel of the ``llm`` extra (``pip install -e
+'.[llm]'`` in the cupykern checkout) puts it in ``nvidia/cu13/lib`` of site-packages, where CuPy finds it
 through cuda-pathfinder (then conda, then the system loader: ``LD_LIBRARY_PATH``, a CUDA
 toolkit). Importing this module loads nothing; the first product does.
 
@@ -59,8 +59,9 @@ def _open(major: int):
 def _install_hint(major: int) -> str:
     """What to install for libcublas.so.<major> (the pip name changed with CUDA 13)."""
     wheel = f"nvidia-cublas=={major}.*" if major >= 13 else f"nvidia-cublas-cu{major}"
-    return (f"install the llm extra, pip install 'cupykern[llm]' (it brings cuBLAS as the {wheel} wheel), or "
-            f"{wheel} alone, or put a CUDA {major} toolkit's libcublas.so.{major} on LD_LIBRARY_PATH")
+    return (f"install the llm extra, pip install -e '.[llm]' in the cupykern checkout (it brings cuBLAS as "
+            f"the {wheel} wheel), or {wheel} alone, or put a CUDA {major} toolkit's libcublas.so.{major} on "
+            "LD_LIBRARY_PATH")
 
 
 @lru_cache(maxsize=None)
@@ -172,7 +173,7 @@ def matmul_nt(x, w, out=None):
         RuntimeError: cuBLAS refused the call (its status).
         ImportError, OSError: cuBLAS (``libcublas.so.<major>``) cannot be found or loaded
             (on the first call; after the argument checks): the message says what to
-            install, ``pip install 'cupykern[llm]'`` (the ``nvidia-cublas`` wheel).
+            install, ``pip install -e '.[llm]'`` in the cupykern checkout (the ``nvidia-cublas`` wheel).
     """
     import cupy
 

@@ -165,8 +165,8 @@ def generate_command(ctx, prompt, max_new_tokens, dtype, chat, seed, temperature
                                        "pass --reference to run the float64 forward on the CPU instead (slow).")
     missing = missing_llm_packages()
     if missing:  # before a 98 MB download that could not be read
-        raise click.ClickException(f"`cupykern generate` needs the llm extra: pip install 'cupykern[llm]' (missing: "
-                                   f"{', '.join(missing)})")
+        raise click.ClickException(f"`cupykern generate` needs the llm extra: pip install -e '.[llm]' in the "
+                                   f"cupykern checkout (missing: {', '.join(missing)})")
     if not reference:  # the GPU forward's matmuls: cuBLAS, loaded through ctypes (cupykern/llm/blas.py)
         from cupykern.llm import blas
 

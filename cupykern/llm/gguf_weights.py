@@ -90,8 +90,8 @@ def _gguf():
     try:
         import gguf
     except ImportError as exc:
-        raise ImportError("reading GGUF files needs the 'gguf' package: pip install 'cupykern[llm]' "
-                          "(or pip install gguf)") from exc
+        raise ImportError("reading GGUF files needs the 'gguf' package: pip install -e '.[llm]' in the cupykern "
+                          "checkout (or pip install gguf)") from exc
     return gguf
 
 

@@ -80,8 +80,8 @@ class GGUFTokenizer:
         try:
             from jinja2.sandbox import ImmutableSandboxedEnvironment
         except ImportError as exc:
-            raise ImportError("the chat template needs jinja2: pip install 'cupykern[llm]' (or pip install jinja2)") \
-                from exc
+            raise ImportError("the chat template needs jinja2: pip install -e '.[llm]' in the cupykern checkout "
+                              "(or pip install jinja2)") from exc
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         tokens = self.tokenizer.get_vocab()
         inverse = {v: k for k, v in tokens.items()}
@@ -114,7 +114,8 @@ def load_tokenizer(reader) -> GGUFTokenizer:
     try:
         from tokenizers import AddedToken, Tokenizer, decoders, models
     except ImportError as exc:
-        raise ImportError("the GGUF tokenizer needs the 'tokenizers' package: pip install 'cupykern[llm]'") from exc
+        raise ImportError("the GGUF tokenizer needs the 'tokenizers' package: pip install -e '.[llm]' in the "
+                          "cupykern checkout") from exc
     from cupykern.llm.gguf_weights import field_value
 
     kind = field_value(reader, "tokenizer.ggml.model")
