@@ -32,9 +32,11 @@ def graph_us(calls, replays=20):
             c()
         stream.synchronize()
         stream.begin_capture()
-        for c in calls:
-            c()
-        graph = stream.end_capture()
+        try:
+            for c in calls:
+                c()
+        finally:  # a call refused inside the capture must not leave the stream capturing
+            graph = stream.end_capture()
         graph.upload(stream)
         for _ in range(3):
             graph.launch(stream)
