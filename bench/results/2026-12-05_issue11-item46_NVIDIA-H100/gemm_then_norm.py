@@ -1,7 +1,8 @@
 """NOTES item 46, call 7: does a model's real predecessor change which carveout the norms
-should ask for? In a prefill a GEMM (cuBLAS, through cupy.matmul) writes the rows a norm
+should ask for? In a prefill a GEMM (cuBLAS) writes the rows a norm
 reads. CUDA graphs of 50 x [GEMM, rms_norm] and of 50 x [GEMM] alone, replayed (fp16; the
-GEMM x (n, 1024) @ w (1024, hidden) writing the norm's input), the norm's kernel at
+GEMM x (n, 1024) @ w.T, w (hidden, 1024), by cupykern.llm.blas.matmul_nt, writing the
+norm's input), the norm's kernel at
 preferred_shared_memory_carveout -1 (the library's launch), 100 and 0; the norm's share is
 the difference per pair. Also the fused add (its residual a second array). llama-3.1-8b
 and -70b hidden sizes, 256 and 1024 rows; five interleaved rounds. Seed 20261205; writes
@@ -17,6 +18,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 import cupykern  # noqa: E402
 from cupykern import launcher  # noqa: E402
+from cupykern.llm import blas  # noqa: E402
 
 OUT = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else os.environ.get("OUT", ".")
 SEED, PAIRS, CARVEOUTS = 20261205, 50, (-1, 100, 0)
@@ -80,14 +82,14 @@ with stream:
     for hidden in (4096, 8192):
         for n in (256, 1024):
             x = cupy.asarray(rng.standard_normal((n, 1024)), dtype=cupy.float16)
-            w = cupy.asarray(rng.standard_normal((1024, hidden)) / 32, dtype=cupy.float16)
+            w = cupy.asarray(rng.standard_normal((hidden, 1024)) / 32, dtype=cupy.float16)
             y = cupy.empty((n, hidden), cupy.float16)
             residual = cupy.asarray(rng.standard_normal((n, hidden)), dtype=cupy.float16)
             weight = cupy.ones((hidden,), cupy.float16)
             out = cupy.empty((n, hidden), cupy.float16)
 
-            def gemm():
-                cupy.matmul(x, w, out=y)
+            def gemm():  # CuPy's matmul refuses stream capture; cupykern.llm's cuBLAS call does not
+                blas.matmul_nt(x, w, out=y)
 
             ops = {"rms_norm": lambda: cupykern.rms_norm(y, weight, 1e-6, out=out),
                    "fused_add_rms_norm": lambda: cupykern.fused_add_rms_norm(y, residual, weight, 1e-6)}
