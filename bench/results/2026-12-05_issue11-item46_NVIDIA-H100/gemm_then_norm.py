@@ -5,7 +5,9 @@ GEMM x (n, 1024) @ w.T, w (hidden, 1024), by cupykern.llm.blas.matmul_nt, writin
 norm's input), the norm's kernel at
 preferred_shared_memory_carveout -1 (the library's launch), 100 and 0; the norm's share is
 the difference per pair. Also the fused add (its residual a second array). llama-3.1-8b
-and -70b hidden sizes, 256 and 1024 rows; five interleaved rounds. Seed 20261205; writes
+and -70b hidden sizes, 256 and 1024 rows; five interleaved rounds; graphs by
+cupykern.timing.time_graph (a pair a call, 50 calls a graph). Its first run (call 7) replayed
+hand-made graphs of the same 50 pairs; this one (call 8) the library's timer. Seed 20261205; writes
 gemm_then_norm.json under --out (default $OUT)."""
 import json
 import os
@@ -17,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 import cupykern  # noqa: E402
-from cupykern import launcher  # noqa: E402
+from cupykern import launcher, timing  # noqa: E402
 from cupykern.llm import blas  # noqa: E402
 
 OUT = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else os.environ.get("OUT", ".")
@@ -25,32 +27,6 @@ SEED, PAIRS, CARVEOUTS = 20261205, 50, (-1, 100, 0)
 rng = np.random.default_rng(SEED)
 stream = cupy.cuda.Stream(non_blocking=True)
 results = {"seed": SEED, "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(), "points": []}
-
-
-def graph_us(calls, replays=20):
-    """Median microseconds of one replay of a graph of ``calls`` (captured on ``stream``)."""
-    with stream:
-        for c in calls:
-            c()
-        stream.synchronize()
-        stream.begin_capture()
-        try:
-            for c in calls:
-                c()
-        finally:  # a call refused inside the capture must not leave the stream capturing
-            graph = stream.end_capture()
-        graph.upload(stream)
-        for _ in range(3):
-            graph.launch(stream)
-        samples = []
-        for _ in range(replays):
-            start, end = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record(stream)
-            graph.launch(stream)
-            end.record(stream)
-            end.synchronize()
-            samples.append(cupy.cuda.get_elapsed_time(start, end) * 1e3)
-    return float(np.median(samples))
 
 
 def measure(name, op, gemm, hidden, n):
@@ -61,11 +37,12 @@ def measure(name, op, gemm, hidden, n):
     us = {"gemm alone": []}
     for rnd in range(5):
         order = CARVEOUTS[rnd % 3:] + CARVEOUTS[:rnd % 3]
-        us["gemm alone"].append(graph_us([gemm] * PAIRS) / PAIRS)
+        us["gemm alone"].append(timing.time_graph(gemm, ops_per_graph=PAIRS).median_us)
         for c in order:
             kernel.preferred_shared_memory_carveout = c
-            us.setdefault(f"gemm + norm, carveout {c}", []).append(graph_us([gemm, op] * PAIRS) / PAIRS)
-            us.setdefault(f"norm alone, carveout {c}", []).append(graph_us([op] * PAIRS) / PAIRS)
+            us.setdefault(f"gemm + norm, carveout {c}", []).append(
+                timing.time_graph(lambda: (gemm(), op()), ops_per_graph=PAIRS).median_us)
+            us.setdefault(f"norm alone, carveout {c}", []).append(timing.time_graph(op, ops_per_graph=PAIRS).median_us)
     kernel.preferred_shared_memory_carveout = -1
     med = {k: float(np.median(v)) for k, v in us.items()}
     share = {c: med[f"gemm + norm, carveout {c}"] - med["gemm alone"] for c in CARVEOUTS}
