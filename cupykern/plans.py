@@ -1089,6 +1089,16 @@ ROPE_TOKEN_HEADS = (2, 3, 5)
 #: measured and gains the H100 its 3-6 %. fp16 untimed in this band. What the token kernel
 #: drops is the wide kernel's token loop and guards.
 ROPE_TOKEN_MAX_TOKENS_PER_SM = 12
+#: In that band, where the prefill layout's heads a thread do not fill the token kernel's
+#: shape, it takes this many heads a thread instead where they fill it (0: none):
+#: llama-3.1-70b's 72 heads in 12 slots of 6 (96 threads a token at 80 registers, 8 tokens
+#: an SM by registers, where the wide kernel's 5 heads hold 4 at 112). A thread holding
+#: more heads carries its 16 cos/sin registers over more data. Measured (H100, bf16, cold
+#: L2, bit for bit the wide kernel's; bench/results/NOTES.md item 47, two runs): 70b at
+#: 1024 tokens 5.5-6.3 % less than the wide kernel (13.94-14.19 against 14.66-14.94 us;
+#: Liger 13.71-13.87), at 256 level; past the band 2.9 % less at 2048, 0.7 % more at 4096
+#: and 2 % more at 16384. Compiled for the token kernel alone (:func:`rope_token_heads_compiled`).
+ROPE_TOKEN_BAND_HEADS = 6
 #: Resident 256-thread blocks an SM a wave counts where the kernel's own count is not known
 #: (planning without a GPU), scaled to the plan's block (4 of 128 threads, the same 512
 #: threads an SM: the 5-heads kernels' 112-128 registers). The ops pass the CUDA
@@ -1217,6 +1227,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     if not wide:
         heads_per_thread, waves, block_threads = (1 if few_tokens else steps_heads), 0, ROPE_MAX_BLOCK_SIZE
     token_heads = rope_token_heads(fused_norm)  # read at every shape too
+    band_heads = 0 if fused_norm else _constant("ROPE_TOKEN_BAND_HEADS", lowest=0, highest=ROPE_TOKEN_MOST_HEADS)
     token_sized = num_tokens < _constant("ROPE_TOKEN_MAX_TOKENS_PER_SM") * sm_count
     head_slots = max(1, min(-(-num_heads // heads_per_thread), block_cap // threads_per_head))
     threads_per_token = threads_per_head * head_slots
@@ -1231,6 +1242,11 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
                     and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, head_slots,
                                          heads_per_thread, num_heads, fused_norm)
                     and num_tokens <= limits.max_grid_x)
+    band = token_call and not few_tokens and wide and band_heads and not token_kernel and num_tokens <= limits.max_grid_x
+    if band and num_heads % band_heads == 0 and num_heads // band_heads * threads_per_head <= block_cap \
+            and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head,
+                                 num_heads // band_heads, band_heads, num_heads, fused_norm):
+        token_kernel, heads_per_thread, head_slots = True, band_heads, num_heads // band_heads
     if token_kernel:  # a block per token
         tokens_per_block, waves = 1, 0
     plan = RopePlan(vec_width, threads_per_head, head_slots, tokens_per_block, (1, 1, 1),
@@ -1286,6 +1302,19 @@ def _rope_token_full(dtype, vec_width: int, head_dim: int, rotary_dim: int, unit
             and (rotary_dim == head_dim or not fused_norm) and units == threads_per_head
             and threads_per_head in ROPE_NORM_THREADS_PER_HEAD
             and head_slots * heads_per_thread == num_heads and threads % WARP_SIZE == 0 and threads >= 64)
+
+
+#: The most heads a thread :data:`ROPE_TOKEN_BAND_HEADS` may name: the most item 47 compiled
+#: and timed (ptxas, sm_90: apply_rope's token kernel at 10 heads takes 134 registers, no spill).
+ROPE_TOKEN_MOST_HEADS = 10
+
+
+def rope_token_heads_compiled() -> tuple[int, ...]:
+    """kHeadsPerThread choices apply_rope_token_kernel is compiled for: the wide kernel's
+    (:func:`rope_wide_heads_choices`, which :data:`ROPE_TOKEN_HEADS` picks from) and
+    :data:`ROPE_TOKEN_BAND_HEADS` unless 0; PlanError for a bad constant."""
+    band = _constant("ROPE_TOKEN_BAND_HEADS", lowest=0, highest=ROPE_TOKEN_MOST_HEADS)
+    return tuple(sorted(set(rope_wide_heads_choices()) | ({band} if band else set())))
 
 
 def rope_token_heads(fused_norm: bool) -> tuple[int, ...]:

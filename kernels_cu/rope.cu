@@ -67,7 +67,8 @@
 //   kThreadsPerHead   8, 16, 32 (qk_rms_norm_rope: the row group that reduces a head;
 //                     the token kernels: the lanes of a head, one unit each)
 //   kHeadsPerThread   the wide and token kernels' heads a thread holds at once (compiled
-//                     for plans.ROPE_WIDE_HEADS_CHOICES / ROPE_WIDE_NORM_HEADS_CHOICES)
+//                     for plans.ROPE_WIDE_HEADS_CHOICES / ROPE_WIDE_NORM_HEADS_CHOICES;
+//                     apply_rope's token kernel also for plans.ROPE_TOKEN_BAND_HEADS)
 //   kMropeLayout      0 (one position per token), 1 (M-RoPE, sectioned), 2 (M-RoPE,
 //                     interleaved) (apply_rope; 1 and 2 with kIsNeox = true only)
 // Launch contract (planned by cupykern/plans.py::plan_rope): 1-D block of at most

@@ -29,7 +29,8 @@ LAYOUTS = [({"ROPE_LAYOUT": "steps"}, "steps"),
            ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_GRID_WAVES": 1, "ROPE_WIDE_NORM_GRID_WAVES": 0}, "wide-waves-swapped"),
            ({"ROPE_LAYOUT": "wide", "ROPE_WIDE_BLOCK_THREADS": 256, "ROPE_WIDE_NORM_BLOCK_THREADS": 1},
             "wide-block-threads-swapped"),
-           ({"ROPE_LAYOUT": "wide", "ROPE_TOKEN_HEADS": (), "ROPE_NORM_TOKEN_HEADS": ()}, "wide-no-token-kernel")]
+           ({"ROPE_LAYOUT": "wide", "ROPE_TOKEN_HEADS": (), "ROPE_NORM_TOKEN_HEADS": (), "ROPE_TOKEN_BAND_HEADS": 0},
+            "wide-no-token-kernel")]
 
 
 def _plan(num_tokens, head_dim=128, rotary_dim=128, dtype=BF16, fused_norm=False, max_vec=None):
@@ -231,7 +232,7 @@ WIDE_CONSTANTS = [("ROPE_WIDE_HEADS_PER_THREAD", (False,)), ("ROPE_WIDE_NORM_HEA
                   # below it a batch is decode-sized; 0 once gave zero tokens the token kernel with a
                   # one-block grid (helper 59)
                   ("ROPE_MIN_TOKENS_PER_SM", (False, True)),
-                  ("ROPE_TOKEN_MAX_TOKENS_PER_SM", (False, True))]
+                  ("ROPE_TOKEN_MAX_TOKENS_PER_SM", (False, True)), ("ROPE_TOKEN_BAND_HEADS", (False,))]
 
 
 #: Bad values of every constant; 0 (a block per group of tokens) and more are legal waves, 2**40 blocks per SM
@@ -248,7 +249,8 @@ def test_bad_wide_constants_are_refused_by_name_at_every_batch_size(monkeypatch,
     legal = {"ROPE_WIDE_GRID_WAVES": (0, 2**40), "ROPE_WIDE_NORM_GRID_WAVES": (0, 2**40),
              "ROPE_WIDE_BLOCKS_PER_SM": (2**40,), "ROPE_WIDE_NORM_FULL_BLOCK_HEADS": (2**40,),
              "ROPE_WIDE_BLOCK_THREADS": (2**40,), "ROPE_WIDE_NORM_BLOCK_THREADS": (2**40,),
-             "ROPE_MIN_TOKENS_PER_SM": (2**40,), "ROPE_TOKEN_MAX_TOKENS_PER_SM": (2**40,)}.get(name, ())
+             "ROPE_MIN_TOKENS_PER_SM": (2**40,), "ROPE_TOKEN_MAX_TOKENS_PER_SM": (2**40,),
+             "ROPE_TOKEN_BAND_HEADS": (0,)}.get(name, ())
     if type(value) is int and value in legal:
         value = -value - 1
     monkeypatch.setattr(plans, name, value)
@@ -372,12 +374,13 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
     and every lane holds one unit of 8 to 32 lanes, in whole warps of at least 64 threads:
     llama-3.1-8b (2 heads a thread, 160 threads), -70b (3, 192); a block per token. From 4
     to 12 tokens an SM (528-1583 on 132 SMs, item 44) in the prefill layout's heads where
-    they fill every slot: 8b's 5 (64 threads), gemma-2-9b's 3 (16 lanes, 128 threads), not
-    70b's (72 heads in 15 slots of 5). Not from 12 tokens an SM, not out of place or M-RoPE,
-    not fp32, not 4 lanes a head, not with the constant empty (item 39). Dims past
-    rotary_dim do not stop it (in place they are not touched)."""
+    they fill every slot: 8b's 5 (64 threads), gemma-2-9b's 3 (16 lanes, 128 threads); where
+    they do not (70b's 72 heads in 15 slots of 5), in ROPE_TOKEN_BAND_HEADS where those fill
+    it (70b: 12 slots of 6, 96 threads; item 47). Not from 12 tokens an SM, not out of place
+    or M-RoPE, not fp32, not 4 lanes a head, not with the constants empty (item 39). Dims
+    past rotary_dim do not stop it (in place they are not touched)."""
     assert plans.ROPE_TOKEN_HEADS == (2, 3, 5)
-    assert (plans.ROPE_MIN_TOKENS_PER_SM, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM) == (4, 12)
+    assert (plans.ROPE_MIN_TOKENS_PER_SM, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_BAND_HEADS) == (4, 12, 6)
     assert plans.H200_LIMITS.sm_count == 132
 
     def plan(num_tokens, heads=40, dtype=BF16, head_dim=128, rotary_dim=None, **kw):
@@ -398,7 +401,11 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
         p = plan(n, 40)
         assert (p.token_kernel, p.heads_per_thread, p.tokens_per_block, p.grid, p.block_size) == \
             (True, 5, 1, (n, 1, 1), 64)
-        assert plan(n, 72).heads_per_thread == 5 and not plan(n, 72).token_kernel  # 15 slots hold 75 heads
+        p = plan(n, 72)  # 15 slots of 5 would hold 75 heads: 12 of 6
+        assert (p.token_kernel, p.heads_per_thread, p.head_slots, p.tokens_per_block, p.grid, p.block_size) == \
+            (True, 6, 12, 1, (n, 1, 1), 96)
+        assert not plan(n, 72, np.float32).token_kernel and not plan(n, 72, in_place=False).token_kernel
+        assert plan(n, 36).heads_per_thread == 5 and not plan(n, 36).token_kernel  # 6 slots of 6: 48 threads
         assert not plan(n, 40, in_place=False).token_kernel and not plan(n, 40, mrope=True).token_kernel
         p = plan(n, 24, head_dim=256)  # gemma-2-9b: 16 lanes a head, 3 heads a thread
         assert (p.token_kernel, p.heads_per_thread, p.threads_per_head, p.block_size) == (True, 3, 16, 128)
@@ -418,6 +425,13 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
     assert plan(64, 72).token_kernel and not plan(64).token_kernel
     monkeypatch.setattr(plans, "ROPE_TOKEN_HEADS", ())
     assert not plan(64, 72).token_kernel and not plan(1).token_kernel
+    assert plan(1024, 72).heads_per_thread == 6  # the band's heads are the band's own constant
+    monkeypatch.setattr(plans, "ROPE_TOKEN_BAND_HEADS", 0)
+    assert plan(1024, 72).heads_per_thread == 5 and not plan(1024, 72).token_kernel
+    monkeypatch.setattr(plans, "ROPE_TOKEN_BAND_HEADS", 4)  # 18 slots of 8 lanes: 144 threads, not whole warps
+    assert not plan(1024, 72).token_kernel
+    monkeypatch.setattr(plans, "ROPE_TOKEN_BAND_HEADS", 9)  # 8 slots: 64 threads
+    assert (plan(1024, 72).heads_per_thread, plan(1024, 72).block_size) == (9, 64)
 
 
 def test_resident_grid_refuses_token_plans_it_cannot_cover():
@@ -504,13 +518,16 @@ def test_every_planned_wide_instantiation_is_enumerated(monkeypatch):
         sorted(e.replace("qk_rms_norm_rope_wide_kernel", "qk_rms_norm_rope_token_kernel")[:-len(", false>")] + ">"
                for e in wide)
     # apply_rope's: the wide one's in-place 16-bit instantiations of 16-byte vectors without
-    # M-RoPE, x the row groups, under its own name
+    # M-RoPE, x the row groups, under its own name, and the same at ROPE_TOKEN_BAND_HEADS
     wide = [e for e in rope_ops.instantiations()[rope_ops.APPLY_ROPE_WIDE]
             if e.startswith(("apply_rope_wide_kernel<__nv_bfloat16,", "apply_rope_wide_kernel<__half,"))
             and e.endswith(", true>") and ", 8, 0, " in e]
-    assert wide and sorted(rope_ops.instantiations()[rope_ops.APPLY_ROPE_TOKEN]) == sorted(
-        e.replace("apply_rope_wide_kernel", "apply_rope_token_kernel").replace(", 8, 0, ", f", 8, {lanes}, ")
-        [:-len(", true>")] + ">" for e in wide for lanes in plans.ROPE_NORM_THREADS_PER_HEAD)
+    token = [e.replace("apply_rope_wide_kernel", "apply_rope_token_kernel").replace(", 8, 0, ", f", 8, {lanes}, ")
+             [:-len(", true>")] + ">" for e in wide for lanes in plans.ROPE_NORM_THREADS_PER_HEAD]
+    band = [e.rsplit(", ", 1)[0] + f", {plans.ROPE_TOKEN_BAND_HEADS}>" for e in token if e.endswith(", 2>")]
+    assert wide and band and sorted(rope_ops.instantiations()[rope_ops.APPLY_ROPE_TOKEN]) == sorted(token + band)
+    monkeypatch.setattr(plans, "ROPE_TOKEN_BAND_HEADS", 0)
+    assert sorted(rope_ops.instantiations()[rope_ops.APPLY_ROPE_TOKEN]) == sorted(token)
     qk_exprs = set(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE_WIDE])
     for heads in plans.ROPE_WIDE_NORM_HEADS_CHOICES:
         for has_pass in (True, False):
@@ -723,14 +740,15 @@ def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_
     (300, 32, 8, 128, 128),   # the same in 300 blocks
     (600, 32, 8, 128, 128),   # 4-12 tokens an SM on 51-150 SMs: 8b's prefill layout, 5 heads a thread (item 44)
     (7, 64, 8, 128, 128),     # llama-3.1-70b: 3 heads a thread, 192 threads
+    (600, 64, 8, 128, 128),   # the same band: 70b in ROPE_TOKEN_BAND_HEADS, 6 heads a thread (item 47)
     (300, 16, 4, 256, 256),   # 16 lanes a head, 2 heads a thread
     (300, 32, 8, 256, 128),   # 8 lanes a head (2 heads a thread), dims past rotary_dim (left as they are)
-], ids=["8b-3", "8b-300", "8b-600", "70b-7", "16-lanes", "pass-through"])
+], ids=["8b-3", "8b-300", "8b-600", "70b-7", "70b-600", "16-lanes", "pass-through"])
 @pytest.mark.parametrize("variant", ["plain", "fused", "cache_in_dtype_int32", "bad_positions"])
 def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, num_tokens, num_q_heads, num_kv_heads,
                                                               head_dim, rotary_dim, variant):
     """apply_rope in place at decode sizes takes its token kernel in these shapes (item 39),
-    and 8b's 5 heads a thread a little past them (item 44):
+    and 8b's 5 heads a thread (item 44) and 70b's 6 (item 47) a little past them:
     q and k, bit for bit, are the steps kernel's and the wide kernel's, with views of a fused QKV buffer,
     int32 positions with a cache in q's dtype, and positions out of range (left unchanged)."""
     cache_dtype = dtype if variant == "cache_in_dtype_int32" else np.float32
@@ -741,15 +759,15 @@ def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, nu
                        dtype, cache_dtype, pos_dtype, fused=variant == "fused", bad=variant == "bad_positions")
 
     heads = None
-    if num_tokens == 600:  # the band from 4 to 12 tokens an SM: 8b's prefill heads
+    if num_tokens == 600:  # the band from 4 to 12 tokens an SM: 8b's prefill heads, 70b's band heads
         import cupy
 
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
         if not plans.ROPE_MIN_TOKENS_PER_SM * sms <= 600 < plans.ROPE_TOKEN_MAX_TOKENS_PER_SM * sms:
             pytest.skip(f"600 tokens are outside 4-12 tokens an SM on {sms} SMs")
-        heads = 5
+        heads = 5 if num_q_heads == 32 else plans.ROPE_TOKEN_BAND_HEADS
     _assert_token_kernel_bytes(make, lambda i: _apply(i, is_neox=is_neox), rope_ops.APPLY_ROPE_TOKEN, num_tokens,
-                               {"ROPE_TOKEN_HEADS": ()}, heads)
+                               {"ROPE_TOKEN_HEADS": (), "ROPE_TOKEN_BAND_HEADS": 0}, heads)
 
 
 @pytest.mark.gpu

@@ -47,7 +47,8 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
     apply_rope's also x in place or not, qk_rms_norm_rope's x pass-through dims or not),
     and the token kernels in 16-byte vectors (plans.ROPE_TOKEN_DTYPES): qk_rms_norm_rope's
     as its wide one without pass-through dims, apply_rope's as its wide one in place
-    without M-RoPE, x its row groups (plans.ROPE_NORM_THREADS_PER_HEAD)."""
+    without M-RoPE and also at plans.ROPE_TOKEN_BAND_HEADS heads a thread
+    (plans.rope_token_heads_compiled), x its row groups (plans.ROPE_NORM_THREADS_PER_HEAD)."""
     spaces: dict[KernelTemplate, list[str]] = {APPLY_ROPE: [], QK_RMS_NORM_ROPE: [], APPLY_ROPE_WIDE: [],
                                                QK_RMS_NORM_ROPE_WIDE: [], QK_RMS_NORM_ROPE_TOKEN: [],
                                                APPLY_ROPE_TOKEN: []}
@@ -75,7 +76,7 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
                     if d in plans.ROPE_TOKEN_DTYPES[False]:
                         w = _dtypes.vec_width(d)
                         for g in plans.ROPE_NORM_THREADS_PER_HEAD:
-                            for heads in plans.rope_wide_heads_choices():
+                            for heads in plans.rope_token_heads_compiled():
                                 spaces[APPLY_ROPE_TOKEN].append(APPLY_ROPE_TOKEN.expr(*lead, w, g, heads))
     return spaces
 
