@@ -1095,7 +1095,7 @@ ROPE_TOKEN_MAX_TOKENS_PER_SM = 12
 #: an SM by registers, where the wide kernel's 5 heads hold 4 at 112). A thread holding
 #: more heads carries its 16 cos/sin registers over more data. Measured (H100, bf16, cold
 #: L2, bit for bit the wide kernel's; bench/results/NOTES.md item 47, two runs): 70b at
-#: 1024 tokens 5.5-6.3 % less than the wide kernel (13.94-14.19 against 14.66-14.94 us;
+#: 1024 tokens 5.5-5.9 % less than the wide kernel (13.94-14.19 against 14.66-14.94 us;
 #: Liger 13.71-13.87), at 256 level; past the band 2.9 % less at 2048, 0.7 % more at 4096
 #: and 2 % more at 16384. Compiled for the token kernel alone (:func:`rope_token_heads_compiled`).
 ROPE_TOKEN_BAND_HEADS = 6
@@ -1184,7 +1184,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     :data:`ROPE_NORM_TOKEN_HEADS` heads a thread in a shape every thread fills takes the
     token kernel (``token_kernel``: one token a block, a block per token, no waves); so
     does a 16-bit apply_rope of :data:`ROPE_TOKEN_HEADS` at decode sizes (and below
-    :data:`ROPE_TOKEN_MAX_TOKENS_PER_SM` tokens an SM) when the call is ``in_place`` without
+    :data:`ROPE_TOKEN_MAX_TOKENS_PER_SM` tokens an SM, there at :data:`ROPE_TOKEN_BAND_HEADS`
+    where the prefill layout's heads do not fill it) when the call is ``in_place`` without
     ``mrope`` (M-RoPE's positions; both flags are apply_rope's alone:
     qk_rms_norm_rope is always in place). The rule takes no launch overrides: any raise
     ValueError (never ignored); ``fused_norm``, ``in_place`` and ``mrope`` not bools, and
