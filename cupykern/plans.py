@@ -1228,7 +1228,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     if not wide:
         heads_per_thread, waves, block_threads = (1 if few_tokens else steps_heads), 0, ROPE_MAX_BLOCK_SIZE
     token_heads = rope_token_heads(fused_norm)  # read at every shape too
-    band_heads = 0 if fused_norm else _constant("ROPE_TOKEN_BAND_HEADS", lowest=0, highest=ROPE_TOKEN_MOST_HEADS)
+    band_heads = 0 if fused_norm else rope_token_band_heads()
     token_sized = num_tokens < _constant("ROPE_TOKEN_MAX_TOKENS_PER_SM") * sm_count
     head_slots = max(1, min(-(-num_heads // heads_per_thread), block_cap // threads_per_head))
     threads_per_token = threads_per_head * head_slots
@@ -1305,16 +1305,18 @@ def _rope_token_full(dtype, vec_width: int, head_dim: int, rotary_dim: int, unit
             and head_slots * heads_per_thread == num_heads and threads % WARP_SIZE == 0 and threads >= 64)
 
 
-#: The most heads a thread :data:`ROPE_TOKEN_BAND_HEADS` may name: the most item 47 compiled
-#: and timed (ptxas, sm_90: apply_rope's token kernel at 10 heads takes 134 registers, no spill).
-ROPE_TOKEN_MOST_HEADS = 10
+def rope_token_band_heads() -> int:
+    """:data:`ROPE_TOKEN_BAND_HEADS`, PlanError naming it unless an int in [0, 10]: 10 is the
+    most heads a thread item 47 compiled and timed (ptxas, sm_90: apply_rope's token kernel
+    at 10 heads takes 134 registers, no spill)."""
+    return _constant("ROPE_TOKEN_BAND_HEADS", lowest=0, highest=10)
 
 
 def rope_token_heads_compiled() -> tuple[int, ...]:
     """kHeadsPerThread choices apply_rope_token_kernel is compiled for: the wide kernel's
     (:func:`rope_wide_heads_choices`, which :data:`ROPE_TOKEN_HEADS` picks from) and
     :data:`ROPE_TOKEN_BAND_HEADS` unless 0; PlanError for a bad constant."""
-    band = _constant("ROPE_TOKEN_BAND_HEADS", lowest=0, highest=ROPE_TOKEN_MOST_HEADS)
+    band = rope_token_band_heads()
     return tuple(sorted(set(rope_wide_heads_choices()) | ({band} if band else set())))
 
 

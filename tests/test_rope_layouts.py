@@ -528,6 +528,11 @@ def test_every_planned_wide_instantiation_is_enumerated(monkeypatch):
     assert wide and band and sorted(rope_ops.instantiations()[rope_ops.APPLY_ROPE_TOKEN]) == sorted(token + band)
     monkeypatch.setattr(plans, "ROPE_TOKEN_BAND_HEADS", 0)
     assert sorted(rope_ops.instantiations()[rope_ops.APPLY_ROPE_TOKEN]) == sorted(token)
+    for bad in (11, -1, True, "6", None):  # the compiled set reads it as the planner does
+        monkeypatch.setattr(plans, "ROPE_TOKEN_BAND_HEADS", bad)
+        with pytest.raises(ValueError, match=r"plans.ROPE_TOKEN_BAND_HEADS must be an int in \[0, 10\]"):
+            rope_ops.instantiations()
+    monkeypatch.setattr(plans, "ROPE_TOKEN_BAND_HEADS", 0)
     qk_exprs = set(rope_ops.instantiations()[rope_ops.QK_RMS_NORM_ROPE_WIDE])
     for heads in plans.ROPE_WIDE_NORM_HEADS_CHOICES:
         for has_pass in (True, False):
