@@ -96,12 +96,12 @@ class TunedEntry:
         Arabic-Indic digits and repeated buckets taken)."""
         median = d.get("median_us") or {}
         if not isinstance(median, dict):
-            raise ValueError(f"'median_us' is a {type(median).__name__}, expected an object")
+            raise ValueError(f"'median_us' is {_a_type(median)}, expected an object")
         names = {}
         for key in ("gpu", "op", "dtype", "commit", "date"):
             value = d[key] if key in ("gpu", "op", "dtype") else d.get(key, "")
             if not isinstance(value, str):
-                raise ValueError(f"{key!r} is a {type(value).__name__}, expected a string")
+                raise ValueError(f"{key!r} is {_a_type(value)}, expected a string")
             names[key] = value
         buckets = tuple(sorted((count(n, "rows_per_block's n", 1), count(r, "rows_per_block", 1))
                                for n, r in d.get("rows_per_block") or ()))
@@ -126,6 +126,12 @@ class TunedEntry:
 
 #: A median_us key: the count in ASCII digits, as as_json writes it.
 _DIGITS = re.compile(r"[0-9]+")
+
+
+def _a_type(value) -> str:
+    """"a list", "an int": the article and name of value's type, for messages."""
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def _finite(value, name: str) -> float:
@@ -186,11 +192,11 @@ def read(file: Path | None = None) -> dict[tuple, TunedEntry]:
         raise TunedFileError(file, exc.strerror or str(exc), io="read") from None
     raw = data.get("entries", [])
     if not isinstance(raw, list):
-        raise TunedFileError(file, f"'entries' is a {type(raw).__name__}, expected a list")
+        raise TunedFileError(file, f"'entries' is {_a_type(raw)}, expected a list")
     entries = []
     for i, d in enumerate(raw):
         if not isinstance(d, dict):
-            raise TunedFileError(file, f"entry {i} is a {type(d).__name__}, expected an object")
+            raise TunedFileError(file, f"entry {i} is {_a_type(d)}, expected an object")
         try:
             entries.append(TunedEntry.from_json(d))
         except KeyError as exc:

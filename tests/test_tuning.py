@@ -57,7 +57,7 @@ INVALID = [
     (json.dumps({"format": "other/9", "entries": []}), "format 'other/9', expected 'cupykern-tuned/1'"),
     (json.dumps([1, 2]), "format 'list', expected"),
     (json.dumps({"format": tuning.FORMAT, "entries": {}}), "'entries' is a dict, expected a list"),
-    (json.dumps({"format": tuning.FORMAT, "entries": [7]}), "entry 0 is a int, expected an object"),
+    (json.dumps({"format": tuning.FORMAT, "entries": [7]}), "entry 0 is an int, expected an object"),
     (json.dumps({"format": tuning.FORMAT, "entries": [{"op": "rms_norm"}]}), "entry 0 has no 'gpu'"),
     (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "size": "big"}]}),
      "entry 0: size: expected an int >= 1, got 'big'"),
@@ -88,7 +88,7 @@ INVALID = [
     (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "rows_per_block": [[16, 1], [16, 8]]}]}),
      "entry 0: rows_per_block has two buckets of one n: [[16, 1], [16, 8]]"),
     (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "gpu": 7}]}),
-     "entry 0: 'gpu' is a int, expected a string"),
+     "entry 0: 'gpu' is an int, expected a string"),
     (json.dumps({"format": tuning.FORMAT, "entries": [{**entry().as_json(), "commit": None}]}),
      "entry 0: 'commit' is a NoneType, expected a string"),
 ]
