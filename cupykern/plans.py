@@ -1206,7 +1206,9 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     sm_count = limits.sm_count
     # Every size below fits the device's blocks as well as the kernels' launch bounds:
     # a GPU of 128-thread blocks gets fewer tokens (or head slots) a block, not a refusal.
-    block_cap = min(limits.max_threads_per_block, ROPE_MAX_BLOCK_SIZE)
+    # In whole warps, as RopePlan.block_size rounds the active threads up to them (a cap
+    # of 214 planned 224-thread blocks and refused them: helpers 60 and 78).
+    block_cap = min(limits.max_threads_per_block, ROPE_MAX_BLOCK_SIZE) // WARP_SIZE * WARP_SIZE
     if rotary_dim > head_dim or rotary_dim % 2:
         raise ValueError(f"rotary_dim: expected an even number <= head_dim ({head_dim}), got {rotary_dim}")
     half = rotary_dim // 2

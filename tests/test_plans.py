@@ -563,11 +563,12 @@ def test_apply_rope_prefill_plans_take_the_fullest_block(num_heads, head_dim, he
         assert plan.heads_per_thread == heads_per_thread
 
 
-@pytest.mark.parametrize("max_threads_per_block", [128, 64, 32])
+@pytest.mark.parametrize("max_threads_per_block", [128, 64, 32, 214, 33])
 def test_rope_plans_respect_a_smaller_block_limit(max_threads_per_block):
     """A GPU whose blocks hold fewer threads than ROPE_MAX_BLOCK_SIZE gets fewer tokens or
     head slots a block, never a refusal (helper 56: 128-thread blocks refused llama-3.1-8b's
-    40 heads at 4096 tokens, sized for 256), while the threads of one head fit; blocks of
+    40 heads at 4096 tokens, sized for 256; helpers 60 and 78: a limit of 214, not whole
+    warps, planned 224-thread blocks and refused them), while the threads of one head fit; blocks of
     ROPE_MAX_BLOCK_SIZE threads or more plan exactly as the H200 (the rule reads the limit
     only through the cap)."""
     small = replace(H200_LIMITS, max_threads_per_block=max_threads_per_block)
