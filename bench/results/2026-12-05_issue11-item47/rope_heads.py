@@ -14,7 +14,8 @@ kernel uses no shuffles and no barrier):
   liger    LigerRopeFunction on fp32 cos/sin gathered before (bench/peers.py's form).
 bf16, in place, cold L2, three interleaved rounds (bench/variants.py), one stream for
 CuPy and torch; bits against lib's; registers and local memory as the kernel reports.
-Seeded (numpy 20261205). --tag names the JSON (rope_heads_<tag>.json)."""
+Seeded (numpy 20261205). --tag names the JSON (rope_heads_<tag>.json); --sizes and --models
+replace the token counts and presets (after calls 1 and 4, which ran the defaults)."""
 import json
 import os
 import sys
@@ -36,7 +37,12 @@ TAG = sys.argv[sys.argv.index("--tag") + 1] if "--tag" in sys.argv else "run"
 LEAD = ("__nv_bfloat16", "float", "long long", True, 8)
 LANES = 8  # head_dim 128, bf16 16-byte vectors: 64 / 8 units a head, one a lane
 THREADS_PER_HEAD, HEAD_SLOTS, TOKENS_PER_BLOCK = 22, 23, 24  # apply_rope kernels' argument indices
-SIZES = (256, 1024, 2048, 4096, 16384)
+# --sizes / --models (comma-separated) for the band's edge that NOTES item 47 leaves open;
+# calls 1 and 4 ran the defaults.
+SIZES = tuple(int(n) for n in sys.argv[sys.argv.index("--sizes") + 1].split(",")) if "--sizes" in sys.argv \
+    else (256, 1024, 2048, 4096, 16384)
+MODELS = tuple(sys.argv[sys.argv.index("--models") + 1].split(",")) if "--models" in sys.argv \
+    else ("llama-3.1-70b", "llama-3.1-8b")
 
 
 def record(q, k, positions, cache):
@@ -57,7 +63,7 @@ stream = cupy.cuda.Stream(non_blocking=True)
 results = {"seed": seed, "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
            "sizes": SIZES, "points": []}
 with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
-    for model_name in ("llama-3.1-70b", "llama-3.1-8b"):
+    for model_name in MODELS:
         model = models.get(model_name)
         num_heads = model.num_attention_heads + model.num_key_value_heads
         heads_choices = [h for h in range(2, 11) if num_heads % h == 0 and 32 <= num_heads // h * LANES <= 256]
