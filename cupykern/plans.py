@@ -1245,11 +1245,14 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
                     and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, head_slots,
                                          heads_per_thread, num_heads, fused_norm)
                     and num_tokens <= limits.max_grid_x)
-    band = token_call and not few_tokens and wide and band_heads and not token_kernel and num_tokens <= limits.max_grid_x
-    if band and num_heads % band_heads == 0 and num_heads // band_heads * threads_per_head <= block_cap \
-            and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head,
-                                 num_heads // band_heads, band_heads, num_heads, fused_norm):
-        token_kernel, heads_per_thread, head_slots = True, band_heads, num_heads // band_heads
+    # Past the decode sizes, where the prefill layout's heads do not fill the token kernel, its
+    # band heads may (item 47); _rope_token_full refuses slots that leave heads over.
+    band_slots = num_heads // band_heads if band_heads else 0
+    if (token_call and not few_tokens and wide and not token_kernel and band_slots
+            and band_slots * threads_per_head <= block_cap and num_tokens <= limits.max_grid_x
+            and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, band_slots,
+                                 band_heads, num_heads, fused_norm)):
+        token_kernel, heads_per_thread, head_slots = True, band_heads, band_slots
     if token_kernel:  # a block per token
         tokens_per_block, waves = 1, 0
     plan = RopePlan(vec_width, threads_per_head, head_slots, tokens_per_block, (1, 1, 1),
