@@ -16,7 +16,9 @@ rounds, one stream for CuPy and torch; bits against the library's):
 llama-3.1-8b, -70b and gemma-2-9b (head_dim 256) at 512-4096 tokens. Seeded (numpy
 20261205). Against item 43's script: 768 and 1536 tokens and gemma added, 8192 dropped, the
 "rule" column, and --tag names the JSON (rope_token_prefill_<tag>.json), so that two runs
-in one call can be compared."""
+in one call can be compared. --sizes and --models (comma-separated) replace the token counts
+and presets, --band N the "rule" column's ROPE_TOKEN_MAX_TOKENS_PER_SM (NOTES item 48's band
+edge; the runs before it used the defaults)."""
 import json
 import os
 import sys
@@ -39,7 +41,11 @@ LEAD = ("__nv_bfloat16", "float", "long long", True, 8)
 THREADS_PER_HEAD, HEAD_SLOTS, TOKENS_PER_BLOCK = 22, 23, 24  # apply_rope kernels' argument indices
 
 
-RULE = plans.ROPE_TOKEN_MAX_TOKENS_PER_SM
+RULE = int(sys.argv[sys.argv.index("--band") + 1]) if "--band" in sys.argv else plans.ROPE_TOKEN_MAX_TOKENS_PER_SM
+SIZES = tuple(int(n) for n in sys.argv[sys.argv.index("--sizes") + 1].split(",")) if "--sizes" in sys.argv \
+    else (512, 768, 1024, 1536, 2048, 4096)
+MODELS = tuple(sys.argv[sys.argv.index("--models") + 1].split(",")) if "--models" in sys.argv \
+    else ("llama-3.1-8b", "llama-3.1-70b", "gemma-2-9b")
 
 
 def record(q, k, positions, cache, token_max_per_sm=1):
@@ -58,9 +64,10 @@ def token_args(args, threads_per_head, head_slots):
 seed = 20261205
 rng = np.random.default_rng(seed)
 stream = cupy.cuda.Stream(non_blocking=True)
-results = {"seed": seed, "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(), "points": []}
+results = {"seed": seed, "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(), "band": RULE,
+           "points": []}
 with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
-    for model_name in ("llama-3.1-8b", "llama-3.1-70b", "gemma-2-9b"):
+    for model_name in MODELS:
         model = models.get(model_name)
         num_heads = model.num_attention_heads + model.num_key_value_heads
         small = _rope_inputs(rng, 16, model.head_dim, cupykern.bfloat16, model=model)
@@ -71,7 +78,7 @@ with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
         else:
             dec_tph, dec_slots = int(dec.args[THREADS_PER_HEAD]), int(dec.args[HEAD_SLOTS])
         del small
-        for n in (512, 768, 1024, 1536, 2048, 4096):
+        for n in SIZES:
             i = _rope_inputs(rng, n, model.head_dim, cupykern.bfloat16, model=model)
             q, k, positions, cache = i["q"], i["k"], i["positions"], i["cos_sin_cache"]
             q0, k0 = q.copy(), k.copy()
