@@ -1089,16 +1089,25 @@ ROPE_TOKEN_HEADS = (2, 3, 5)
 #: measured and gains the H100 its 3-6 %. fp16 untimed in this band. What the token kernel
 #: drops is the wide kernel's token loop and guards.
 ROPE_TOKEN_MAX_TOKENS_PER_SM = 12
-#: In that band, where the prefill layout's heads a thread do not fill the token kernel's
-#: shape, it takes this many heads a thread instead where they fill it (0: none):
+#: Where the prefill layout's heads a thread do not fill the token kernel's shape, it takes
+#: this many heads a thread instead where they fill it (0: none), from 4 tokens an SM to
+#: ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM:
 #: llama-3.1-70b's 72 heads in 12 slots of 6 (96 threads a token at 80 registers, 8 tokens
 #: an SM by registers, where the wide kernel's 5 heads hold 4 at 112). A thread holding
 #: more heads carries its 16 cos/sin registers over more data. Measured (H100, bf16, cold
 #: L2, bit for bit the wide kernel's; bench/results/NOTES.md item 47, two runs): 70b at
 #: 1024 tokens 5.5-5.9 % less than the wide kernel (13.94-14.19 against 14.66-14.94 us;
-#: Liger 13.71-13.87), at 256 level; past the band 2.9 % less at 2048, 0.7 % more at 4096
-#: and 2 % more at 16384. Compiled for the token kernel alone (:func:`rope_token_heads_compiled`).
+#: Liger 13.71-13.87), at 256 level; at 2048 2.9 % less, at 4096 0.7 % more and at 16384
+#: 2 % more. Compiled for the token kernel alone (:func:`rope_token_heads_compiled`).
 ROPE_TOKEN_BAND_HEADS = 6
+#: The band heads' own end, from ROPE_MIN_TOKENS_PER_SM tokens an SM to below this many
+#: (2,112 tokens on 132 SMs): past the prefill heads' 12, where 8b's 5 heads lose up to 2 %
+#: on the H200 at 1792 tokens, 70b's 6 still gain. Measured (bf16, cold L2, bit for bit the
+#: wide kernel's; bench/results/NOTES.md item 48, two runs a card): 70b at 1584 / 1792 /
+#: 2048 tokens 3.1-3.5 / 2.6-3.7 / 1.9-2.4 % less than the wide kernel on an H100, 1.5-2.5 /
+#: 4.2-4.5 / 2.2-2.8 % on an H200; past 16, 2.5-4.2 % less on the H200 to 3584 tokens but
+#: level on the H100 (0.7 % or less from 2560 to 4096).
+ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM = 16
 #: Resident 256-thread blocks an SM a wave counts where the kernel's own count is not known
 #: (planning without a GPU), scaled to the plan's block (4 of 128 threads, the same 512
 #: threads an SM: the 5-heads kernels' 112-128 registers). The ops pass the CUDA
@@ -1184,8 +1193,9 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     :data:`ROPE_NORM_TOKEN_HEADS` heads a thread in a shape every thread fills takes the
     token kernel (``token_kernel``: one token a block, a block per token, no waves); so
     does a 16-bit apply_rope of :data:`ROPE_TOKEN_HEADS` at decode sizes (and below
-    :data:`ROPE_TOKEN_MAX_TOKENS_PER_SM` tokens an SM, there at :data:`ROPE_TOKEN_BAND_HEADS`
-    where the prefill layout's heads do not fill it) when the call is ``in_place`` without
+    :data:`ROPE_TOKEN_MAX_TOKENS_PER_SM` tokens an SM; where the prefill layout's heads do
+    not fill it, at :data:`ROPE_TOKEN_BAND_HEADS` below
+    :data:`ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM`) when the call is ``in_place`` without
     ``mrope`` (M-RoPE's positions; both flags are apply_rope's alone:
     qk_rms_norm_rope is always in place). The rule takes no launch overrides: any raise
     ValueError (never ignored); ``fused_norm``, ``in_place`` and ``mrope`` not bools, and
@@ -1232,6 +1242,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     token_heads = rope_token_heads(fused_norm)  # read at every shape too
     band_heads = 0 if fused_norm else rope_token_band_heads()
     token_sized = num_tokens < _constant("ROPE_TOKEN_MAX_TOKENS_PER_SM") * sm_count
+    band_sized = not fused_norm and num_tokens < _constant("ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM") * sm_count
     head_slots = max(1, min(-(-num_heads // heads_per_thread), block_cap // threads_per_head))
     threads_per_token = threads_per_head * head_slots
     # Fill the block (the wide kernels' block_threads of it) with tokens, but keep at least
@@ -1241,14 +1252,16 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     # Where each token kernel was measured faster than the wide one (items 38, 39, 44): qk
     # at every size, apply_rope at decode sizes and a little past them.
     token_call = fused_norm or ((few_tokens or token_sized) and in_place and not mrope)
-    token_kernel = (token_call and wide and num_tokens >= 1 and heads_per_thread in token_heads
+    layout_fills = (wide and heads_per_thread in token_heads
                     and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, head_slots,
-                                         heads_per_thread, num_heads, fused_norm)
-                    and num_tokens <= limits.max_grid_x)
+                                         heads_per_thread, num_heads, fused_norm))
+    token_kernel = token_call and layout_fills and 1 <= num_tokens <= limits.max_grid_x
     # Past the decode sizes, where the prefill layout's heads do not fill the token kernel, its
-    # band heads may (item 47); _rope_token_full refuses slots that leave heads over.
+    # band heads may, to their own end (items 47-48; a layout that fills it keeps the wide
+    # kernel past 12 tokens an SM); _rope_token_full refuses slots that leave heads over.
     band_slots = num_heads // band_heads if band_heads else 0
-    if (token_call and not few_tokens and wide and not token_kernel and band_slots
+    band_call = band_sized and not few_tokens and in_place and not mrope
+    if (band_call and wide and not layout_fills and band_slots
             and band_slots * threads_per_head <= block_cap and num_tokens <= limits.max_grid_x
             and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, band_slots,
                                  band_heads, num_heads, fused_norm)):

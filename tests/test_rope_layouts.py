@@ -232,7 +232,8 @@ WIDE_CONSTANTS = [("ROPE_WIDE_HEADS_PER_THREAD", (False,)), ("ROPE_WIDE_NORM_HEA
                   # below it a batch is decode-sized; 0 once gave zero tokens the token kernel with a
                   # one-block grid (helper 59)
                   ("ROPE_MIN_TOKENS_PER_SM", (False, True)),
-                  ("ROPE_TOKEN_MAX_TOKENS_PER_SM", (False, True)), ("ROPE_TOKEN_BAND_HEADS", (False,))]
+                  ("ROPE_TOKEN_MAX_TOKENS_PER_SM", (False, True)), ("ROPE_TOKEN_BAND_HEADS", (False,)),
+                  ("ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM", (False,))]
 
 
 #: Bad values of every constant; 0 (a block per group of tokens) and more are legal waves, 2**40 blocks per SM
@@ -250,7 +251,7 @@ def test_bad_wide_constants_are_refused_by_name_at_every_batch_size(monkeypatch,
              "ROPE_WIDE_BLOCKS_PER_SM": (2**40,), "ROPE_WIDE_NORM_FULL_BLOCK_HEADS": (2**40,),
              "ROPE_WIDE_BLOCK_THREADS": (2**40,), "ROPE_WIDE_NORM_BLOCK_THREADS": (2**40,),
              "ROPE_MIN_TOKENS_PER_SM": (2**40,), "ROPE_TOKEN_MAX_TOKENS_PER_SM": (2**40,),
-             "ROPE_TOKEN_BAND_HEADS": (0,)}.get(name, ())
+             "ROPE_TOKEN_BAND_HEADS": (0,), "ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM": (2**40,)}.get(name, ())
     if type(value) is int and value in legal:
         value = -value - 1
     monkeypatch.setattr(plans, name, value)
@@ -376,11 +377,13 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
     to 12 tokens an SM (528-1583 on 132 SMs, item 44) in the prefill layout's heads where
     they fill every slot: 8b's 5 (64 threads), gemma-2-9b's 3 (16 lanes, 128 threads); where
     they do not (70b's 72 heads in 15 slots of 5), in ROPE_TOKEN_BAND_HEADS where those fill
-    it (70b: 12 slots of 6, 96 threads; item 47). Not from 12 tokens an SM, not out of place
-    or M-RoPE, not fp32, not 4 lanes a head, not with the constants empty (item 39). Dims
-    past rotary_dim do not stop it (in place they are not touched)."""
+    it (70b: 12 slots of 6, 96 threads; item 47), and those to 16 tokens an SM (2111 tokens,
+    item 48). Not from 12 tokens an SM in the prefill heads nor from 16 in the band's, not
+    out of place or M-RoPE, not fp32, not 4 lanes a head, not with the constants empty (item
+    39). Dims past rotary_dim do not stop it (in place they are not touched)."""
     assert plans.ROPE_TOKEN_HEADS == (2, 3, 5)
-    assert (plans.ROPE_MIN_TOKENS_PER_SM, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_BAND_HEADS) == (4, 12, 6)
+    assert (plans.ROPE_MIN_TOKENS_PER_SM, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_BAND_HEADS,
+            plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM) == (4, 12, 6, 16)
     assert plans.H200_LIMITS.sm_count == 132
 
     def plan(num_tokens, heads=40, dtype=BF16, head_dim=128, rotary_dim=None, **kw):
@@ -395,7 +398,7 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
                 p = plan(n, heads, dtype)
                 assert (p.token_kernel, p.heads_per_thread, p.tokens_per_block, p.grid_waves, p.grid, p.block_size) \
                     == (True, per_thread, 1, 0, (n, 1, 1), block)
-        assert not plan(1584, heads).token_kernel and not plan(16384, heads).token_kernel  # prefill sizes
+        assert not plan(2112, heads).token_kernel and not plan(16384, heads).token_kernel  # prefill sizes
         assert not plan(0, heads).token_kernel  # no block to launch (helper 60)
     for n in (528, 1024, 1583):
         p = plan(n, 40)
@@ -409,6 +412,11 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
         assert not plan(n, 40, in_place=False).token_kernel and not plan(n, 40, mrope=True).token_kernel
         p = plan(n, 24, head_dim=256)  # gemma-2-9b: 16 lanes a head, 3 heads a thread
         assert (p.token_kernel, p.heads_per_thread, p.threads_per_head, p.block_size) == (True, 3, 16, 128)
+    for n in (1584, 2111):  # the band heads' own end (item 48): 70b's 6 still, the prefill heads' band over
+        p = plan(n, 72)
+        assert (p.token_kernel, p.heads_per_thread, p.head_slots, p.grid, p.block_size) == (True, 6, 12, (n, 1, 1), 96)
+        assert not plan(n, 72, in_place=False).token_kernel and not plan(n, 72, mrope=True).token_kernel
+        assert not plan(n, 40).token_kernel and not plan(n, 24, head_dim=256).token_kernel
     assert plan(4096, 40).heads_per_thread == 5 and plan(4096, 40).block_size == 64  # full, yet the wide kernel
     for n in (1, 527):
         assert not plan(n, in_place=False).token_kernel and not plan(n, mrope=True).token_kernel
@@ -432,6 +440,10 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
     assert not plan(1024, 72).token_kernel
     monkeypatch.setattr(plans, "ROPE_TOKEN_BAND_HEADS", 9)  # 8 slots: 64 threads
     assert (plan(1024, 72).heads_per_thread, plan(1024, 72).block_size) == (9, 64)
+    monkeypatch.setattr(plans, "ROPE_TOKEN_HEADS", (2, 3, 5))
+    monkeypatch.setattr(plans, "ROPE_TOKEN_BAND_HEADS", 6)
+    monkeypatch.setattr(plans, "ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM", 8)  # the band's end is its own: 1056 here
+    assert plan(1055, 72).heads_per_thread == 6 and not plan(1056, 72).token_kernel and plan(1056, 40).token_kernel
 
 
 def test_resident_grid_refuses_token_plans_it_cannot_cover():
@@ -746,14 +758,15 @@ def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_
     (600, 32, 8, 128, 128),   # 4-12 tokens an SM on 51-150 SMs: 8b's prefill layout, 5 heads a thread (item 44)
     (7, 64, 8, 128, 128),     # llama-3.1-70b: 3 heads a thread, 192 threads
     (600, 64, 8, 128, 128),   # the same band: 70b in ROPE_TOKEN_BAND_HEADS, 6 heads a thread (item 47)
+    (1800, 64, 8, 128, 128),  # 12-16 tokens an SM on 113-149 SMs: the band heads' own end (item 48)
     (300, 16, 4, 256, 256),   # 16 lanes a head, 2 heads a thread
     (300, 32, 8, 256, 128),   # 8 lanes a head (2 heads a thread), dims past rotary_dim (left as they are)
-], ids=["8b-3", "8b-300", "8b-600", "70b-7", "70b-600", "16-lanes", "pass-through"])
+], ids=["8b-3", "8b-300", "8b-600", "70b-7", "70b-600", "70b-1800", "16-lanes", "pass-through"])
 @pytest.mark.parametrize("variant", ["plain", "fused", "cache_in_dtype_int32", "bad_positions"])
 def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, num_tokens, num_q_heads, num_kv_heads,
                                                               head_dim, rotary_dim, variant):
     """apply_rope in place at decode sizes takes its token kernel in these shapes (item 39),
-    and 8b's 5 heads a thread (item 44) and 70b's 6 (item 47) a little past them:
+    and 8b's 5 heads a thread (item 44) and 70b's 6 (items 47-48) a little past them:
     q and k, bit for bit, are the steps kernel's and the wide kernel's, with views of a fused QKV buffer,
     int32 positions with a cache in q's dtype, and positions out of range (left unchanged)."""
     cache_dtype = dtype if variant == "cache_in_dtype_int32" else np.float32
@@ -764,12 +777,14 @@ def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, nu
                        dtype, cache_dtype, pos_dtype, fused=variant == "fused", bad=variant == "bad_positions")
 
     heads = None
-    if num_tokens == 600:  # the band from 4 to 12 tokens an SM: 8b's prefill heads, 70b's band heads
+    if num_tokens >= 600:  # from 4 tokens an SM: 8b's prefill heads to 12, 70b's band heads to 16
         import cupy
 
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-        if not plans.ROPE_MIN_TOKENS_PER_SM * sms <= 600 < plans.ROPE_TOKEN_MAX_TOKENS_PER_SM * sms:
-            pytest.skip(f"600 tokens are outside 4-12 tokens an SM on {sms} SMs")
+        low = 12 if num_tokens == 1800 else plans.ROPE_MIN_TOKENS_PER_SM  # 1800: the band heads' part past 12
+        end = plans.ROPE_TOKEN_MAX_TOKENS_PER_SM if num_q_heads == 32 else plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM
+        if not low * sms <= num_tokens < end * sms:
+            pytest.skip(f"{num_tokens} tokens are outside {low}-{end} tokens an SM on {sms} SMs")
         heads = 5 if num_q_heads == 32 else plans.ROPE_TOKEN_BAND_HEADS
     _assert_token_kernel_bytes(make, lambda i: _apply(i, is_neox=is_neox), rope_ops.APPLY_ROPE_TOKEN, num_tokens,
                                {"ROPE_TOKEN_HEADS": (), "ROPE_TOKEN_BAND_HEADS": 0}, heads)
