@@ -758,7 +758,7 @@ def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_
     (600, 32, 8, 128, 128),   # 4-12 tokens an SM on 51-150 SMs: 8b's prefill layout, 5 heads a thread (item 44)
     (7, 64, 8, 128, 128),     # llama-3.1-70b: 3 heads a thread, 192 threads
     (600, 64, 8, 128, 128),   # the same band: 70b in ROPE_TOKEN_BAND_HEADS, 6 heads a thread (item 47)
-    (1800, 64, 8, 128, 128),  # 12-16 tokens an SM on 113-149 SMs: the band heads' own end (item 48)
+    (1800, 64, 8, 128, 128),  # 12-16 tokens an SM on 113-150 SMs: the band heads' own end (item 48)
     (300, 16, 4, 256, 256),   # 16 lanes a head, 2 heads a thread
     (300, 32, 8, 256, 128),   # 8 lanes a head (2 heads a thread), dims past rotary_dim (left as they are)
 ], ids=["8b-3", "8b-300", "8b-600", "70b-7", "70b-600", "70b-1800", "16-lanes", "pass-through"])
@@ -781,7 +781,8 @@ def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, nu
         import cupy
 
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-        low = 12 if num_tokens == 1800 else plans.ROPE_MIN_TOKENS_PER_SM  # 1800: the band heads' part past 12
+        # 1800: the band heads' part past the prefill heads' band
+        low = plans.ROPE_TOKEN_MAX_TOKENS_PER_SM if num_tokens == 1800 else plans.ROPE_MIN_TOKENS_PER_SM
         end = plans.ROPE_TOKEN_MAX_TOKENS_PER_SM if num_q_heads == 32 else plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM
         if not low * sms <= num_tokens < end * sms:
             pytest.skip(f"{num_tokens} tokens are outside {low}-{end} tokens an SM on {sms} SMs")
