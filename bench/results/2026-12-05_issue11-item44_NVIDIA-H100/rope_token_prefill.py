@@ -18,7 +18,8 @@ llama-3.1-8b, -70b and gemma-2-9b (head_dim 256) at 512-4096 tokens. Seeded (num
 "rule" column, and --tag names the JSON (rope_token_prefill_<tag>.json), so that two runs
 in one call can be compared. --sizes and --models (comma-separated) replace the token counts
 and presets, --band N the "rule" column's ROPE_TOKEN_MAX_TOKENS_PER_SM (NOTES item 48's band
-edge; the runs before it used the defaults)."""
+edge; the runs before it used the defaults) and, since 357eef5, ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM
+with it ("lib" sets both to 1)."""
 import json
 import os
 import sys
@@ -49,7 +50,9 @@ MODELS = tuple(sys.argv[sys.argv.index("--models") + 1].split(",")) if "--models
 
 
 def record(q, k, positions, cache, token_max_per_sm=1):
-    plans.ROPE_TOKEN_MAX_TOKENS_PER_SM = token_max_per_sm
+    # Since 357eef5 (item 48) the band heads (70b's 6) have their own end: both move together,
+    # so that "lib" stays the wide kernel and --band reaches 70b too.
+    plans.ROPE_TOKEN_MAX_TOKENS_PER_SM = plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM = token_max_per_sm
     launcher.clear_caches()  # the recipe of this shape was planned with the other value
     with launcher.recording() as launched:
         cupykern.apply_rope(q, k, positions, cache, check_positions=False)

@@ -7,8 +7,10 @@ takes fewer registers in all and more tokens fit an SM. Bare launches of
 apply_rope_token_kernel with the library's recorded arguments, heads a thread h, slots =
 heads / h, one token a block of slots x 8 lanes (a block need not be whole warps: the
 kernel uses no shuffles and no barrier):
-  lib      the plan as committed (70b: the wide kernel, 5 heads; 8b: the token kernel in
-           5 heads from 528 to 1583 tokens, the wide kernel above);
+  lib      the plan as committed (at d12903b, call 1: 70b the wide kernel, 5 heads; 8b the
+           token kernel in 5 heads from 528 to 1583 tokens, the wide kernel above; since
+           3fd906d 70b's lib is the token kernel in 6 heads from 528 tokens, to 2111 since
+           357eef5);
   tok<h>   the token kernel at h heads a thread (every h dividing the model's heads with
            32 to 256 threads a token);
   liger    LigerRopeFunction on fp32 cos/sin gathered before (bench/peers.py's form).
