@@ -19,7 +19,7 @@ llama-3.1-8b, -70b and gemma-2-9b (head_dim 256) at 512-4096 tokens. Seeded (num
 in one call can be compared. --sizes and --models (comma-separated) replace the token counts
 and presets, --band N the "rule" column's ROPE_TOKEN_MAX_TOKENS_PER_SM (NOTES item 48's band
 edge; the runs before it used the defaults) and, since 357eef5, ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM
-with it ("lib" sets both to 1)."""
+with it ("lib" sets both to 1; without --band "rule" has both as committed)."""
 import json
 import os
 import sys
@@ -42,17 +42,19 @@ LEAD = ("__nv_bfloat16", "float", "long long", True, 8)
 THREADS_PER_HEAD, HEAD_SLOTS, TOKENS_PER_BLOCK = 22, 23, 24  # apply_rope kernels' argument indices
 
 
-RULE = int(sys.argv[sys.argv.index("--band") + 1]) if "--band" in sys.argv else plans.ROPE_TOKEN_MAX_TOKENS_PER_SM
+# "rule": --band N for both band ends, else the two as committed (12 and, since 357eef5, 16).
+RULE = (int(sys.argv[sys.argv.index("--band") + 1]),) * 2 if "--band" in sys.argv \
+    else (plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM)
 SIZES = tuple(int(n) for n in sys.argv[sys.argv.index("--sizes") + 1].split(",")) if "--sizes" in sys.argv \
     else (512, 768, 1024, 1536, 2048, 4096)
 MODELS = tuple(sys.argv[sys.argv.index("--models") + 1].split(",")) if "--models" in sys.argv \
     else ("llama-3.1-8b", "llama-3.1-70b", "gemma-2-9b")
 
 
-def record(q, k, positions, cache, token_max_per_sm=1):
-    # Since 357eef5 (item 48) the band heads (70b's 6) have their own end: both move together,
-    # so that "lib" stays the wide kernel and --band reaches 70b too.
-    plans.ROPE_TOKEN_MAX_TOKENS_PER_SM = plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM = token_max_per_sm
+def record(q, k, positions, cache, band_ends=(1, 1)):
+    # Since 357eef5 (item 48) the band heads (70b's 6) have their own end, set here beside the
+    # prefill heads' so that "lib" stays the wide kernel and --band reaches 70b too.
+    plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM = band_ends
     launcher.clear_caches()  # the recipe of this shape was planned with the other value
     with launcher.recording() as launched:
         cupykern.apply_rope(q, k, positions, cache, check_positions=False)
