@@ -1251,18 +1251,20 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
                                   -(-num_tokens // sm_count)))
     # Where each token kernel was measured faster than the wide one (items 38, 39, 44): qk
     # at every size, apply_rope at decode sizes and a little past them.
-    token_call = fused_norm or ((few_tokens or token_sized) and in_place and not mrope)
+    one_position_in_place = in_place and not mrope  # apply_rope's token kernel: one position a token
+    token_call = fused_norm or ((few_tokens or token_sized) and one_position_in_place)
+    grid_fits = 1 <= num_tokens <= limits.max_grid_x  # a block per token
     layout_fills = (wide and heads_per_thread in token_heads
                     and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, head_slots,
                                          heads_per_thread, num_heads, fused_norm))
-    token_kernel = token_call and layout_fills and 1 <= num_tokens <= limits.max_grid_x
+    token_kernel = token_call and layout_fills and grid_fits
     # Past the decode sizes, where the prefill layout's heads do not fill the token kernel, its
     # band heads may, to their own end (items 47-48; a layout that fills it keeps the wide
     # kernel past 12 tokens an SM); _rope_token_full refuses slots that leave heads over.
     band_slots = num_heads // band_heads if band_heads else 0
-    band_call = band_sized and not few_tokens and in_place and not mrope
-    if (band_call and wide and not layout_fills and band_slots
-            and band_slots * threads_per_head <= block_cap and num_tokens <= limits.max_grid_x
+    band_call = band_sized and not few_tokens and one_position_in_place
+    if (band_call and wide and not layout_fills and band_slots and grid_fits
+            and band_slots * threads_per_head <= block_cap
             and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, band_slots,
                                  band_heads, num_heads, fused_norm)):
         token_kernel, heads_per_thread, head_slots = True, band_heads, band_slots
