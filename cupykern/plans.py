@@ -1089,6 +1089,19 @@ ROPE_TOKEN_HEADS = (2, 3, 5)
 #: measured and gains the H100 its 3-6 %. fp16 untimed in this band. What the token kernel
 #: drops is the wide kernel's token loop and guards.
 ROPE_TOKEN_MAX_TOKENS_PER_SM = 12
+#: The prefill layout's heads take the token kernel again from this many tokens an SM to
+#: below ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM (2,244-3,299 tokens on 132 SMs; an empty window
+#: where the end is not past the start). A block per token leaves a last wave of blocks on
+#: some SMs only: 8b's 5-heads token kernel holds 12 blocks an SM by its 76 registers (1,584
+#: tokens a wave), and past one wave it gains where the last wave is at least 0.4 full and
+#: the waves are fewer than about two. Measured (H100, bf16, cold L2, bit for bit the wide
+#: kernel's; bench/results/NOTES.md item 49, two runs): 8b 2.0-5.9 % less than the wide
+#: kernel at every point from 2,224 to 3,248 tokens (1.40-2.05 waves), level at 1,712-2,096
+#: (1.08-1.32 waves, past the first end), 0.4-2.2 % less at 3,376-4,032 and level at 4,096;
+#: on an H200 (item 48) 3.5-4.3 % less at 2,304 and 2,560, 1.4-1.5 % at 3,072, and gemma-2-9b's 3
+#: heads within 1.9 % of the wide kernel at those sizes.
+ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM = 17
+ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM = 25
 #: Where the prefill layout's heads a thread do not fill the token kernel's shape, it takes
 #: this many heads a thread instead where they fill it (0: none), from 4 tokens an SM to
 #: ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM:
@@ -1193,7 +1206,9 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     :data:`ROPE_NORM_TOKEN_HEADS` heads a thread in a shape every thread fills takes the
     token kernel (``token_kernel``: one token a block, a block per token, no waves); so
     does a 16-bit apply_rope of :data:`ROPE_TOKEN_HEADS` at decode sizes (and below
-    :data:`ROPE_TOKEN_MAX_TOKENS_PER_SM` tokens an SM; where the prefill layout's heads do
+    :data:`ROPE_TOKEN_MAX_TOKENS_PER_SM` tokens an SM or in the window from
+    :data:`ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM` to :data:`ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM`
+    tokens an SM; where the prefill layout's heads do
     not fill it, at :data:`ROPE_TOKEN_BAND_HEADS` below
     :data:`ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM`) when the call is ``in_place`` without
     ``mrope`` (M-RoPE's positions; both flags are apply_rope's alone:
@@ -1241,7 +1256,10 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
         heads_per_thread, waves, block_threads = (1 if few_tokens else steps_heads), 0, ROPE_MAX_BLOCK_SIZE
     token_heads = rope_token_heads(fused_norm)  # read at every shape too
     band_heads = 0 if fused_norm else rope_token_band_heads()
-    token_sized = num_tokens < _constant("ROPE_TOKEN_MAX_TOKENS_PER_SM") * sm_count
+    window = (_constant("ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM") * sm_count,
+              _constant("ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM") * sm_count)
+    token_sized = (num_tokens < _constant("ROPE_TOKEN_MAX_TOKENS_PER_SM") * sm_count
+                   or window[0] <= num_tokens < window[1])
     band_sized = not fused_norm and num_tokens < _constant("ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM") * sm_count
     head_slots = max(1, min(-(-num_heads // heads_per_thread), block_cap // threads_per_head))
     threads_per_token = threads_per_head * head_slots
