@@ -382,7 +382,8 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
     they fill every slot: 8b's 5 (64 threads), gemma-2-9b's 3 (16 lanes, 128 threads); where
     they do not (70b's 72 heads in 15 slots of 5), in ROPE_TOKEN_BAND_HEADS where those fill
     it (70b: 12 slots of 6, 96 threads; item 47), and those to 16 tokens an SM (2111 tokens,
-    item 48). Not from 12 tokens an SM in the prefill heads nor from 16 in the band's, not
+    item 48); in the prefill heads again from 17 to 25 tokens an SM (2244-3299, item 49).
+    Not from 12 to 17 or from 25 tokens an SM in the prefill heads nor from 16 in the band's, not
     out of place or M-RoPE, not fp32, not 4 lanes a head, not with the constants empty (item
     39). Dims past rotary_dim do not stop it (in place they are not touched)."""
     assert plans.ROPE_TOKEN_HEADS == (2, 3, 5)
@@ -787,7 +788,7 @@ def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_
 def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, num_tokens, num_q_heads, num_kv_heads,
                                                               head_dim, rotary_dim, variant):
     """apply_rope in place at decode sizes takes its token kernel in these shapes (item 39),
-    and 8b's 5 heads a thread (item 44) and 70b's 6 (items 47-48) a little past them:
+    and 8b's 5 heads a thread (item 44; its window, item 49) and 70b's 6 (items 47-48) past them:
     q and k, bit for bit, are the steps kernel's and the wide kernel's, with views of a fused QKV buffer,
     int32 positions with a cache in q's dtype, and positions out of range (left unchanged)."""
     cache_dtype = dtype if variant == "cache_in_dtype_int32" else np.float32
