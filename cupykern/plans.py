@@ -1075,7 +1075,7 @@ ROPE_NORM_TOKEN_HEADS = (2, 3, 5)
 #: 1.90 / 2.02 against 1.92 / 2.03 / 2.16; cold L2 at 256 tokens 8b -3 %, 70b level. At
 #: prefill sizes it was level or slower (8b's 5 heads +1.1 % at 16384 tokens, 70b's 3 heads
 #: +3 % at 1024): the wide kernel there, except in the prefill layout's heads below
-#: ROPE_TOKEN_MAX_TOKENS_PER_SM tokens an SM.
+#: ROPE_TOKEN_MAX_TOKENS_PER_SM tokens an SM and in their window (ROPE_TOKEN_WINDOW_*).
 ROPE_TOKEN_HEADS = (2, 3, 5)
 #: apply_rope's token kernel also runs past the decode sizes, below this many tokens an SM
 #: (1,584 tokens on 132 SMs), in the prefill layout's heads a thread where the shape is
@@ -1208,8 +1208,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     does a 16-bit apply_rope of :data:`ROPE_TOKEN_HEADS` at decode sizes (and below
     :data:`ROPE_TOKEN_MAX_TOKENS_PER_SM` tokens an SM or in the window from
     :data:`ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM` to :data:`ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM`
-    tokens an SM; where the prefill layout's heads do
-    not fill it, at :data:`ROPE_TOKEN_BAND_HEADS` below
+    tokens an SM; where the prefill layout's heads do not fill it, at
+    :data:`ROPE_TOKEN_BAND_HEADS` below
     :data:`ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM`) when the call is ``in_place`` without
     ``mrope`` (M-RoPE's positions; both flags are apply_rope's alone:
     qk_rms_norm_rope is always in place). The rule takes no launch overrides: any raise
@@ -1267,8 +1267,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     # one block per SM while tokens last.
     tokens_per_block = max(1, min(min(block_threads, block_cap) // threads_per_token,
                                   -(-num_tokens // sm_count)))
-    # Where each token kernel was measured faster than the wide one (items 38, 39, 44): qk
-    # at every size, apply_rope at decode sizes and a little past them.
+    # Where each token kernel was measured faster than the wide one (items 38, 39, 44, 49): qk
+    # at every size, apply_rope at decode sizes, a little past them and in the window.
     one_position_in_place = in_place and not mrope  # apply_rope's token kernel: one position a token
     token_call = fused_norm or ((few_tokens or token_sized) and one_position_in_place)
     grid_fits = 1 <= num_tokens <= limits.max_grid_x  # a block per token
@@ -1278,7 +1278,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     token_kernel = token_call and layout_fills and grid_fits
     # Past the decode sizes, where the prefill layout's heads do not fill the token kernel, its
     # band heads may, to their own end (items 47-48; a layout that fills it keeps the wide
-    # kernel past 12 tokens an SM); _rope_token_full refuses slots that leave heads over.
+    # kernel from 12 tokens an SM, but in its window); _rope_token_full refuses slots that
+    # leave heads over.
     band_slots = num_heads // band_heads if band_heads else 0
     band_call = band_sized and not few_tokens and one_position_in_place
     if (band_call and wide and not layout_fills and band_slots and grid_fits

@@ -77,6 +77,7 @@ seed = 20261205
 rng = np.random.default_rng(seed)
 stream = cupy.cuda.Stream(non_blocking=True)
 results = {"seed": seed, "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(), "band": RULE,
+           "window": WINDOW,
            "points": []}
 with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
     for model_name in MODELS:
