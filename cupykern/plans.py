@@ -1090,18 +1090,20 @@ ROPE_TOKEN_HEADS = (2, 3, 5)
 #: drops is the wide kernel's token loop and guards.
 ROPE_TOKEN_MAX_TOKENS_PER_SM = 12
 #: The prefill layout's heads take the token kernel again from this many tokens an SM to
-#: below ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM (2,244-3,299 tokens on 132 SMs; an empty window
+#: below ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM (2,244-2,903 tokens on 132 SMs; an empty window
 #: where the end is not past the start). A block per token leaves a last wave of blocks on
 #: some SMs only: 8b's 5-heads token kernel holds 12 blocks an SM by its 76 registers (1,584
 #: tokens a wave), and past one wave it gains where the last wave is at least 0.4 full and
-#: the waves are fewer than about two. Measured (H100, bf16, cold L2, bit for bit the wide
-#: kernel's; bench/results/NOTES.md item 49, two runs): 8b 2.0-5.9 % less than the wide
-#: kernel at every point from 2,224 to 3,248 tokens (1.40-2.05 waves), level at 1,712-2,096
-#: (1.08-1.32 waves, past the first end), 0.4-2.2 % less at 3,376-4,032 and level at 4,096;
-#: on an H200 (item 48) 3.5-4.3 % less at 2,304 and 2,560, 1.4-1.5 % at 3,072, and gemma-2-9b's 3
-#: heads within 1.9 % of the wide kernel at those sizes.
+#: the waves are fewer than about two. Measured (bf16, cold L2, bit for bit the wide
+#: kernel's; bench/results/NOTES.md items 49 and 50, two runs on each card): 8b 2.6-5.9 %
+#: (H100) and 2.6-5.3 % (H200) less than the wide kernel at every point from 2,224 to 2,864
+#: tokens (1.40-1.81 waves), level or slower at 1,712-2,096 (1.08-1.32 waves, past the
+#: first end); from 2,992 the H100 still 2.0-3.2 % to 3,248 but the H200 0-2.4 %, so the
+#: window ends at 22 (the last point both cards gained 2 % in both runs, item 50's rule).
+#: gemma-2-9b's 3 heads: 0.4 % slower to 1.9 % faster on the H200 in the window; its H100
+#: map in the window is not taken (1.1-1.5 % faster at 2,048, 0.5-0.6 % at 4,096, item 44).
 ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM = 17
-ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM = 25
+ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM = 22
 #: Where the prefill layout's heads a thread do not fill the token kernel's shape, it takes
 #: this many heads a thread instead where they fill it (0: none), from 4 tokens an SM to
 #: ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM:

@@ -382,14 +382,14 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
     they fill every slot: 8b's 5 (64 threads), gemma-2-9b's 3 (16 lanes, 128 threads); where
     they do not (70b's 72 heads in 15 slots of 5), in ROPE_TOKEN_BAND_HEADS where those fill
     it (70b: 12 slots of 6, 96 threads; item 47), and those to 16 tokens an SM (2111 tokens,
-    item 48); in the prefill heads again from 17 to 25 tokens an SM (2244-3299, item 49).
-    Not from 12 to 17 or from 25 tokens an SM in the prefill heads nor from 16 in the band's, not
+    item 48); in the prefill heads again from 17 to 22 tokens an SM (2244-2903, items 49-50).
+    Not from 12 to 17 or from 22 tokens an SM in the prefill heads nor from 16 in the band's, not
     out of place or M-RoPE, not fp32, not 4 lanes a head, not with the constants empty (item
     39). Dims past rotary_dim do not stop it (in place they are not touched)."""
     assert plans.ROPE_TOKEN_HEADS == (2, 3, 5)
     assert (plans.ROPE_MIN_TOKENS_PER_SM, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_BAND_HEADS,
             plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM,
-            plans.ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM) == (4, 12, 6, 16, 17, 25)
+            plans.ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM) == (4, 12, 6, 16, 17, 22)
     assert plans.H200_LIMITS.sm_count == 132
 
     def plan(num_tokens, heads=40, dtype=BF16, head_dim=128, rotary_dim=None, **kw):
@@ -423,7 +423,7 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
         assert (p.token_kernel, p.heads_per_thread, p.head_slots, p.grid, p.block_size) == (True, 6, 12, (n, 1, 1), 96)
         assert not plan(n, 72, in_place=False).token_kernel and not plan(n, 72, mrope=True).token_kernel
         assert not plan(n, 40).token_kernel and not plan(n, 24, head_dim=256).token_kernel
-    for n in (2244, 2600, 3299):  # the prefill heads' window (item 49): 8b's 5, gemma's 3; 70b's band over
+    for n in (2244, 2600, 2903):  # the prefill heads' window (items 49-50): 8b's 5, gemma's 3; 70b's band over
         p = plan(n, 40)
         assert (p.token_kernel, p.heads_per_thread, p.tokens_per_block, p.grid, p.block_size) == \
             (True, 5, 1, (n, 1, 1), 64)
@@ -432,7 +432,7 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
             (True, 3, 16, (n, 1, 1), 128)
         assert not plan(n, 40, in_place=False).token_kernel and not plan(n, 40, mrope=True).token_kernel
         assert not plan(n, 40, np.float32).token_kernel and not plan(n, 72).token_kernel
-    for n in (2112, 2243, 3300, 4096):  # between the band's end and the window, and past it
+    for n in (2112, 2243, 2904, 3299, 4096):  # between the band's end and the window, and past it
         assert not plan(n, 40).token_kernel and not plan(n, 24, head_dim=256).token_kernel
     assert plan(4096, 40).heads_per_thread == 5 and plan(4096, 40).block_size == 64  # full, yet the wide kernel
     for n in (1, 527):
@@ -780,7 +780,7 @@ def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_
     (7, 64, 8, 128, 128),     # llama-3.1-70b: 3 heads a thread, 192 threads
     (600, 64, 8, 128, 128),   # the same band: 70b in ROPE_TOKEN_BAND_HEADS, 6 heads a thread (item 47)
     (1800, 64, 8, 128, 128),  # 12-16 tokens an SM on 113-150 SMs: the band heads' own end (item 48)
-    (2600, 32, 8, 128, 128),  # 17-25 tokens an SM on 105-152 SMs: the prefill heads' window (item 49)
+    (2600, 32, 8, 128, 128),  # 17-22 tokens an SM on 119-152 SMs: the prefill heads' window (items 49-50)
     (300, 16, 4, 256, 256),   # 16 lanes a head, 2 heads a thread
     (300, 32, 8, 256, 128),   # 8 lanes a head (2 heads a thread), dims past rotary_dim (left as they are)
 ], ids=["8b-3", "8b-300", "8b-600", "70b-7", "70b-600", "70b-1800", "8b-2600", "16-lanes", "pass-through"])
