@@ -1095,13 +1095,13 @@ ROPE_TOKEN_MAX_TOKENS_PER_SM = 12
 #: some SMs only: 8b's 5-heads token kernel holds 12 blocks an SM by its 76 registers (1,584
 #: tokens a wave), and past one wave it gains where the last wave is at least 0.4 full and
 #: the waves are fewer than about two. Measured (bf16, cold L2, bit for bit the wide
-#: kernel's; bench/results/NOTES.md items 49 and 50, two runs on each card): 8b 2.6-5.9 %
+#: kernel's; bench/results/NOTES.md items 49 and 50, two runs on each card): 8b 2.5-5.9 %
 #: (H100) and 2.6-5.3 % (H200) less than the wide kernel at every point from 2,224 to 2,864
-#: tokens (1.40-1.81 waves), level or slower at 1,712-2,096 (1.08-1.32 waves, past the
-#: first end); from 2,992 the H100 still 2.0-3.2 % to 3,248 but the H200 0-2.4 %, so the
-#: window ends at 22 (the last point both cards gained 2 % in both runs, item 50's rule).
-#: gemma-2-9b's 3 heads: 0.4 % slower to 1.9 % faster on the H200 in the window; its H100
-#: map in the window is not taken (1.1-1.5 % faster at 2,048, 0.5-0.6 % at 4,096, item 44).
+#: tokens (1.40-1.81 waves), -2.3..+2.4 % at 1,712-2,096 (1.08-1.32 waves, past the first
+#: end); from 2,992 to 3,248 the H100 still 2.0-3.2 % less but the H200 -2.4..+0.2 %, so the
+#: window ends at 22 (past the last point both cards gained 2 % in both runs, item 50's rule).
+#: gemma-2-9b's 3 heads: 0.4 % slower to 1.9 % faster on the H200 in the window; on the
+#: H100 not timed in it (its token kernel 1.1-1.5 % faster at 2,048, 0.5-0.6 % at 4,096, item 44).
 ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM = 17
 ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM = 22
 #: Where the prefill layout's heads a thread do not fill the token kernel's shape, it takes
