@@ -1102,6 +1102,7 @@ ROPE_TOKEN_MAX_TOKENS_PER_SM = 12
 #: window ends at 22 (past the last point both cards gained 2 % in both runs, item 50's rule).
 #: gemma-2-9b's 3 heads: 0.4 % slower to 1.9 % faster on the H200 in the window; on the
 #: H100 not timed in it (its token kernel 1.1-1.5 % faster at 2,048, 0.5-0.6 % at 4,096, item 44).
+#: fp16 and the other shapes the token kernel fills (12-96 heads) untimed in the window.
 ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM = 17
 ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM = 22
 #: Where the prefill layout's heads a thread do not fill the token kernel's shape, it takes
@@ -1269,8 +1270,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     # one block per SM while tokens last.
     tokens_per_block = max(1, min(min(block_threads, block_cap) // threads_per_token,
                                   -(-num_tokens // sm_count)))
-    # Where each token kernel was measured faster than the wide one (items 38, 39, 44, 49): qk
-    # at every size, apply_rope at decode sizes, a little past them and in the window.
+    # Where each token kernel was measured faster than the wide one (items 38, 39, 44, 49-50):
+    # qk at every size, apply_rope at decode sizes, a little past them and in the window.
     one_position_in_place = in_place and not mrope  # apply_rope's token kernel: one position a token
     token_call = fused_norm or ((few_tokens or token_sized) and one_position_in_place)
     grid_fits = 1 <= num_tokens <= limits.max_grid_x  # a block per token
