@@ -1075,7 +1075,7 @@ ROPE_NORM_TOKEN_HEADS = (2, 3, 5)
 #: 1.90 / 2.02 against 1.92 / 2.03 / 2.16; cold L2 at 256 tokens 8b -3 %, 70b level. At
 #: prefill sizes it was level or slower (8b's 5 heads +1.1 % at 16384 tokens, 70b's 3 heads
 #: +3 % at 1024): the wide kernel there, except in the prefill layout's heads below
-#: ROPE_TOKEN_MAX_TOKENS_PER_SM tokens an SM.
+#: ROPE_TOKEN_MAX_TOKENS_PER_SM tokens an SM and in their window (ROPE_TOKEN_WINDOW_*).
 ROPE_TOKEN_HEADS = (2, 3, 5)
 #: apply_rope's token kernel also runs past the decode sizes, below this many tokens an SM
 #: (1,584 tokens on 132 SMs), in the prefill layout's heads a thread where the shape is
@@ -1089,6 +1089,19 @@ ROPE_TOKEN_HEADS = (2, 3, 5)
 #: measured and gains the H100 its 3-6 %. fp16 untimed in this band. What the token kernel
 #: drops is the wide kernel's token loop and guards.
 ROPE_TOKEN_MAX_TOKENS_PER_SM = 12
+#: The prefill layout's heads take the token kernel again from this many tokens an SM to
+#: below ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM (2,244-3,299 tokens on 132 SMs; an empty window
+#: where the end is not past the start). A block per token leaves a last wave of blocks on
+#: some SMs only: 8b's 5-heads token kernel holds 12 blocks an SM by its 76 registers (1,584
+#: tokens a wave), and past one wave it gains where the last wave is at least 0.4 full and
+#: the waves are fewer than about two. Measured (H100, bf16, cold L2, bit for bit the wide
+#: kernel's; bench/results/NOTES.md item 49, two runs): 8b 2.0-5.9 % less than the wide
+#: kernel at every point from 2,224 to 3,248 tokens (1.40-2.05 waves), level at 1,712-2,096
+#: (1.08-1.32 waves, past the first end), 0.4-2.2 % less at 3,376-4,032 and level at 4,096;
+#: on an H200 (item 48) 3.5-4.3 % less at 2,304 and 2,560, 1.4-1.5 % at 3,072, and gemma-2-9b's 3
+#: heads within 1.9 % of the wide kernel at those sizes.
+ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM = 17
+ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM = 25
 #: Where the prefill layout's heads a thread do not fill the token kernel's shape, it takes
 #: this many heads a thread instead where they fill it (0: none), from 4 tokens an SM to
 #: ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM:
@@ -1193,8 +1206,10 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     :data:`ROPE_NORM_TOKEN_HEADS` heads a thread in a shape every thread fills takes the
     token kernel (``token_kernel``: one token a block, a block per token, no waves); so
     does a 16-bit apply_rope of :data:`ROPE_TOKEN_HEADS` at decode sizes (and below
-    :data:`ROPE_TOKEN_MAX_TOKENS_PER_SM` tokens an SM; where the prefill layout's heads do
-    not fill it, at :data:`ROPE_TOKEN_BAND_HEADS` below
+    :data:`ROPE_TOKEN_MAX_TOKENS_PER_SM` tokens an SM or in the window from
+    :data:`ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM` to :data:`ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM`
+    tokens an SM; where the prefill layout's heads do not fill it, at
+    :data:`ROPE_TOKEN_BAND_HEADS` below
     :data:`ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM`) when the call is ``in_place`` without
     ``mrope`` (M-RoPE's positions; both flags are apply_rope's alone:
     qk_rms_norm_rope is always in place). The rule takes no launch overrides: any raise
@@ -1241,7 +1256,10 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
         heads_per_thread, waves, block_threads = (1 if few_tokens else steps_heads), 0, ROPE_MAX_BLOCK_SIZE
     token_heads = rope_token_heads(fused_norm)  # read at every shape too
     band_heads = 0 if fused_norm else rope_token_band_heads()
-    token_sized = num_tokens < _constant("ROPE_TOKEN_MAX_TOKENS_PER_SM") * sm_count
+    window = (_constant("ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM") * sm_count,
+              _constant("ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM") * sm_count)
+    token_sized = (num_tokens < _constant("ROPE_TOKEN_MAX_TOKENS_PER_SM") * sm_count
+                   or window[0] <= num_tokens < window[1])
     band_sized = not fused_norm and num_tokens < _constant("ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM") * sm_count
     head_slots = max(1, min(-(-num_heads // heads_per_thread), block_cap // threads_per_head))
     threads_per_token = threads_per_head * head_slots
@@ -1249,8 +1267,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     # one block per SM while tokens last.
     tokens_per_block = max(1, min(min(block_threads, block_cap) // threads_per_token,
                                   -(-num_tokens // sm_count)))
-    # Where each token kernel was measured faster than the wide one (items 38, 39, 44): qk
-    # at every size, apply_rope at decode sizes and a little past them.
+    # Where each token kernel was measured faster than the wide one (items 38, 39, 44, 49): qk
+    # at every size, apply_rope at decode sizes, a little past them and in the window.
     one_position_in_place = in_place and not mrope  # apply_rope's token kernel: one position a token
     token_call = fused_norm or ((few_tokens or token_sized) and one_position_in_place)
     grid_fits = 1 <= num_tokens <= limits.max_grid_x  # a block per token
@@ -1260,7 +1278,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     token_kernel = token_call and layout_fills and grid_fits
     # Past the decode sizes, where the prefill layout's heads do not fill the token kernel, its
     # band heads may, to their own end (items 47-48; a layout that fills it keeps the wide
-    # kernel past 12 tokens an SM); _rope_token_full refuses slots that leave heads over.
+    # kernel from 12 tokens an SM, but in its window); _rope_token_full refuses slots that
+    # leave heads over.
     band_slots = num_heads // band_heads if band_heads else 0
     band_call = band_sized and not few_tokens and one_position_in_place
     if (band_call and wide and not layout_fills and band_slots and grid_fits

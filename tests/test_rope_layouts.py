@@ -233,7 +233,9 @@ WIDE_CONSTANTS = [("ROPE_WIDE_HEADS_PER_THREAD", (False,)), ("ROPE_WIDE_NORM_HEA
                   # one-block grid (helper 59)
                   ("ROPE_MIN_TOKENS_PER_SM", (False, True)),
                   ("ROPE_TOKEN_MAX_TOKENS_PER_SM", (False, True)), ("ROPE_TOKEN_BAND_HEADS", (False,)),
-                  ("ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM", (False,))]
+                  ("ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM", (False,)),
+                  ("ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM", (False, True)),
+                  ("ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM", (False, True))]
 
 
 #: Bad values of every constant; 0 (a block per group of tokens) and more are legal waves, 2**40 blocks per SM
@@ -251,7 +253,9 @@ def test_bad_wide_constants_are_refused_by_name_at_every_batch_size(monkeypatch,
              "ROPE_WIDE_BLOCKS_PER_SM": (2**40,), "ROPE_WIDE_NORM_FULL_BLOCK_HEADS": (2**40,),
              "ROPE_WIDE_BLOCK_THREADS": (2**40,), "ROPE_WIDE_NORM_BLOCK_THREADS": (2**40,),
              "ROPE_MIN_TOKENS_PER_SM": (2**40,), "ROPE_TOKEN_MAX_TOKENS_PER_SM": (2**40,),
-             "ROPE_TOKEN_BAND_HEADS": (0,), "ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM": (2**40,)}.get(name, ())
+             "ROPE_TOKEN_BAND_HEADS": (0,), "ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM": (2**40,),
+             "ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM": (2**40,), "ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM": (2**40,)
+             }.get(name, ())
     if type(value) is int and value in legal:
         value = -value - 1
     monkeypatch.setattr(plans, name, value)
@@ -378,12 +382,14 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
     they fill every slot: 8b's 5 (64 threads), gemma-2-9b's 3 (16 lanes, 128 threads); where
     they do not (70b's 72 heads in 15 slots of 5), in ROPE_TOKEN_BAND_HEADS where those fill
     it (70b: 12 slots of 6, 96 threads; item 47), and those to 16 tokens an SM (2111 tokens,
-    item 48). Not from 12 tokens an SM in the prefill heads nor from 16 in the band's, not
+    item 48); in the prefill heads again from 17 to 25 tokens an SM (2244-3299, item 49).
+    Not from 12 to 17 or from 25 tokens an SM in the prefill heads nor from 16 in the band's, not
     out of place or M-RoPE, not fp32, not 4 lanes a head, not with the constants empty (item
     39). Dims past rotary_dim do not stop it (in place they are not touched)."""
     assert plans.ROPE_TOKEN_HEADS == (2, 3, 5)
     assert (plans.ROPE_MIN_TOKENS_PER_SM, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_BAND_HEADS,
-            plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM) == (4, 12, 6, 16)
+            plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM,
+            plans.ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM) == (4, 12, 6, 16, 17, 25)
     assert plans.H200_LIMITS.sm_count == 132
 
     def plan(num_tokens, heads=40, dtype=BF16, head_dim=128, rotary_dim=None, **kw):
@@ -417,6 +423,17 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
         assert (p.token_kernel, p.heads_per_thread, p.head_slots, p.grid, p.block_size) == (True, 6, 12, (n, 1, 1), 96)
         assert not plan(n, 72, in_place=False).token_kernel and not plan(n, 72, mrope=True).token_kernel
         assert not plan(n, 40).token_kernel and not plan(n, 24, head_dim=256).token_kernel
+    for n in (2244, 2600, 3299):  # the prefill heads' window (item 49): 8b's 5, gemma's 3; 70b's band over
+        p = plan(n, 40)
+        assert (p.token_kernel, p.heads_per_thread, p.tokens_per_block, p.grid, p.block_size) == \
+            (True, 5, 1, (n, 1, 1), 64)
+        p = plan(n, 24, head_dim=256)
+        assert (p.token_kernel, p.heads_per_thread, p.threads_per_head, p.grid, p.block_size) == \
+            (True, 3, 16, (n, 1, 1), 128)
+        assert not plan(n, 40, in_place=False).token_kernel and not plan(n, 40, mrope=True).token_kernel
+        assert not plan(n, 40, np.float32).token_kernel and not plan(n, 72).token_kernel
+    for n in (2112, 2243, 3300, 4096):  # between the band's end and the window, and past it
+        assert not plan(n, 40).token_kernel and not plan(n, 24, head_dim=256).token_kernel
     assert plan(4096, 40).heads_per_thread == 5 and plan(4096, 40).block_size == 64  # full, yet the wide kernel
     for n in (1, 527):
         assert not plan(n, in_place=False).token_kernel and not plan(n, mrope=True).token_kernel
@@ -444,6 +461,10 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
     monkeypatch.setattr(plans, "ROPE_TOKEN_BAND_HEADS", 6)
     monkeypatch.setattr(plans, "ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM", 8)  # the band's end is its own: 1056 here
     assert plan(1055, 72).heads_per_thread == 6 and not plan(1056, 72).token_kernel and plan(1056, 40).token_kernel
+    monkeypatch.setattr(plans, "ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM", 17)  # an empty window
+    assert not plan(2600, 40).token_kernel and not plan(2244, 40).token_kernel
+    monkeypatch.setattr(plans, "ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM", 1)  # an end before the start: empty too
+    assert not plan(2600, 40).token_kernel and plan(1583, 40).token_kernel
 
 
 def test_resident_grid_refuses_token_plans_it_cannot_cover():
@@ -759,14 +780,15 @@ def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_
     (7, 64, 8, 128, 128),     # llama-3.1-70b: 3 heads a thread, 192 threads
     (600, 64, 8, 128, 128),   # the same band: 70b in ROPE_TOKEN_BAND_HEADS, 6 heads a thread (item 47)
     (1800, 64, 8, 128, 128),  # 12-16 tokens an SM on 113-150 SMs: the band heads' own end (item 48)
+    (2600, 32, 8, 128, 128),  # 17-25 tokens an SM on 105-152 SMs: the prefill heads' window (item 49)
     (300, 16, 4, 256, 256),   # 16 lanes a head, 2 heads a thread
     (300, 32, 8, 256, 128),   # 8 lanes a head (2 heads a thread), dims past rotary_dim (left as they are)
-], ids=["8b-3", "8b-300", "8b-600", "70b-7", "70b-600", "70b-1800", "16-lanes", "pass-through"])
+], ids=["8b-3", "8b-300", "8b-600", "70b-7", "70b-600", "70b-1800", "8b-2600", "16-lanes", "pass-through"])
 @pytest.mark.parametrize("variant", ["plain", "fused", "cache_in_dtype_int32", "bad_positions"])
 def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, num_tokens, num_q_heads, num_kv_heads,
                                                               head_dim, rotary_dim, variant):
     """apply_rope in place at decode sizes takes its token kernel in these shapes (item 39),
-    and 8b's 5 heads a thread (item 44) and 70b's 6 (items 47-48) a little past them:
+    and 8b's 5 heads a thread (item 44; its window, item 49) and 70b's 6 (items 47-48) past them:
     q and k, bit for bit, are the steps kernel's and the wide kernel's, with views of a fused QKV buffer,
     int32 positions with a cache in q's dtype, and positions out of range (left unchanged)."""
     cache_dtype = dtype if variant == "cache_in_dtype_int32" else np.float32
@@ -777,13 +799,15 @@ def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, nu
                        dtype, cache_dtype, pos_dtype, fused=variant == "fused", bad=variant == "bad_positions")
 
     heads = None
-    if num_tokens >= 600:  # from 4 tokens an SM: 8b's prefill heads to 12, 70b's band heads to 16
+    if num_tokens >= 600:  # from 4 tokens an SM: 8b's prefill heads to 12 and in their window, 70b's band heads to 16
         import cupy
 
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-        # 1800: the band heads' part past the prefill heads' band
-        low = plans.ROPE_TOKEN_MAX_TOKENS_PER_SM if num_tokens == 1800 else plans.ROPE_MIN_TOKENS_PER_SM
-        end = plans.ROPE_TOKEN_MAX_TOKENS_PER_SM if num_q_heads == 32 else plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM
+        # 1800: the band heads' part past the prefill heads' band; 2600: the prefill heads' window
+        low, end = {1800: (plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM),
+                    2600: (plans.ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM, plans.ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM)
+                    }.get(num_tokens, (plans.ROPE_MIN_TOKENS_PER_SM, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM
+                                       if num_q_heads == 32 else plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM))
         if not low * sms <= num_tokens < end * sms:
             pytest.skip(f"{num_tokens} tokens are outside {low}-{end} tokens an SM on {sms} SMs")
         heads = 5 if num_q_heads == 32 else plans.ROPE_TOKEN_BAND_HEADS

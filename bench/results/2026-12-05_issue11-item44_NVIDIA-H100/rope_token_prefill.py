@@ -19,7 +19,8 @@ llama-3.1-8b, -70b and gemma-2-9b (head_dim 256) at 512-4096 tokens. Seeded (num
 in one call can be compared. --sizes and --models (comma-separated) replace the token counts
 and presets, --band N the "rule" column's ROPE_TOKEN_MAX_TOKENS_PER_SM (NOTES item 48's band
 edge; the runs before it used the defaults) and, since 357eef5, ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM
-with it ("lib" sets both to 1; without --band "rule" has both as committed)."""
+with it ("lib" sets both to 1; without --band "rule" has both as committed). Since item 49
+"lib" also empties the prefill heads' window, which "rule" keeps as committed."""
 import json
 import os
 import sys
@@ -51,10 +52,16 @@ MODELS = tuple(sys.argv[sys.argv.index("--models") + 1].split(",")) if "--models
     else ("llama-3.1-8b", "llama-3.1-70b", "gemma-2-9b")
 
 
-def record(q, k, positions, cache, band_ends=(1, 1)):
+# The prefill heads' window (item 49) as committed: "rule" keeps it, "lib" empties it.
+WINDOW = (plans.ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM, plans.ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM)
+
+
+def record(q, k, positions, cache, band_ends=(1, 1), window=(1, 1)):
     # Since 357eef5 (item 48) the band heads (70b's 6) have their own end, set here beside the
-    # prefill heads' so that "lib" stays the wide kernel and --band reaches 70b too.
+    # prefill heads' so that "lib" stays the wide kernel and --band reaches 70b too; since
+    # item 49 the prefill heads' window as well (from 1 to 1 tokens an SM: empty).
     plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM = band_ends
+    plans.ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM, plans.ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM = window
     launcher.clear_caches()  # the recipe of this shape was planned with the other value
     with launcher.recording() as launched:
         cupykern.apply_rope(q, k, positions, cache, check_positions=False)
@@ -70,6 +77,7 @@ seed = 20261205
 rng = np.random.default_rng(seed)
 stream = cupy.cuda.Stream(non_blocking=True)
 results = {"seed": seed, "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(), "band": RULE,
+           "window": WINDOW,
            "points": []}
 with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
     for model_name in MODELS:
@@ -88,7 +96,7 @@ with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
             q, k, positions, cache = i["q"], i["k"], i["positions"], i["cos_sin_cache"]
             q0, k0 = q.copy(), k.copy()
             lib = record(q, k, positions, cache)
-            rule = record(q, k, positions, cache, RULE)
+            rule = record(q, k, positions, cache, RULE, WINDOW)
             fns = {"lib": lambda r=lib: r.kernel(r.grid, r.block, r.args),
                    "rule": lambda r=rule: r.kernel(r.grid, r.block, r.args)}
             regs = {"lib": lib.kernel.num_regs, "rule": rule.kernel.num_regs}
