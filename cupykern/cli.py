@@ -223,7 +223,8 @@ def _compile_all(arch: str, instantiations: dict) -> int:
 
 
 @main.command()
-@click.option("--arch", default=None, help="compute capability to compile for (default: the GPU's, else 90)")
+@click.option("--arch", default=None,
+              help="compute capability to compile for, 80 or newer (default: the GPU's, else 90)")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
               help="seed of the validation inputs (an int >= 0, as numpy.random.default_rng takes)")
 @click.option("--skip-compile", is_flag=True, help="only validate on the GPU")

@@ -131,15 +131,20 @@ def cuda_include_dir() -> str:
     return str(found)
 
 
+#: The oldest compute capability cupykern supports: bfloat16 arithmetic and the spill
+#: ledger (tests/known_spills.py) start at sm_80, and the kernels are tested on sm_90.
+MIN_ARCH = 80
+
+
 def check_arch(arch: str) -> None:
-    """ValueError naming the architectures this NVRTC compiles for unless ``arch`` (a
-    compute capability such as ``"90"``) is one of them."""
+    """ValueError unless ``arch`` (a compute capability such as ``"90"``) is one this NVRTC
+    compiles for and at least :data:`MIN_ARCH`; the message names the ones accepted."""
     from cupy_backends.cuda.libs import nvrtc
 
-    supported = [str(a) for a in nvrtc.getSupportedArchs()]
+    supported = [str(a) for a in nvrtc.getSupportedArchs() if int(a) >= MIN_ARCH]
     if arch not in supported:
-        raise ValueError(f"expected a compute capability NVRTC supports ({', '.join(supported)}), e.g. 90, "
-                         f"got {arch!r}")
+        raise ValueError(f"expected a compute capability of {MIN_ARCH} or newer that NVRTC supports "
+                         f"({', '.join(supported)}), e.g. 90, got {arch!r}")
 
 
 def nvrtc_options(arch: str) -> list[str]:
