@@ -1117,13 +1117,16 @@ ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM = 22
 #: 2 % more. Compiled for the token kernel alone (:func:`rope_token_heads_compiled`).
 ROPE_TOKEN_BAND_HEADS = 6
 #: The band heads' own end, from ROPE_MIN_TOKENS_PER_SM tokens an SM to below this many
-#: (2,112 tokens on 132 SMs): past the prefill heads' 12, where 8b's 5 heads lose up to 2 %
+#: (3,564 tokens on 132 SMs): past the prefill heads' 12, where 8b's 5 heads lose up to 2 %
 #: on the H200 at 1792 tokens, 70b's 6 still gain. Measured (bf16, cold L2, bit for bit the
-#: wide kernel's; bench/results/NOTES.md item 48, two runs a card): 70b at 1584 / 1792 /
-#: 2048 tokens 3.1-3.5 / 2.6-3.7 / 1.9-2.4 % less than the wide kernel on an H100, 1.5-2.5 /
-#: 4.2-4.5 / 2.2-2.8 % on an H200; past 16, 2.5-4.2 % less on the H200 to 3584 tokens but
-#: level on the H100 (0.7 % or less from 2560 to 4096).
-ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM = 16
+#: wide kernel's; bench/results/NOTES.md items 48 and 51, two runs a card): 70b at 1584 /
+#: 1792 / 2048 tokens 3.1-3.5 / 2.6-3.7 / 1.9-2.4 % less than the wide kernel on an H100,
+#: 1.5-2.5 / 4.2-4.5 / 2.2-2.8 % on an H200; from 2,240 to 3,300 the H200 3.0-4.2 % less
+#: (2,304-3,300) and the H100 level (1.9 % less to 0.1 % more), so the band runs to 27 by
+#: item 44's rule (one card gains in both runs, the other is level): at 3,584 an H100 run was
+#: 3.0 % slower; at 4,096 the H200 gains 2.7-2.9 % and the H100 is 0.2 % faster to 0.7 %
+#: slower; at 4,608 the H200's gain falls to 0.9-1.8 %.
+ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM = 27
 #: Resident 256-thread blocks an SM a wave counts where the kernel's own count is not known
 #: (planning without a GPU), scaled to the plan's block (4 of 128 threads, the same 512
 #: threads an SM: the 5-heads kernels' 112-128 registers). The ops pass the CUDA
@@ -1270,7 +1273,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     # one block per SM while tokens last.
     tokens_per_block = max(1, min(min(block_threads, block_cap) // threads_per_token,
                                   -(-num_tokens // sm_count)))
-    # Where each token kernel was measured faster than the wide one (items 38, 39, 44, 49-50):
+    # Where each token kernel was measured faster than the wide one (items 38, 39, 44, 47-51):
     # qk at every size, apply_rope at decode sizes, a little past them and in the window.
     one_position_in_place = in_place and not mrope  # apply_rope's token kernel: one position a token
     token_call = fused_norm or ((few_tokens or token_sized) and one_position_in_place)
@@ -1280,7 +1283,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
                                          heads_per_thread, num_heads, fused_norm))
     token_kernel = token_call and layout_fills and grid_fits
     # Past the decode sizes, where the prefill layout's heads do not fill the token kernel, its
-    # band heads may, to their own end (items 47-48; a layout that fills it keeps the wide
+    # band heads may, to their own end (items 47-48, 51; a layout that fills it keeps the wide
     # kernel from 12 tokens an SM, but in its window); _rope_token_full refuses slots that
     # leave heads over.
     band_slots = num_heads // band_heads if band_heads else 0

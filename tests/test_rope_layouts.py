@@ -381,15 +381,15 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
     to 12 tokens an SM (528-1583 on 132 SMs, item 44) in the prefill layout's heads where
     they fill every slot: 8b's 5 (64 threads), gemma-2-9b's 3 (16 lanes, 128 threads); where
     they do not (70b's 72 heads in 15 slots of 5), in ROPE_TOKEN_BAND_HEADS where those fill
-    it (70b: 12 slots of 6, 96 threads; item 47), and those to 16 tokens an SM (2111 tokens,
-    item 48); in the prefill heads again from 17 to 22 tokens an SM (2244-2903, items 49-50).
-    Not from 12 to 17 or from 22 tokens an SM in the prefill heads nor from 16 in the band's, not
+    it (70b: 12 slots of 6, 96 threads; item 47), and those to 27 tokens an SM (3563 tokens,
+    items 48 and 51); in the prefill heads again from 17 to 22 tokens an SM (2244-2903, items 49-50).
+    Not from 12 to 17 or from 22 tokens an SM in the prefill heads nor from 27 in the band's, not
     out of place or M-RoPE, not fp32, not 4 lanes a head, not with the constants empty (item
     39). Dims past rotary_dim do not stop it (in place they are not touched)."""
     assert plans.ROPE_TOKEN_HEADS == (2, 3, 5)
     assert (plans.ROPE_MIN_TOKENS_PER_SM, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_BAND_HEADS,
             plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM,
-            plans.ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM) == (4, 12, 6, 16, 17, 22)
+            plans.ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM) == (4, 12, 6, 27, 17, 22)
     assert plans.H200_LIMITS.sm_count == 132
 
     def plan(num_tokens, heads=40, dtype=BF16, head_dim=128, rotary_dim=None, **kw):
@@ -404,7 +404,7 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
                 p = plan(n, heads, dtype)
                 assert (p.token_kernel, p.heads_per_thread, p.tokens_per_block, p.grid_waves, p.grid, p.block_size) \
                     == (True, per_thread, 1, 0, (n, 1, 1), block)
-        assert not plan(2112, heads).token_kernel and not plan(16384, heads).token_kernel  # prefill sizes
+        assert not plan(3564, heads).token_kernel and not plan(16384, heads).token_kernel  # prefill sizes
         assert not plan(0, heads).token_kernel  # no block to launch (helper 60)
     for n in (528, 1024, 1583):
         p = plan(n, 40)
@@ -418,12 +418,13 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
         assert not plan(n, 40, in_place=False).token_kernel and not plan(n, 40, mrope=True).token_kernel
         p = plan(n, 24, head_dim=256)  # gemma-2-9b: 16 lanes a head, 3 heads a thread
         assert (p.token_kernel, p.heads_per_thread, p.threads_per_head, p.block_size) == (True, 3, 16, 128)
-    for n in (1584, 2111):  # the band heads' own end (item 48): 70b's 6 still, the prefill heads' band over
+    for n in (1584, 2111, 2112, 3300, 3563):  # to the band heads' end (items 48, 51): 70b's 6; 8b's band over
         p = plan(n, 72)
         assert (p.token_kernel, p.heads_per_thread, p.head_slots, p.grid, p.block_size) == (True, 6, 12, (n, 1, 1), 96)
         assert not plan(n, 72, in_place=False).token_kernel and not plan(n, 72, mrope=True).token_kernel
+        assert not plan(n, 72, np.float32).token_kernel
         assert not plan(n, 40).token_kernel and not plan(n, 24, head_dim=256).token_kernel
-    for n in (2244, 2600, 2903):  # the prefill heads' window (items 49-50): 8b's 5, gemma's 3; 70b's band over
+    for n in (2244, 2600, 2903):  # the prefill heads' window (items 49-50): 8b's 5, gemma's 3; 70b in its band
         p = plan(n, 40)
         assert (p.token_kernel, p.heads_per_thread, p.tokens_per_block, p.grid, p.block_size) == \
             (True, 5, 1, (n, 1, 1), 64)
@@ -431,9 +432,12 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
         assert (p.token_kernel, p.heads_per_thread, p.threads_per_head, p.grid, p.block_size) == \
             (True, 3, 16, (n, 1, 1), 128)
         assert not plan(n, 40, in_place=False).token_kernel and not plan(n, 40, mrope=True).token_kernel
-        assert not plan(n, 40, np.float32).token_kernel and not plan(n, 72).token_kernel
-    for n in (2112, 2243, 2904, 3299, 4096):  # between the band's end and the window, and past it
+        assert not plan(n, 40, np.float32).token_kernel
+        assert (plan(n, 72).token_kernel, plan(n, 72).heads_per_thread) == (True, 6)
+    for n in (2112, 2243, 2904, 3299, 4096):  # between the prefill heads' band and window, and past it
         assert not plan(n, 40).token_kernel and not plan(n, 24, head_dim=256).token_kernel
+    for n in (3564, 4096):  # past the band heads' end
+        assert not plan(n, 72).token_kernel and plan(n, 72).heads_per_thread == 5
     assert plan(4096, 40).heads_per_thread == 5 and plan(4096, 40).block_size == 64  # full, yet the wide kernel
     for n in (1, 527):
         assert not plan(n, in_place=False).token_kernel and not plan(n, mrope=True).token_kernel
@@ -779,11 +783,13 @@ def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_
     (600, 32, 8, 128, 128),   # 4-12 tokens an SM on 51-150 SMs: 8b's prefill layout, 5 heads a thread (item 44)
     (7, 64, 8, 128, 128),     # llama-3.1-70b: 3 heads a thread, 192 threads
     (600, 64, 8, 128, 128),   # the same band: 70b in ROPE_TOKEN_BAND_HEADS, 6 heads a thread (item 47)
-    (1800, 64, 8, 128, 128),  # 12-16 tokens an SM on 113-150 SMs: the band heads' own end (item 48)
+    (1800, 64, 8, 128, 128),  # 12-27 tokens an SM on 67-150 SMs: the band heads past the prefill heads' band (item 48)
+    (3000, 64, 8, 128, 128),  # 16-27 tokens an SM on 112-187 SMs: the band heads' end of item 51
     (2600, 32, 8, 128, 128),  # 17-22 tokens an SM on 119-152 SMs: the prefill heads' window (items 49-50)
     (300, 16, 4, 256, 256),   # 16 lanes a head, 2 heads a thread
     (300, 32, 8, 256, 128),   # 8 lanes a head (2 heads a thread), dims past rotary_dim (left as they are)
-], ids=["8b-3", "8b-300", "8b-600", "70b-7", "70b-600", "70b-1800", "8b-2600", "16-lanes", "pass-through"])
+], ids=["8b-3", "8b-300", "8b-600", "70b-7", "70b-600", "70b-1800", "70b-3000", "8b-2600", "16-lanes",
+        "pass-through"])
 @pytest.mark.parametrize("variant", ["plain", "fused", "cache_in_dtype_int32", "bad_positions"])
 def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, num_tokens, num_q_heads, num_kv_heads,
                                                               head_dim, rotary_dim, variant):
@@ -799,12 +805,14 @@ def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, nu
                        dtype, cache_dtype, pos_dtype, fused=variant == "fused", bad=variant == "bad_positions")
 
     heads = None
-    if num_tokens >= 600:  # from 4 tokens an SM: 8b's prefill heads to 12 and in their window, 70b's band heads to 16
+    if num_tokens >= 600:  # from 4 tokens an SM: 8b's prefill heads to 12 and in their window, 70b's band heads to 27
         import cupy
 
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-        # 1800: the band heads' part past the prefill heads' band; 2600: the prefill heads' window
+        # 1800 and 3000: the band heads' part past the prefill heads' band (3000 past item 48's
+        # end of 16); 2600: the prefill heads' window
         low, end = {1800: (plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM),
+                    3000: (16, plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM),
                     2600: (plans.ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM, plans.ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM)
                     }.get(num_tokens, (plans.ROPE_MIN_TOKENS_PER_SM, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM
                                        if num_q_heads == 32 else plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM))
