@@ -783,7 +783,7 @@ def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_
     (600, 32, 8, 128, 128),   # 4-12 tokens an SM on 51-150 SMs: 8b's prefill layout, 5 heads a thread (item 44)
     (7, 64, 8, 128, 128),     # llama-3.1-70b: 3 heads a thread, 192 threads
     (600, 64, 8, 128, 128),   # the same band: 70b in ROPE_TOKEN_BAND_HEADS, 6 heads a thread (item 47)
-    (1800, 64, 8, 128, 128),  # 12-27 tokens an SM on 67-150 SMs: the band heads past the prefill heads' band (item 48)
+    (1800, 64, 8, 128, 128),  # 12-27 tokens an SM on 67-150 SMs: the band heads past the prefill heads' (item 48)
     (3000, 64, 8, 128, 128),  # 16-27 tokens an SM on 112-187 SMs: the band heads' end of item 51
     (2600, 32, 8, 128, 128),  # 17-22 tokens an SM on 119-152 SMs: the prefill heads' window (items 49-50)
     (300, 16, 4, 256, 256),   # 16 lanes a head, 2 heads a thread
