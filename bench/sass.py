@@ -119,7 +119,8 @@ def file_name(expr: str) -> str:
 @click.argument("exprs", nargs=-1)
 @click.option("--planned", is_flag=True, help="the instantiations the heuristics pick for the presets "
               "(cupykern.covering.planned), of SOURCE or of every source")
-@click.option("--arch", default="90", show_default=True, help="compute capability, as NVRTC's -arch=sm_ARCH")
+@click.option("--arch", default="90", show_default=True,
+              help="compute capability, 80 or newer, as NVRTC's -arch=sm_ARCH")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="write each kernel's SASS here, one file per instantiation")
 def main(source, exprs, planned, arch, out) -> None:

@@ -240,22 +240,28 @@ def check(arch, seed, skip_compile, compile_all):
     """
     from cupykern import covering, environment, families
 
+    from cupykern import jit
+
     gpu = environment.gpu_available()
     if skip_compile and not gpu:
         raise click.UsageError("--skip-compile leaves nothing to do without a GPU (validation needs one)")
     if arch is not None:
-        from cupykern import jit
-
         try:
             jit.check_arch(arch)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--arch") from None
+    gpu_arch = None
+    if gpu:
+        import cupy
+
+        gpu_arch = cupy.cuda.Device().compute_capability
+        if int(gpu_arch) < jit.MIN_ARCH:  # helper 87: it compiled for the GPU's 75 and exited 0
+            raise click.UsageError(f"this GPU's compute capability is {gpu_arch}; cupykern needs {jit.MIN_ARCH} or "
+                                   f"newer (compile without it: CUDA_VISIBLE_DEVICES= cupykern check --arch 90)")
     failures = 0
     if not skip_compile:
         if arch is None:
-            import cupy
-
-            arch = cupy.cuda.Device().compute_capability if gpu else NO_GPU_ARCH
+            arch = gpu_arch or NO_GPU_ARCH
         failures += _compile_all(arch, families.instantiations() if compile_all else covering.instantiations())
     if gpu:
         failures += _validate_all(seed)

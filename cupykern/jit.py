@@ -138,7 +138,11 @@ MIN_ARCH = 80
 
 def check_arch(arch: str) -> None:
     """ValueError unless ``arch`` (a compute capability such as ``"90"``) is one this NVRTC
-    compiles for and at least :data:`MIN_ARCH`; the message names the ones accepted."""
+    compiles for and at least :data:`MIN_ARCH`; the message names the ones accepted.
+    TypeError unless ``arch`` is a str (as click and ``cupy.cuda.Device().compute_capability``
+    give it)."""
+    if not isinstance(arch, str):
+        raise TypeError(f"arch: expected a str such as '90', got {type(arch).__name__} {arch!r}")
     from cupy_backends.cuda.libs import nvrtc
 
     supported = [str(a) for a in nvrtc.getSupportedArchs() if int(a) >= MIN_ARCH]

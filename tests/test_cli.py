@@ -630,6 +630,30 @@ def test_check_skip_compile_without_gpu_is_a_usage_error(monkeypatch):
     assert result.exit_code == 2 and "nothing to do without a GPU" in result.output
 
 
+@pytest.mark.parametrize("args", [[], ["--arch", "90"], ["--skip-compile"]])
+def test_check_refuses_a_gpu_older_than_sm_80(monkeypatch, args):
+    """Helper 87: without --arch, check compiled for a T4's 75 and exited 0; a GPU below
+    jit.MIN_ARCH is refused before any compile or validation, whatever --arch says."""
+    import types
+
+    import cupy
+
+    monkeypatch.setattr(environment, "gpu_available", lambda: True)
+    monkeypatch.setattr(cupy.cuda, "Device", lambda *a: types.SimpleNamespace(compute_capability="75"))
+    monkeypatch.setattr(cli, "_compile_all", lambda *a: pytest.fail("compiled"))
+    monkeypatch.setattr(cli, "_validate_all", lambda *a: pytest.fail("validated"))
+    result = CliRunner().invoke(cli.main, ["check", *args])
+    assert result.exit_code == 2 and "compute capability is 75; cupykern needs 80 or newer" in result.output
+
+
+@pytest.mark.parametrize("arch", [90, None, 9.0, b"90"])
+def test_check_arch_wants_a_str(arch):
+    from cupykern import jit
+
+    with pytest.raises(TypeError, match="arch: expected a str such as '90'"):
+        jit.check_arch(arch)
+
+
 def test_sweep_says_which_token_counts_a_decode_size_op_skips(fake_gpu):
     result = invoke("sweep", "gemv", "rms_norm", "--num-tokens", "1,16,64", "--dtype", "bf16", "--repeat", "1")
     assert "gemv takes at most 16 tokens: skips num_tokens 64" in result.output, result.output
