@@ -238,9 +238,7 @@ def check(arch, seed, skip_compile, compile_all):
     every value of every template parameter, and every instantiation the planner picks
     for the model presets; --all compiles every instantiation the ops can launch.
     """
-    from cupykern import covering, environment, families
-
-    from cupykern import jit
+    from cupykern import covering, environment, families, jit
 
     gpu = environment.gpu_available()
     if skip_compile and not gpu:
