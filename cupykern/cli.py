@@ -252,10 +252,10 @@ def check(arch, seed, skip_compile, compile_all):
     if gpu:
         import cupy
 
+        problem = jit.device_arch_problem()  # helper 87: it compiled for the GPU's 75 and exited 0
+        if problem:
+            raise click.UsageError(f"{problem} (compile without it: CUDA_VISIBLE_DEVICES= cupykern check --arch 90)")
         gpu_arch = cupy.cuda.Device().compute_capability
-        if int(gpu_arch) < jit.MIN_ARCH:  # helper 87: it compiled for the GPU's 75 and exited 0
-            raise click.UsageError(f"this GPU's compute capability is {gpu_arch}; cupykern needs {jit.MIN_ARCH} or "
-                                   f"newer (compile without it: CUDA_VISIBLE_DEVICES= cupykern check --arch 90)")
     failures = 0
     if not skip_compile:
         if arch is None:

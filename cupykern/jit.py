@@ -92,12 +92,18 @@ _kernels: dict = {}
 
 
 def get_kernel(template: KernelTemplate, *args):
-    """The compiled ``cupy.RawKernel`` for one instantiation on the current device."""
+    """The compiled ``cupy.RawKernel`` for one instantiation on the current device.
+    RuntimeError (:func:`device_arch_problem`'s reason) on a GPU older than :data:`MIN_ARCH`,
+    before any compile: there NVRTC would fail on the bfloat16 code or build kernels no test
+    has run."""
     import cupy
 
     key = (cupy.cuda.runtime.getDevice(), template, args)
     kernel = _kernels.get(key)
     if kernel is None:
+        problem = device_arch_problem()  # only on a miss: a compiled kernel proves the device
+        if problem:
+            raise RuntimeError(f"{template.name}: {problem}")
         expr = template.expr(*args)
         with _lock:
             kernel = _kernels.get(key)
@@ -118,6 +124,18 @@ def blocks_per_sm(kernel, block_size: int, shared_mem_bytes: int = 0) -> int:
     count = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, block_size,
                                                                        shared_mem_bytes)
     return max(1, int(count))
+
+
+def device_arch_problem() -> str | None:
+    """None if the current CUDA device's compute capability is at least :data:`MIN_ARCH`,
+    else why not, as one sentence (the ops raise it from :func:`get_kernel`, ``cupykern
+    check`` as a usage error). Needs a visible GPU."""
+    import cupy
+
+    arch = cupy.cuda.Device().compute_capability
+    if int(arch) >= MIN_ARCH:
+        return None
+    return f"this GPU's compute capability is {arch}; cupykern needs {MIN_ARCH} or newer"
 
 
 # ----------------------------------------------------------------- without a GPU

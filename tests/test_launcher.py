@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 
 import cupykern
-from cupykern import _arrays, _dtypes, launcher, plans, tuning
+from cupykern import _arrays, _dtypes, jit, launcher, plans, tuning
 from tests.helpers import FakeArray
 
 PACKAGE = Path(cupykern.__file__).resolve().parent
+REAL_GET_KERNEL = jit.get_kernel  # before the fixtures put the recorder in its place
 
 
 @pytest.fixture
@@ -138,6 +139,59 @@ def test_errors_name_the_argument_every_time(fake_gpu):
             cupykern.rms_norm(x, FakeArray((7,), np.float32))
         with pytest.raises(ValueError, match="eps"):
             cupykern.rms_norm(x, FakeArray((8,), np.float32), -1.0)
+
+
+def _device_of_capability(monkeypatch, capability: str) -> list:
+    """jit.get_kernel as it is, on a stand-in device of compute ``capability``; the list
+    of name expressions it asked CuPy to compile (RawModule's stand-in)."""
+    import types
+
+    import cupy
+
+    compiled = []
+
+    class Module:
+        def __init__(self, code, options, name_expressions):
+            compiled.extend(name_expressions)
+
+        def get_function(self, expr):
+            return types.SimpleNamespace(kernel=lambda *args, **kwargs: None, expr=expr)
+
+    monkeypatch.setattr(jit, "get_kernel", REAL_GET_KERNEL)
+    monkeypatch.setattr(jit, "_kernels", {})
+    monkeypatch.setattr(cupy.cuda.runtime, "getDevice", lambda: 0)
+    monkeypatch.setattr(cupy.cuda, "Device", lambda *a: types.SimpleNamespace(compute_capability=capability))
+    monkeypatch.setattr(cupy, "RawModule", Module)
+    return compiled
+
+
+@pytest.mark.parametrize("capability, refused", [("75", True), ("70", True), ("80", False), ("90", False),
+                                                 ("100", False)])
+def test_get_kernel_refuses_a_gpu_older_than_sm_80_before_compiling(monkeypatch, capability, refused):
+    """README asks for compute capability 8.0 or newer (jit.MIN_ARCH): below it the ops'
+    one compile path raises RuntimeError before NVRTC, which would fail on the bfloat16
+    code or build kernels no test has run. At 80 and newer it compiles."""
+    from cupykern.ops import norm
+
+    compiled = _device_of_capability(monkeypatch, capability)
+    if refused:
+        with pytest.raises(RuntimeError, match=f"rms_norm_kernel: this GPU's compute capability is {capability}; "
+                                               "cupykern needs 80 or newer"):
+            jit.get_kernel(norm.RMS_NORM, "float", 256, 4, 1, 32)
+        assert compiled == []
+    else:
+        jit.get_kernel(norm.RMS_NORM, "float", 256, 4, 1, 32)
+        assert compiled == [norm.RMS_NORM.expr("float", 256, 4, 1, 32)]
+
+
+def test_an_op_on_a_gpu_older_than_sm_80_raises_before_compiling(fake_gpu, monkeypatch):
+    """The same through a public op: its first call asks get_kernel and raises; nothing is
+    compiled or launched."""
+    compiled = _device_of_capability(monkeypatch, "75")
+    x, weight, out = FakeArray((4, 4096), bf16), FakeArray((4096,), bf16), FakeArray((4, 4096), bf16)
+    with pytest.raises(RuntimeError, match="compute capability is 75; cupykern needs 80 or newer"):
+        cupykern.rms_norm(x, weight, out=out)
+    assert compiled == [] and fake_gpu == []
 
 
 def test_zero_rows_launch_nothing(fake_gpu):
