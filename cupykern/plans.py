@@ -1075,7 +1075,7 @@ ROPE_NORM_TOKEN_HEADS = (2, 3, 5)
 #: 1.90 / 2.02 against 1.92 / 2.03 / 2.16; cold L2 at 256 tokens 8b -3 %, 70b level. At
 #: prefill sizes it was level or slower (8b's 5 heads +1.1 % at 16384 tokens, 70b's 3 heads
 #: +3 % at 1024): the wide kernel there, except in the prefill layout's heads below
-#: ROPE_TOKEN_MAX_TOKENS_PER_SM tokens an SM and in their window (ROPE_TOKEN_WINDOW_*).
+#: ROPE_TOKEN_MAX_TOKENS_PER_SM tokens an SM, and in the window (ROPE_TOKEN_WINDOW_*).
 ROPE_TOKEN_HEADS = (2, 3, 5)
 #: apply_rope's token kernel also runs past the decode sizes, below this many tokens an SM
 #: (1,584 tokens on 132 SMs), in the prefill layout's heads a thread where the shape is
@@ -1089,22 +1089,27 @@ ROPE_TOKEN_HEADS = (2, 3, 5)
 #: measured and gains the H100 its 3-6 %. fp16 untimed in this band. What the token kernel
 #: drops is the wide kernel's token loop and guards.
 ROPE_TOKEN_MAX_TOKENS_PER_SM = 12
-#: The prefill layout's heads take the token kernel again from this many tokens an SM to
-#: below ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM (2,244-2,903 tokens on 132 SMs; an empty window
-#: where the end is not past the start). A block per token leaves a last wave of blocks on
-#: some SMs only: 8b's 5-heads token kernel holds 12 blocks an SM by its 76 registers (1,584
-#: tokens a wave), and past one wave it gains where the last wave is at least 0.4 full and
-#: the waves are fewer than about two. Measured (bf16, cold L2, bit for bit the wide
-#: kernel's; bench/results/NOTES.md items 49 and 50, two runs on each card): 8b 2.5-5.9 %
-#: (H100) and 2.6-5.3 % (H200) less than the wide kernel at every point from 2,224 to 2,864
-#: tokens (1.40-1.81 waves), -2.3..+2.4 % at 1,712-2,096 (1.08-1.32 waves, past the first
-#: end); from 2,992 to 3,248 the H100 still 2.0-3.2 % less but the H200 -2.4..+0.2 %, so the
-#: window ends at 22 (past the last point both cards gained 2 % in both runs, item 50's rule).
-#: gemma-2-9b's 3 heads: 0.4 % slower to 1.9 % faster on the H200 in the window; on the
-#: H100 not timed in it (its token kernel 1.1-1.5 % faster at 2,048, 0.5-0.6 % at 4,096, item 44).
-#: fp16 and the other shapes the token kernel fills (12-96 heads) untimed in the window.
+#: The token kernel runs again from this many tokens an SM to below
+#: ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM (2,244-3,035 tokens on 132 SMs; an empty window where
+#: the end is not past the start), where the prefill layout's heads fill it, and there in
+#: the decode layout's heads where those fill it too (llama-3.1-8b 2 heads in 160 threads,
+#: gemma-2-9b 2 in 192). A block per token leaves a last wave of blocks on some SMs only:
+#: 8b's 5-heads token kernel holds 12 blocks an SM by its 76 registers (1,584 tokens a
+#: wave), and past one wave it gains where the last wave is at least 0.4 full and the waves
+#: are fewer than about two (items 49-50: 8b's 5 heads 2.5-5.9 % less than the wide kernel
+#: on both cards at 2,224-2,864 tokens, -2.3..+2.4 % at 1,712-2,096, past the first end).
+#: The decode heads, measured against the prefill heads and the wide kernel (bf16, cold L2,
+#: bit for bit the wide kernel's; bench/results/NOTES.md items 51-52, six H100 runs and two
+#: H200 runs): in the window 8b 0.2-1.8 % faster than its 5 heads on the H100 and 0.5 %
+#: faster to 0.8 % slower on the H200, gemma's 2 heads 0.1 % slower to 2.6 % faster than its
+#: 3; at 2,904 tokens both 1.8-4.7 % less than the wide kernel on both cards, at 3,100
+#: gemma's gain falls under 2 % on both (1.8-2.3 %), so the window ends at 23 by item 44's
+#: rule (one card gains 2 % in every run, the other loses no more than 1 %; 8b alone would
+#: reach 32). fp16 and the other shapes the token kernel fills (12-96 heads) untimed there;
+#: those whose decode heads do not fill it (80 or 96 heads: 2 heads in 32 slots hold 64)
+#: keep the prefill heads, untimed from 22 tokens an SM.
 ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM = 17
-ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM = 22
+ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM = 23
 #: Where the prefill layout's heads a thread do not fill the token kernel's shape, it takes
 #: this many heads a thread instead where they fill it (0: none), from 4 tokens an SM to
 #: ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM:
@@ -1214,7 +1219,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     does a 16-bit apply_rope of :data:`ROPE_TOKEN_HEADS` at decode sizes (and below
     :data:`ROPE_TOKEN_MAX_TOKENS_PER_SM` tokens an SM or in the window from
     :data:`ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM` to :data:`ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM`
-    tokens an SM; where the prefill layout's heads do not fill it, at
+    tokens an SM, there in the decode layout's heads where those fill it too; where the prefill layout's heads do not fill it, at
     :data:`ROPE_TOKEN_BAND_HEADS` below
     :data:`ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM`) when the call is ``in_place`` without
     ``mrope`` (M-RoPE's positions; both flags are apply_rope's alone:
@@ -1264,8 +1269,9 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     band_heads = 0 if fused_norm else rope_token_band_heads()
     window = (_constant("ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM") * sm_count,
               _constant("ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM") * sm_count)
-    token_sized = (num_tokens < _constant("ROPE_TOKEN_MAX_TOKENS_PER_SM") * sm_count
-                   or window[0] <= num_tokens < window[1])
+    below_first_end = num_tokens < _constant("ROPE_TOKEN_MAX_TOKENS_PER_SM") * sm_count
+    in_window = window[0] <= num_tokens < window[1]
+    token_sized = below_first_end or in_window
     band_sized = not fused_norm and num_tokens < _constant("ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM") * sm_count
     head_slots = max(1, min(-(-num_heads // heads_per_thread), block_cap // threads_per_head))
     threads_per_token = threads_per_head * head_slots
@@ -1273,7 +1279,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     # one block per SM while tokens last.
     tokens_per_block = max(1, min(min(block_threads, block_cap) // threads_per_token,
                                   -(-num_tokens // sm_count)))
-    # Where each token kernel was measured faster than the wide one (items 38, 39, 44, 47-51):
+    # Where each token kernel was measured faster than the wide one (items 38, 39, 44, 47-52):
     # qk at every size, apply_rope at decode sizes, a little past them and in the window.
     one_position_in_place = in_place and not mrope  # apply_rope's token kernel: one position a token
     token_call = fused_norm or ((few_tokens or token_sized) and one_position_in_place)
@@ -1282,6 +1288,16 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
                     and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, head_slots,
                                          heads_per_thread, num_heads, fused_norm))
     token_kernel = token_call and layout_fills and grid_fits
+    if token_kernel and in_window and not below_first_end and not fused_norm:
+        # In the window the decode layout's heads, where they fill the token kernel too (more
+        # threads a token: 8b's 2 heads in 160 threads, gemma-2-9b's 2 in 192; item 52).
+        decode_heads = _rope_wide_heads(num_heads, threads_per_head, _rope_wide_constants(True, False)[0], True,
+                                        False, np.dtype(dtype).itemsize == 2, block_cap)
+        decode_slots = max(1, min(-(-num_heads // decode_heads), block_cap // threads_per_head)) if decode_heads else 0
+        if decode_heads in token_heads and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units,
+                                                            threads_per_head, decode_slots, decode_heads, num_heads,
+                                                            False):
+            heads_per_thread, head_slots = decode_heads, decode_slots
     # Past the decode sizes, where the prefill layout's heads do not fill the token kernel, its
     # band heads may, to their own end (items 47-48, 51; a layout that fills it keeps the wide
     # kernel from 12 tokens an SM, but in its window); _rope_token_full refuses slots that

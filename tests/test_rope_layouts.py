@@ -382,14 +382,15 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
     they fill every slot: 8b's 5 (64 threads), gemma-2-9b's 3 (16 lanes, 128 threads); where
     they do not (70b's 72 heads in 15 slots of 5), in ROPE_TOKEN_BAND_HEADS where those fill
     it (70b: 12 slots of 6, 96 threads; item 47), and those to 27 tokens an SM (3563 tokens,
-    items 48 and 51); in the prefill heads again from 17 to 22 tokens an SM (2244-2903, items 49-50).
-    Not from 12 to 17 or from 22 tokens an SM in the prefill heads nor from 27 in the band's, not
+    items 48 and 51); again from 17 to 23 tokens an SM (2244-3035, items 49-52), there in the
+    decode layout's heads where they fill it too (8b's 2, gemma's 2 in 192 threads; item 52).
+    Not from 12 to 17 or from 23 tokens an SM in the prefill heads nor from 27 in the band's, not
     out of place or M-RoPE, not fp32, not 4 lanes a head, not with the constants empty (item
     39). Dims past rotary_dim do not stop it (in place they are not touched)."""
     assert plans.ROPE_TOKEN_HEADS == (2, 3, 5)
     assert (plans.ROPE_MIN_TOKENS_PER_SM, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_BAND_HEADS,
             plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM,
-            plans.ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM) == (4, 12, 6, 27, 17, 22)
+            plans.ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM) == (4, 12, 6, 27, 17, 23)
     assert plans.H200_LIMITS.sm_count == 132
 
     def plan(num_tokens, heads=40, dtype=BF16, head_dim=128, rotary_dim=None, **kw):
@@ -424,17 +425,18 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
         assert not plan(n, 72, in_place=False).token_kernel and not plan(n, 72, mrope=True).token_kernel
         assert not plan(n, 72, np.float32).token_kernel
         assert not plan(n, 40).token_kernel and not plan(n, 24, head_dim=256).token_kernel
-    for n in (2244, 2600, 2903):  # the prefill heads' window (items 49-50): 8b's 5, gemma's 3; 70b in its band
+    for n in (2244, 2600, 2903, 2904, 3035):  # the window (items 49-52) in the decode heads: 8b's 2, gemma's 2
         p = plan(n, 40)
-        assert (p.token_kernel, p.heads_per_thread, p.tokens_per_block, p.grid, p.block_size) == \
-            (True, 5, 1, (n, 1, 1), 64)
+        assert (p.token_kernel, p.heads_per_thread, p.head_slots, p.tokens_per_block, p.grid, p.block_size) == \
+            (True, 2, 20, 1, (n, 1, 1), 160)
         p = plan(n, 24, head_dim=256)
         assert (p.token_kernel, p.heads_per_thread, p.threads_per_head, p.grid, p.block_size) == \
-            (True, 3, 16, (n, 1, 1), 128)
+            (True, 2, 16, (n, 1, 1), 192)
+        assert plan(n, 40, np.float16).block_size == 160
         assert not plan(n, 40, in_place=False).token_kernel and not plan(n, 40, mrope=True).token_kernel
         assert not plan(n, 40, np.float32).token_kernel
         assert (plan(n, 72).token_kernel, plan(n, 72).heads_per_thread) == (True, 6)
-    for n in (2112, 2243, 2904, 3299, 4096):  # between the prefill heads' band and window, and past it
+    for n in (2112, 2243, 3036, 3299, 4096):  # between the prefill heads' band and window, and past it
         assert not plan(n, 40).token_kernel and not plan(n, 24, head_dim=256).token_kernel
     for n in (3564, 4096):  # past the band heads' end
         assert not plan(n, 72).token_kernel and plan(n, 72).heads_per_thread == 5
@@ -465,6 +467,15 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
     monkeypatch.setattr(plans, "ROPE_TOKEN_BAND_HEADS", 6)
     monkeypatch.setattr(plans, "ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM", 8)  # the band's end is its own: 1056 here
     assert plan(1055, 72).heads_per_thread == 6 and not plan(1056, 72).token_kernel and plan(1056, 40).token_kernel
+    monkeypatch.setattr(plans, "ROPE_TOKEN_HEADS", (5, 3))  # the decode heads do not fill: the prefill heads
+    assert (plan(2600, 40).heads_per_thread, plan(2600, 40).block_size) == (5, 64) and plan(1024, 40).token_kernel
+    assert (plan(2600, 24, head_dim=256).heads_per_thread, plan(2600, 24, head_dim=256).block_size) == (3, 128)
+    assert not plan(64, 40).token_kernel  # at decode sizes the decode heads (2) alone
+    monkeypatch.setattr(plans, "ROPE_TOKEN_HEADS", (2, 3, 5))
+    monkeypatch.setattr(plans, "ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM", 8)  # a window over the first band's end:
+    assert plan(1024, 40).heads_per_thread == 5 and plan(1583, 40).heads_per_thread == 5  # the first band's heads
+    assert (plan(1584, 40).token_kernel, plan(1584, 40).heads_per_thread) == (True, 2)
+    monkeypatch.setattr(plans, "ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM", 17)
     monkeypatch.setattr(plans, "ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM", 17)  # an empty window
     assert not plan(2600, 40).token_kernel and not plan(2244, 40).token_kernel
     monkeypatch.setattr(plans, "ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM", 1)  # an end before the start: empty too
@@ -785,16 +796,19 @@ def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_
     (600, 64, 8, 128, 128),   # the same band: 70b in ROPE_TOKEN_BAND_HEADS, 6 heads a thread (item 47)
     (1800, 64, 8, 128, 128),  # 12-27 tokens an SM on 67-150 SMs: the band heads past the prefill heads' (item 48)
     (3000, 64, 8, 128, 128),  # 16-27 tokens an SM on 112-187 SMs: the band heads' end of item 51
-    (2600, 32, 8, 128, 128),  # 17-22 tokens an SM on 119-152 SMs: the prefill heads' window (items 49-50)
+    (2600, 32, 8, 128, 128),  # 17-23 tokens an SM on 114-152 SMs: the window in the decode heads (items 49-52)
+    (3000, 32, 8, 128, 128),  # 17-23 tokens an SM on 131-176 SMs: the window's end of item 52
+    (2600, 16, 8, 256, 256),  # gemma-2-9b in the window: 2 heads of 16 lanes, 192 threads (item 52)
     (300, 16, 4, 256, 256),   # 16 lanes a head, 2 heads a thread
     (300, 32, 8, 256, 128),   # 8 lanes a head (2 heads a thread), dims past rotary_dim (left as they are)
-], ids=["8b-3", "8b-300", "8b-600", "70b-7", "70b-600", "70b-1800", "70b-3000", "8b-2600", "16-lanes",
-        "pass-through"])
+], ids=["8b-3", "8b-300", "8b-600", "70b-7", "70b-600", "70b-1800", "70b-3000", "8b-2600", "8b-3000", "gemma-2600",
+        "16-lanes", "pass-through"])
 @pytest.mark.parametrize("variant", ["plain", "fused", "cache_in_dtype_int32", "bad_positions"])
 def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, num_tokens, num_q_heads, num_kv_heads,
                                                               head_dim, rotary_dim, variant):
     """apply_rope in place at decode sizes takes its token kernel in these shapes (item 39),
-    and 8b's 5 heads a thread (item 44; its window, item 49) and 70b's 6 (items 47-48) past them:
+    and past them 8b's 5 heads a thread (item 44), 70b's 6 (items 47-48) and, in the window,
+    the decode heads again (8b's 2, gemma-2-9b's 2 of 16 lanes; items 49-52):
     q and k, bit for bit, are the steps kernel's and the wide kernel's, with views of a fused QKV buffer,
     int32 positions with a cache in q's dtype, and positions out of range (left unchanged)."""
     cache_dtype = dtype if variant == "cache_in_dtype_int32" else np.float32
@@ -805,20 +819,22 @@ def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, nu
                        dtype, cache_dtype, pos_dtype, fused=variant == "fused", bad=variant == "bad_positions")
 
     heads = None
-    if num_tokens >= 600:  # from 4 tokens an SM: 8b's prefill heads to 12 and in their window, 70b's band heads to 27
+    if num_tokens >= 600:  # from 4 tokens an SM: 8b's prefill heads to 12, 70b's band heads to 27, the window
         import cupy
 
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-        # 1800 and 3000: the band heads' part past the prefill heads' band (3000 past item 48's
-        # end of 16); 2600: the prefill heads' window
-        low, end = {1800: (plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM),
-                    3000: (16, plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM),
-                    2600: (plans.ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM, plans.ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM)
-                    }.get(num_tokens, (plans.ROPE_MIN_TOKENS_PER_SM, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM
-                                       if num_q_heads == 32 else plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM))
+        window = (plans.ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM, plans.ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM)
+        in_window = num_q_heads != 64 and num_tokens in (2600, 3000)
+        # 70b at 1800 and 3000: the band heads' part past the prefill heads' band (3000 past
+        # item 48's end of 16); 8b and gemma at 2600 and 3000: the window
+        low, end = window if in_window else {
+            1800: (plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM),
+            3000: (16, plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM)}.get(
+                num_tokens, (plans.ROPE_MIN_TOKENS_PER_SM, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM
+                             if num_q_heads == 32 else plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM))
         if not low * sms <= num_tokens < end * sms:
             pytest.skip(f"{num_tokens} tokens are outside {low}-{end} tokens an SM on {sms} SMs")
-        heads = 5 if num_q_heads == 32 else plans.ROPE_TOKEN_BAND_HEADS
+        heads = 2 if in_window else 5 if num_q_heads == 32 else plans.ROPE_TOKEN_BAND_HEADS
     _assert_token_kernel_bytes(make, lambda i: _apply(i, is_neox=is_neox), rope_ops.APPLY_ROPE_TOKEN, num_tokens,
                                {"ROPE_TOKEN_HEADS": (), "ROPE_TOKEN_BAND_HEADS": 0}, heads)
 
