@@ -1219,8 +1219,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     does a 16-bit apply_rope of :data:`ROPE_TOKEN_HEADS` at decode sizes (and below
     :data:`ROPE_TOKEN_MAX_TOKENS_PER_SM` tokens an SM or in the window from
     :data:`ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM` to :data:`ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM`
-    tokens an SM, there in the decode layout's heads where those fill it too; where the prefill layout's heads do not fill it, at
-    :data:`ROPE_TOKEN_BAND_HEADS` below
+    tokens an SM, there in the decode layout's heads where those fill it too; where the
+    prefill layout's heads do not fill it, at :data:`ROPE_TOKEN_BAND_HEADS` below
     :data:`ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM`) when the call is ``in_place`` without
     ``mrope`` (M-RoPE's positions; both flags are apply_rope's alone:
     qk_rms_norm_rope is always in place). The rule takes no launch overrides: any raise

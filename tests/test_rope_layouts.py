@@ -467,7 +467,7 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
     monkeypatch.setattr(plans, "ROPE_TOKEN_BAND_HEADS", 6)
     monkeypatch.setattr(plans, "ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM", 8)  # the band's end is its own: 1056 here
     assert plan(1055, 72).heads_per_thread == 6 and not plan(1056, 72).token_kernel and plan(1056, 40).token_kernel
-    monkeypatch.setattr(plans, "ROPE_TOKEN_HEADS", (5, 3))  # the decode heads do not fill: the prefill heads
+    monkeypatch.setattr(plans, "ROPE_TOKEN_HEADS", (5, 3))  # no token kernel of the decode heads: the prefill heads
     assert (plan(2600, 40).heads_per_thread, plan(2600, 40).block_size) == (5, 64) and plan(1024, 40).token_kernel
     assert (plan(2600, 24, head_dim=256).heads_per_thread, plan(2600, 24, head_dim=256).block_size) == (3, 128)
     assert not plan(64, 40).token_kernel  # at decode sizes the decode heads (2) alone
