@@ -1258,10 +1258,11 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     few_tokens = num_tokens < _constant("ROPE_MIN_TOKENS_PER_SM") * sm_count
     steps_heads = _constant("ROPE_HEADS_PER_THREAD")  # read at every shape, so a bad value never waits for one
     wide = rope_wide(fused_norm, units, (head_dim - rotary_dim) // vec_width, threads_per_head)
+    sixteen_bit = np.dtype(dtype).itemsize == 2
     if wide:
         heads_per_thread, waves, block_threads = _rope_wide_constants(few_tokens, fused_norm)
         heads_per_thread = _rope_wide_heads(num_heads, threads_per_head, heads_per_thread, few_tokens, fused_norm,
-                                            np.dtype(dtype).itemsize == 2, block_cap)
+                                            sixteen_bit, block_cap)
         wide = heads_per_thread > 0
     if not wide:
         heads_per_thread, waves, block_threads = (1 if few_tokens else steps_heads), 0, ROPE_MAX_BLOCK_SIZE
@@ -1273,7 +1274,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     in_window = window[0] <= num_tokens < window[1]
     token_sized = below_first_end or in_window
     band_sized = not fused_norm and num_tokens < _constant("ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM") * sm_count
-    head_slots = max(1, min(-(-num_heads // heads_per_thread), block_cap // threads_per_head))
+    head_slots = _rope_head_slots(num_heads, heads_per_thread, threads_per_head, block_cap)
     threads_per_token = threads_per_head * head_slots
     # Fill the block (the wide kernels' block_threads of it) with tokens, but keep at least
     # one block per SM while tokens last.
@@ -1292,8 +1293,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
         # In the window the decode layout's heads, where they fill the token kernel too (more
         # threads a token: 8b's 2 heads in 160 threads, gemma-2-9b's 2 in 192; item 52).
         decode_heads = _rope_wide_heads(num_heads, threads_per_head, _rope_wide_constants(True, False)[0], True,
-                                        False, np.dtype(dtype).itemsize == 2, block_cap)
-        decode_slots = max(1, min(-(-num_heads // decode_heads), block_cap // threads_per_head)) if decode_heads else 0
+                                        False, sixteen_bit, block_cap)
+        decode_slots = _rope_head_slots(num_heads, decode_heads, threads_per_head, block_cap) if decode_heads else 0
         if decode_heads in token_heads and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units,
                                                             threads_per_head, decode_slots, decode_heads, num_heads,
                                                             False):
@@ -1317,6 +1318,12 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
         raise PlanError(f"rope block of {plan.block_size} threads exceeds {block_cap}")
     estimate = max(1, _constant("ROPE_WIDE_BLOCKS_PER_SM") * ROPE_MAX_BLOCK_SIZE // plan.block_size)
     return rope_resident_grid(plan, num_tokens, estimate, limits)
+
+
+def _rope_head_slots(num_heads: int, heads_per_thread: int, threads_per_head: int, block_cap: int) -> int:
+    """Head slots a token's threads hold: enough for every head at ``heads_per_thread`` a
+    slot, no more than ``block_cap`` threads' worth, at least one."""
+    return max(1, min(-(-num_heads // heads_per_thread), block_cap // threads_per_head))
 
 
 def rope_resident_grid(plan: RopePlan, num_tokens: int, blocks_per_sm: int, limits: DeviceLimits) -> RopePlan:
