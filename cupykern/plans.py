@@ -1104,12 +1104,21 @@ ROPE_TOKEN_MAX_TOKENS_PER_SM = 12
 #: faster to 0.8 % slower on the H200, gemma's 2 heads 0.1 % slower to 2.6 % faster than its
 #: 3; at 2,904 tokens both 1.8-4.7 % less than the wide kernel on both cards, at 3,100
 #: gemma's gain falls under 2 % on both (1.8-2.3 %), so the window ends at 23 by item 44's
-#: rule (one card gains 2 % in every run, the other loses no more than 1 %; 8b alone would
-#: reach 32). fp16 and the other shapes the token kernel fills (12-96 heads) untimed there;
-#: those whose decode heads do not fill it (80 or 96 heads: 2 heads in 32 slots hold 64)
-#: keep the prefill heads, untimed from 22 tokens an SM.
+#: rule (one card gains 2 % in every run, the other loses no more than 1 %; decode heads of
+#: 8 lanes have their own end, below). fp16 and the other shapes the token kernel fills
+#: (12-96 heads) untimed there; those whose decode heads do not fill it (80 or 96 heads: 2
+#: heads in 32 slots hold 64) keep the prefill heads, untimed from 22 tokens an SM.
 ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM = 17
 ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM = 23
+#: The window's end where its decode heads are 8 lanes a head (rotary_dim 128, 16-bit;
+#: llama-3.1-8b's 2 heads in 160 threads): 2,244-4,091 tokens on 132 SMs. Measured against
+#: the wide kernel (bf16, cold L2, bit for bit its bytes; bench/results/NOTES.md item 52,
+#: calls 1, 5 and 6, two runs a card): 8b 2.0-4.2 % less on the H200 from 3,100 to 3,960
+#: tokens (1.4-2.1 % at 3,036) and 0.9-3.3 % less on the H100 from 3,036 to 3,960; at 4,092
+#: (31.0 tokens an SM) neither card gains 2 % in both runs (H200 1.9-2.0 %, H100 1.2-1.7 %),
+#: so it ends at 31 by item 44's rule. Gemma-2-9b's 16-lane heads gain under 2 % from 3,100
+#: (the window's own end). Other 8-lane shapes (12-96 heads of 128) untimed past 23.
+ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM = 31
 #: Where the prefill layout's heads a thread do not fill the token kernel's shape, it takes
 #: this many heads a thread instead where they fill it (0: none), from 4 tokens an SM to
 #: ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM:
@@ -1219,7 +1228,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     does a 16-bit apply_rope of :data:`ROPE_TOKEN_HEADS` at decode sizes (and below
     :data:`ROPE_TOKEN_MAX_TOKENS_PER_SM` tokens an SM or in the window from
     :data:`ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM` to :data:`ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM`
-    tokens an SM, there in the decode layout's heads where those fill it too; where the
+    tokens an SM, there in the decode layout's heads where those fill it too, and decode
+    heads of 8 lanes to :data:`ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM`; where the
     prefill layout's heads do not fill it, at :data:`ROPE_TOKEN_BAND_HEADS` below
     :data:`ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM`) when the call is ``in_place`` without
     ``mrope`` (M-RoPE's positions; both flags are apply_rope's alone:
@@ -1268,11 +1278,10 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
         heads_per_thread, waves, block_threads = (1 if few_tokens else steps_heads), 0, ROPE_MAX_BLOCK_SIZE
     token_heads = rope_token_heads(fused_norm)  # read at every shape too
     band_heads = 0 if fused_norm else rope_token_band_heads()
-    window = (_constant("ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM") * sm_count,
-              _constant("ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM") * sm_count)
+    window_start = _constant("ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM") * sm_count
+    window_end = _constant("ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM") * sm_count
+    window_end_8_lanes = _constant("ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM") * sm_count
     below_first_end = num_tokens < _constant("ROPE_TOKEN_MAX_TOKENS_PER_SM") * sm_count
-    in_window = window[0] <= num_tokens < window[1]
-    token_sized = below_first_end or in_window
     band_sized = not fused_norm and num_tokens < _constant("ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM") * sm_count
     head_slots = _rope_head_slots(num_heads, heads_per_thread, threads_per_head, block_cap)
     threads_per_token = threads_per_head * head_slots
@@ -1283,22 +1292,27 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     # Where each token kernel was measured faster than the wide one (items 38, 39, 44, 47-52):
     # qk at every size, apply_rope at decode sizes, a little past them and in the window.
     one_position_in_place = in_place and not mrope  # apply_rope's token kernel: one position a token
-    token_call = fused_norm or ((few_tokens or token_sized) and one_position_in_place)
+    token_call = fused_norm or ((few_tokens or below_first_end) and one_position_in_place)
     grid_fits = 1 <= num_tokens <= limits.max_grid_x  # a block per token
     layout_fills = (wide and heads_per_thread in token_heads
                     and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, head_slots,
                                          heads_per_thread, num_heads, fused_norm))
     token_kernel = token_call and layout_fills and grid_fits
-    if token_kernel and in_window and not below_first_end and not fused_norm:
-        # In the window the decode layout's heads, where they fill the token kernel too (more
-        # threads a token: 8b's 2 heads in 160 threads, gemma-2-9b's 2 in 192; item 52).
+    if (not token_kernel and not fused_norm and one_position_in_place and layout_fills and grid_fits
+            and num_tokens >= window_start):
+        # The window: the token kernel again, in the decode layout's heads where they fill it
+        # too (more threads a token: 8b's 2 heads in 160 threads, gemma-2-9b's 2 in 192; item
+        # 52), and those of 8 lanes to their own end (8b; item 52, calls 5-6).
         decode_heads = _rope_wide_heads(num_heads, threads_per_head, _rope_wide_constants(True, False)[0], True,
                                         False, sixteen_bit, block_cap)
         decode_slots = _rope_head_slots(num_heads, decode_heads, threads_per_head, block_cap) if decode_heads else 0
-        if decode_heads in token_heads and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units,
-                                                            threads_per_head, decode_slots, decode_heads, num_heads,
-                                                            False):
-            heads_per_thread, head_slots = decode_heads, decode_slots
+        decode_fills = decode_heads in token_heads and _rope_token_full(
+            dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, decode_slots, decode_heads, num_heads,
+            False)
+        if num_tokens < (window_end_8_lanes if decode_fills and threads_per_head == 8 else window_end):
+            token_kernel = True
+            if decode_fills:
+                heads_per_thread, head_slots = decode_heads, decode_slots
     # Past the decode sizes, where the prefill layout's heads do not fill the token kernel, its
     # band heads may, to their own end (items 47-48, 51; a layout that fills it keeps the wide
     # kernel from 12 tokens an SM, but in its window); _rope_token_full refuses slots that

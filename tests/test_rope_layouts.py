@@ -235,7 +235,8 @@ WIDE_CONSTANTS = [("ROPE_WIDE_HEADS_PER_THREAD", (False,)), ("ROPE_WIDE_NORM_HEA
                   ("ROPE_TOKEN_MAX_TOKENS_PER_SM", (False, True)), ("ROPE_TOKEN_BAND_HEADS", (False,)),
                   ("ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM", (False,)),
                   ("ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM", (False, True)),
-                  ("ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM", (False, True))]
+                  ("ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM", (False, True)),
+                  ("ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM", (False, True))]
 
 
 #: Bad values of every constant; 0 (a block per group of tokens) and more are legal waves, 2**40 blocks per SM
@@ -254,8 +255,8 @@ def test_bad_wide_constants_are_refused_by_name_at_every_batch_size(monkeypatch,
              "ROPE_WIDE_BLOCK_THREADS": (2**40,), "ROPE_WIDE_NORM_BLOCK_THREADS": (2**40,),
              "ROPE_MIN_TOKENS_PER_SM": (2**40,), "ROPE_TOKEN_MAX_TOKENS_PER_SM": (2**40,),
              "ROPE_TOKEN_BAND_HEADS": (0,), "ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM": (2**40,),
-             "ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM": (2**40,), "ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM": (2**40,)
-             }.get(name, ())
+             "ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM": (2**40,), "ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM": (2**40,),
+             "ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM": (2**40,)}.get(name, ())
     if type(value) is int and value in legal:
         value = -value - 1
     monkeypatch.setattr(plans, name, value)
@@ -383,14 +384,17 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
     they do not (70b's 72 heads in 15 slots of 5), in ROPE_TOKEN_BAND_HEADS where those fill
     it (70b: 12 slots of 6, 96 threads; item 47), and those to 27 tokens an SM (3563 tokens,
     items 48 and 51); again from 17 to 23 tokens an SM (2244-3035, items 49-52), there in the
-    decode layout's heads where they fill it too (8b's 2, gemma's 2 in 192 threads; item 52).
-    Not from 12 to 17 or from 23 tokens an SM in the prefill heads nor from 27 in the band's, not
+    decode layout's heads where they fill it too (8b's 2, gemma's 2 in 192 threads; item 52),
+    and decode heads of 8 lanes to 31 (8b: 4091 tokens; item 52, calls 5-6).
+    Not from 12 to 17 or from 23 tokens an SM in the prefill heads nor from 27 in the band's,
+    nor from 31 in 8-lane decode heads, not
     out of place or M-RoPE, not fp32, not 4 lanes a head, not with the constants empty (item
     39). Dims past rotary_dim do not stop it (in place they are not touched)."""
     assert plans.ROPE_TOKEN_HEADS == (2, 3, 5)
     assert (plans.ROPE_MIN_TOKENS_PER_SM, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_BAND_HEADS,
             plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM,
-            plans.ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM) == (4, 12, 6, 27, 17, 23)
+            plans.ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM, plans.ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM) == \
+        (4, 12, 6, 27, 17, 23, 31)
     assert plans.H200_LIMITS.sm_count == 132
 
     def plan(num_tokens, heads=40, dtype=BF16, head_dim=128, rotary_dim=None, **kw):
@@ -405,7 +409,7 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
                 p = plan(n, heads, dtype)
                 assert (p.token_kernel, p.heads_per_thread, p.tokens_per_block, p.grid_waves, p.grid, p.block_size) \
                     == (True, per_thread, 1, 0, (n, 1, 1), block)
-        assert not plan(3564, heads).token_kernel and not plan(16384, heads).token_kernel  # prefill sizes
+        assert not plan(4092, heads).token_kernel and not plan(16384, heads).token_kernel  # prefill sizes
         assert not plan(0, heads).token_kernel  # no block to launch (helper 60)
     for n in (528, 1024, 1583):
         p = plan(n, 40)
@@ -424,7 +428,8 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
         assert (p.token_kernel, p.heads_per_thread, p.head_slots, p.grid, p.block_size) == (True, 6, 12, (n, 1, 1), 96)
         assert not plan(n, 72, in_place=False).token_kernel and not plan(n, 72, mrope=True).token_kernel
         assert not plan(n, 72, np.float32).token_kernel
-        assert not plan(n, 40).token_kernel and not plan(n, 24, head_dim=256).token_kernel
+        assert plan(n, 40).token_kernel == (n >= 2244)  # 8b's band over, its window from 17 tokens an SM
+        assert plan(n, 24, head_dim=256).token_kernel == (2244 <= n < 3036)
     for n in (2244, 2600, 2903, 2904, 3035):  # the window (items 49-52) in the decode heads: 8b's 2, gemma's 2
         p = plan(n, 40)
         assert (p.token_kernel, p.heads_per_thread, p.head_slots, p.tokens_per_block, p.grid, p.block_size) == \
@@ -436,7 +441,18 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
         assert not plan(n, 40, in_place=False).token_kernel and not plan(n, 40, mrope=True).token_kernel
         assert not plan(n, 40, np.float32).token_kernel
         assert (plan(n, 72).token_kernel, plan(n, 72).heads_per_thread) == (True, 6)
-    for n in (2112, 2243, 3036, 3299, 4096):  # between the prefill heads' band and window, and past it
+    for n in (3036, 3299, 3564, 3900, 4091):  # 8-lane decode heads to their own end (item 52): 8b's 2
+        p = plan(n, 40)
+        assert (p.token_kernel, p.heads_per_thread, p.head_slots, p.tokens_per_block, p.grid, p.block_size) == \
+            (True, 2, 20, 1, (n, 1, 1), 160)
+        assert plan(n, 40, np.float16).token_kernel and plan(n, 40, head_dim=256, rotary_dim=128).token_kernel
+        assert not plan(n, 40, in_place=False).token_kernel and not plan(n, 40, mrope=True).token_kernel
+        assert not plan(n, 40, np.float32).token_kernel
+        assert not plan(n, 24, head_dim=256).token_kernel  # gemma's 16 lanes: the window's own end
+        assert not plan(n, 80).token_kernel  # 8 lanes, but decode heads that leave slots over: the prefill heads'
+    for n in (2112, 2243):  # between the prefill heads' band and the window
+        assert not plan(n, 40).token_kernel and not plan(n, 24, head_dim=256).token_kernel
+    for n in (4092, 4096):  # past 8b's end
         assert not plan(n, 40).token_kernel and not plan(n, 24, head_dim=256).token_kernel
     for n in (3564, 4096):  # past the band heads' end
         assert not plan(n, 72).token_kernel and plan(n, 72).heads_per_thread == 5
@@ -476,10 +492,18 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
     assert plan(1024, 40).heads_per_thread == 5 and plan(1583, 40).heads_per_thread == 5  # the first band's heads
     assert (plan(1584, 40).token_kernel, plan(1584, 40).heads_per_thread) == (True, 2)
     monkeypatch.setattr(plans, "ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM", 17)
-    monkeypatch.setattr(plans, "ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM", 17)  # an empty window
-    assert not plan(2600, 40).token_kernel and not plan(2244, 40).token_kernel
+    monkeypatch.setattr(plans, "ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM", 17)  # an empty window but for 8 lanes
+    assert not plan(2600, 24, head_dim=256).token_kernel and not plan(2244, 24, head_dim=256).token_kernel
+    assert plan(2244, 40).token_kernel
     monkeypatch.setattr(plans, "ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM", 1)  # an end before the start: empty too
-    assert not plan(2600, 40).token_kernel and plan(1583, 40).token_kernel
+    assert not plan(2600, 24, head_dim=256).token_kernel and plan(1583, 40).token_kernel
+    assert plan(2600, 40).token_kernel and plan(4091, 40).token_kernel  # 8 lanes: their own end
+    monkeypatch.setattr(plans, "ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM", 1)
+    assert not plan(2600, 40).token_kernel and not plan(3036, 40).token_kernel
+    monkeypatch.setattr(plans, "ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM", 23)
+    monkeypatch.setattr(plans, "ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM", 20)  # an 8-lane end before the window's
+    assert not plan(2640, 40).token_kernel and plan(2639, 40).heads_per_thread == 2
+    assert plan(2640, 24, head_dim=256).token_kernel and plan(3035, 24, head_dim=256).token_kernel
 
 
 def test_resident_grid_refuses_token_plans_it_cannot_cover():
@@ -798,10 +822,12 @@ def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_
     (3000, 64, 8, 128, 128),  # 16-27 tokens an SM on 112-187 SMs: the band heads' end of item 51
     (2600, 32, 8, 128, 128),  # 17-23 tokens an SM on 114-152 SMs: the window in the decode heads (items 49-52)
     (3000, 32, 8, 128, 128),  # 17-23 tokens an SM on 131-176 SMs: the window's end of item 52
+    (3900, 32, 8, 128, 128),  # 17-31 tokens an SM on 126-229 SMs: 8b's 8-lane decode heads to their own end
     (2600, 16, 8, 256, 256),  # gemma-2-9b in the window: 2 heads of 16 lanes, 192 threads (item 52)
     (300, 16, 4, 256, 256),   # 16 lanes a head, 2 heads a thread
     (300, 32, 8, 256, 128),   # 8 lanes a head (2 heads a thread), dims past rotary_dim (left as they are)
-], ids=["8b-3", "8b-300", "8b-600", "70b-7", "70b-600", "70b-1800", "70b-3000", "8b-2600", "8b-3000", "gemma-2600",
+], ids=["8b-3", "8b-300", "8b-600", "70b-7", "70b-600", "70b-1800", "70b-3000", "8b-2600", "8b-3000", "8b-3900",
+        "gemma-2600",
         "16-lanes", "pass-through"])
 @pytest.mark.parametrize("variant", ["plain", "fused", "cache_in_dtype_int32", "bad_positions"])
 def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, num_tokens, num_q_heads, num_kv_heads,
@@ -823,10 +849,12 @@ def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, nu
         import cupy
 
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-        window = (plans.ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM, plans.ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM)
-        in_window = num_q_heads != 64 and num_tokens in (2600, 3000)
+        window = (plans.ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM, plans.ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM
+                  if head_dim == 256 else plans.ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM)
+        in_window = num_q_heads != 64 and num_tokens in (2600, 3000, 3900)
         # 70b at 1800 and 3000: the band heads' part past the prefill heads' band (3000 past
-        # item 48's end of 16); 8b and gemma at 2600 and 3000: the window
+        # item 48's end of 16); 8b and gemma at 2600 and 3000, 8b at 3900: the window (8b's
+        # 8-lane decode heads to their own end)
         low, end = window if in_window else {
             1800: (plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM),
             3000: (16, plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM)}.get(
