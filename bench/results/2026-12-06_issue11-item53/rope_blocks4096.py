@@ -12,6 +12,12 @@ against the kernel's event time. Variants (bf16, in place, cold L2; bits against
   token_p  apply_rope_token_kernel in the prefill heads where they fill it (8b: 5 heads);
   token_d  apply_rope_token_kernel as the decode plan launches it (8b: 2 heads, 160
            threads; 70b: 3 heads, 192 threads);
+  split    apply_rope_token_kernel at 1 head a thread with a token's heads split over
+           gridDim.y blocks (a source edit: slot += blockIdx.y * the block's slots; 8b 2
+           blocks of 160 threads, 70b 3 of 192): half or a third of a token's bytes a
+           block, so shorter blocks and a shorter tail of last blocks, if the tail is what
+           Liger does not pay (call 8 on an H100: the wide kernel's SMs end over 5.6 us,
+           a block's median time, with no block starting in the last 6 us);
   liger    LigerRopeFunction on fp32 cos/sin gathered before (bench/peers.py's form).
 Each variant: the plain kernel and the probed copy timed (three interleaved rounds of
 timing.time_cold), then one probed call after an L2 flush whose records are kept.
@@ -57,8 +63,9 @@ struct CkProbe {
   long long c0;
   __device__ CkProbe() : g0(ck_globaltimer()), c0(clock64()) {}
   __device__ ~CkProbe() {
-    if (threadIdx.x == 0 && blockIdx.x < 65536) {
-      unsigned long long* p = ck_probe + 4 * blockIdx.x;
+    const unsigned b = blockIdx.x + gridDim.x * blockIdx.y;
+    if (threadIdx.x == 0 && b < 65536) {
+      unsigned long long* p = ck_probe + 4 * b;
       unsigned smid;
       asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
       p[0] = g0;
@@ -74,6 +81,16 @@ MARK = "// ---------------------------------------------------------------- wide
 BODY = "int positions_row_stride, int mrope_t, int mrope_h, int mrope_w) {"
 
 
+SLOT = "const int slot = threadIdx.x / kThreadsPerHead;"
+
+
+def split_source(src):
+    """apply_rope_token_kernel with blockIdx.y choosing the token's group of head slots."""
+    at = src.index(SLOT, src.index("apply_rope_token_kernel(\n"))
+    return src[:at] + "const int slot = threadIdx.x / kThreadsPerHead + blockIdx.y * (blockDim.x / kThreadsPerHead);" \
+        + src[at + len(SLOT):]
+
+
 def probed_source():
     src = SRC.replace(MARK, PROBE + MARK, 1)
     for head in ("apply_rope_wide_kernel(", "apply_rope_token_kernel("):
@@ -86,15 +103,20 @@ def probed_source():
 
 
 PROBED = probed_source()
+SOURCES = {"plain": SRC, "probed": PROBED, "split": split_source(SRC), "split_probed": split_source(PROBED)}
 _modules = {}
 
 
-def probed_kernel(expr):
-    if expr not in _modules:
-        _modules[expr] = cupy.RawModule(code=PROBED, options=jit.COMPILE_OPTIONS, name_expressions=[expr])
-    mod = _modules[expr]
-    buf = cupy.ndarray((4 * MAX_BLOCKS,), cupy.uint64, mod.get_global("ck_probe"))
-    return mod.get_function(expr), buf
+def module_kernel(expr, source):
+    key = (expr, source)
+    if key not in _modules:
+        _modules[key] = cupy.RawModule(code=SOURCES[source], options=jit.COMPILE_OPTIONS, name_expressions=[expr])
+    return _modules[key].get_function(expr), _modules[key]
+
+
+def probed_kernel(expr, source="probed"):
+    kernel, mod = module_kernel(expr, source)
+    return kernel, cupy.ndarray((4 * MAX_BLOCKS,), cupy.uint64, mod.get_global("ck_probe"))
 
 
 def record(q, k, positions, cache, constants):
@@ -162,13 +184,18 @@ with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
                                        rope_ops.APPLY_ROPE_TOKEN.expr(*LEAD, lanes, heads))
             launches["token_d"] = (dec.kernel, (n, 1, 1), dec.block, token_args(lib.args, dec_tph, dec_slots),
                                    rope_ops.APPLY_ROPE_TOKEN.expr(*LEAD, dec_tph, dec_heads))
+            split = next(s_ for s_ in (2, 3, 4) if num_heads % s_ == 0 and (num_heads // s_ * lanes) % 32 == 0
+                         and num_heads // s_ * lanes <= 256)
+            split_expr = rope_ops.APPLY_ROPE_TOKEN.expr(*LEAD, lanes, 1)
+            launches["split"] = (module_kernel(split_expr, "split")[0], (n, split, 1), (num_heads // split * lanes, 1, 1),
+                                 token_args(lib.args, lanes, num_heads // split), split_expr)
             fns, outs, regs, bufs = {}, {}, {}, {}
             for name, (kernel, grid, block, args, expr) in launches.items():
-                pk, buf = probed_kernel(expr)
+                pk, buf = probed_kernel(expr, "split_probed" if name == "split" else "probed")
                 fns[name] = lambda f=kernel, g=grid, b=block, a=args: f(g, b, a)
                 fns[name + "_probed"] = lambda f=pk, g=grid, b=block, a=args: f(g, b, a)
                 regs[name] = [kernel.num_regs, pk.num_regs]
-                bufs[name] = (buf, grid[0])
+                bufs[name] = (buf, grid[0] * grid[1])
             for name in fns:
                 q[...], k[...] = q0, k0
                 fns[name]()
