@@ -1091,9 +1091,10 @@ ROPE_TOKEN_HEADS = (2, 3, 5)
 ROPE_TOKEN_MAX_TOKENS_PER_SM = 12
 #: The token kernel runs again from this many tokens an SM to below
 #: ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM (2,244-3,035 tokens on 132 SMs; an empty window where
-#: the end is not past the start), where the prefill layout's heads fill it, and there in
-#: the decode layout's heads where those fill it too (llama-3.1-8b 2 heads in 160 threads,
-#: gemma-2-9b 2 in 192). A block per token leaves a last wave of blocks on some SMs only:
+#: neither this end nor the 8-lane end below is past the start), where the prefill layout's
+#: heads fill it, and there in the decode layout's heads where those fill it too
+#: (llama-3.1-8b 2 heads in 160 threads, gemma-2-9b 2 in 192). A block per token leaves a
+#: last wave of blocks on some SMs only:
 #: 8b's 5-heads token kernel holds 12 blocks an SM by its 76 registers (1,584 tokens a
 #: wave), and past one wave it gains where the last wave is at least 0.4 full and the waves
 #: are fewer than about two (items 49-50: 8b's 5 heads 2.5-5.9 % less than the wide kernel
@@ -1106,8 +1107,9 @@ ROPE_TOKEN_MAX_TOKENS_PER_SM = 12
 #: gemma's gain falls under 2 % on both (1.8-2.3 %), so the window ends at 23 by item 44's
 #: rule (one card gains 2 % in every run, the other loses no more than 1 %; decode heads of
 #: 8 lanes have their own end, below). fp16 and the other shapes the token kernel fills
-#: (12-96 heads) untimed there; those whose decode heads do not fill it (80 or 96 heads: 2
-#: heads in 32 slots hold 64) keep the prefill heads, untimed from 22 tokens an SM.
+#: (12-96 heads) untimed there; those whose decode heads do not fill it (80 heads of 128, 40
+#: of 256: 3 heads a thread in 27 or 14 slots hold 81 or 42) keep the prefill heads, untimed
+#: from 22 tokens an SM.
 ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM = 17
 ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM = 23
 #: The window's end where its decode heads are 8 lanes a head (rotary_dim 128, 16-bit;
@@ -1117,7 +1119,8 @@ ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM = 23
 #: tokens (1.4-2.1 % at 3,036) and 0.9-3.3 % less on the H100 from 3,036 to 3,960; at 4,092
 #: (31.0 tokens an SM) neither card gains 2 % in both runs (H200 1.9-2.0 %, H100 1.2-1.7 %),
 #: so it ends at 31 by item 44's rule. Gemma-2-9b's 16-lane heads gain under 2 % from 3,100
-#: (the window's own end). Other 8-lane shapes (12-96 heads of 128) untimed past 23.
+#: (the window's own end). The other shapes whose decode heads fill the token kernel at 8
+#: lanes (on 132 SMs 24, 48, 84, 96, 140 and 160 heads of 128) are untimed past 23.
 ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM = 31
 #: Where the prefill layout's heads a thread do not fill the token kernel's shape, it takes
 #: this many heads a thread instead where they fill it (0: none), from 4 tokens an SM to
