@@ -385,11 +385,10 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
     it (70b: 12 slots of 6, 96 threads; item 47), and those to 27 tokens an SM (3563 tokens,
     items 48 and 51); again from 17 to 23 tokens an SM (2244-3035, items 49-52), there in the
     decode layout's heads where they fill it too (8b's 2, gemma's 2 in 192 threads; item 52),
-    and decode heads of 8 lanes to 31 (8b: 4091 tokens; item 52, calls 5-6).
-    Not from 12 to 17 or from 23 tokens an SM in the prefill heads nor from 27 in the band's,
-    nor from 31 in 8-lane decode heads, not
-    out of place or M-RoPE, not fp32, not 4 lanes a head, not with the constants empty (item
-    39). Dims past rotary_dim do not stop it (in place they are not touched)."""
+    and decode heads of 8 lanes to 31 (8b: 4091 tokens; items 52-53). Not from 12 to 17 or
+    from 23 tokens an SM in the prefill heads, nor from 27 in the band's, nor from 31 in 8-lane
+    decode heads; not out of place or M-RoPE, not fp32, not 4 lanes a head, not with the
+    constants empty (item 39). Dims past rotary_dim do not stop it (in place they are not touched)."""
     assert plans.ROPE_TOKEN_HEADS == (2, 3, 5)
     assert (plans.ROPE_MIN_TOKENS_PER_SM, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_BAND_HEADS,
             plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM,
@@ -441,7 +440,7 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
         assert not plan(n, 40, in_place=False).token_kernel and not plan(n, 40, mrope=True).token_kernel
         assert not plan(n, 40, np.float32).token_kernel
         assert (plan(n, 72).token_kernel, plan(n, 72).heads_per_thread) == (True, 6)
-    for n in (3036, 3299, 3564, 3900, 4091):  # 8-lane decode heads to their own end (item 52): 8b's 2
+    for n in (3036, 3299, 3564, 3900, 4091):  # 8-lane decode heads to their own end (items 52-53): 8b's 2
         p = plan(n, 40)
         assert (p.token_kernel, p.heads_per_thread, p.head_slots, p.tokens_per_block, p.grid, p.block_size) == \
             (True, 2, 20, 1, (n, 1, 1), 160)
@@ -827,8 +826,7 @@ def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_
     (300, 16, 4, 256, 256),   # 16 lanes a head, 2 heads a thread
     (300, 32, 8, 256, 128),   # 8 lanes a head (2 heads a thread), dims past rotary_dim (left as they are)
 ], ids=["8b-3", "8b-300", "8b-600", "70b-7", "70b-600", "70b-1800", "70b-3000", "8b-2600", "8b-3000", "8b-3900",
-        "gemma-2600",
-        "16-lanes", "pass-through"])
+        "gemma-2600", "16-lanes", "pass-through"])
 @pytest.mark.parametrize("variant", ["plain", "fused", "cache_in_dtype_int32", "bad_positions"])
 def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, num_tokens, num_q_heads, num_kv_heads,
                                                               head_dim, rotary_dim, variant):
