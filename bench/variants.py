@@ -50,6 +50,19 @@ def same_bits(a: tuple, b: tuple) -> bool:
         for x, y in zip(a, b))
 
 
+def outputs_from(fns: dict[str, Callable], arrays: tuple, start: tuple) -> dict[str, tuple]:
+    """Each of ``fns`` run once from the same start: the device ``arrays`` the calls write in
+    place are reset to ``start`` (copies of them, same shapes) before each call, and copied
+    after it. Returns {name: tuple of those copies}, for :func:`same_bits`."""
+    outs = {}
+    for name, fn in fns.items():
+        for array, initial in zip(arrays, start, strict=True):
+            array[...] = initial
+        fn()
+        outs[name] = tuple(array.copy() for array in arrays)
+    return outs
+
+
 def time_rounds(fns: dict[str, Callable], timer: Callable | dict[str, Callable] = timing.time_cold,
                 rounds: int = 3) -> dict[str, list[float]]:
     """Median microseconds of each of ``fns`` in each of ``rounds`` rounds, by ``timer(fn) ->

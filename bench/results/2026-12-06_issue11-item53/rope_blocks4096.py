@@ -189,17 +189,14 @@ with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
             split_expr = rope_ops.APPLY_ROPE_TOKEN.expr(*LEAD, lanes, 1)
             launches["split"] = (module_kernel(split_expr, "split")[0], (n, split, 1), (num_heads // split * lanes, 1, 1),
                                  token_args(lib.args, lanes, num_heads // split), split_expr)
-            fns, outs, regs, bufs = {}, {}, {}, {}
+            fns, regs, bufs = {}, {}, {}
             for name, (kernel, grid, block, args, expr) in launches.items():
                 pk, buf = probed_kernel(expr, "split_probed" if name == "split" else "probed")
                 fns[name] = lambda f=kernel, g=grid, b=block, a=args: f(g, b, a)
                 fns[name + "_probed"] = lambda f=pk, g=grid, b=block, a=args: f(g, b, a)
                 regs[name] = [kernel.num_regs, pk.num_regs]
                 bufs[name] = (buf, grid[0] * grid[1])
-            for name in fns:
-                q[...], k[...] = q0, k0
-                fns[name]()
-                outs[name] = (q.copy(), k.copy())
+            outs = variants.outputs_from(fns, (q, k), (q0, k0))
             bitwise = {name: variants.same_bits(outs[name], outs["lib"]) for name in outs}
             fns["liger"] = variants.liger_rope_on_rows(q, k, cupy.ascontiguousarray(cache[positions]), model.head_dim)
             med = variants.time_rounds(fns, lambda f: timing.time_cold(f, repeat=30))

@@ -1,30 +1,9 @@
-"""NOTES item 53: item 44's script (below) with the 8-lane decode heads' own window end
+"""NOTES item 53: item 44's script with the 8-lane decode heads' own window end
 (plans.ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM, item 53) emptied in "lib" beside the
-window's, and kept as committed in "rule". Item 44's text follows.
-
-NOTES item 44 (item 43's call 3, extended): apply_rope's token kernel (no token loop,
-no guards, a block per token) past the decode sizes, where the plan took it below
-ROPE_MIN_TOKENS_PER_SM x SMs = 528 tokens on 132 SMs. Bare launches of the library's
-kernels with the library's recorded arguments (bf16, in place, cold L2, three interleaved
-rounds, one stream for CuPy and torch; bits against the library's):
-  lib      the plan without item 44's rule (plans.ROPE_TOKEN_MAX_TOKENS_PER_SM = 1):
-           apply_rope_wide_kernel (5 heads a thread for llama-3.1-8b and -70b, 3 for
-           gemma-2-9b; at 512 tokens the decode plan's token kernel);
-  rule     the plan with the constant as committed (8 when the runs a and b were made, at
-           a2301bc; 12 since, whose 1536-token point launches token_p's kernel);
-  token_p  apply_rope_token_kernel with the plan's heads a thread, where its launch
-           contract holds (8b: 5 heads, 8 slots, 64 threads a token; gemma: 3 heads, 16
-           lanes; 70b's 72 heads do not split into 5s);
-  token_d  apply_rope_token_kernel as the decode plan launches it (recorded at 16 tokens);
-  liger    LigerRopeFunction on fp32 cos/sin gathered before (bench/peers.py's form).
-llama-3.1-8b, -70b and gemma-2-9b (head_dim 256) at 512-4096 tokens. Seeded (numpy
-20261205). Against item 43's script: 768 and 1536 tokens and gemma added, 8192 dropped, the
-"rule" column, and --tag names the JSON (rope_token_prefill_<tag>.json), so that two runs
-in one call can be compared. --sizes and --models (comma-separated) replace the token counts
-and presets, --band N the "rule" column's ROPE_TOKEN_MAX_TOKENS_PER_SM (NOTES item 48's band
-edge; the runs before it used the defaults) and, since 357eef5, ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM
-with it ("lib" sets both to 1; without --band "rule" has both as committed). Since item 49
-"lib" also empties the prefill heads' window, which "rule" keeps as committed."""
+window's, and kept as committed in "rule"; its variants (lib, rule, token_p, token_d,
+liger), arguments (--sizes, --models, --band, --tag, --out) and output
+(rope_token_prefill_<tag>.json) are item 44's, whose docstring
+(bench/results/2026-12-05_issue11-item44_NVIDIA-H100/rope_token_prefill.py) describes them."""
 import json
 import os
 import sys
@@ -66,11 +45,12 @@ def record(q, k, positions, cache, band_ends=(1, 1), window=(1, 1, 1)):
     # Since 357eef5 (item 48) the band heads (70b's 6) have their own end, set here beside the
     # prefill heads' so that "lib" stays the wide kernel and --band reaches 70b too; since
     # item 49 the prefill heads' window as well (from 1 to 1 tokens an SM: empty).
-    plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM = band_ends
-    (plans.ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM, plans.ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM,
-     plans.ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM) = window
-    launcher.clear_caches()  # the recipe of this shape was planned with the other value
-    with launcher.recording() as launched:
+    # variants.plan_constants plans again (the recipe of this shape was planned with the
+    # other values) and puts the committed values back after.
+    ends = dict(zip(("ROPE_TOKEN_MAX_TOKENS_PER_SM", "ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM",
+                     "ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM", "ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM",
+                     "ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM"), (*band_ends, *window), strict=True))
+    with variants.plan_constants(ends), launcher.recording() as launched:
         cupykern.apply_rope(q, k, positions, cache, check_positions=False)
     return launched[-1]
 
@@ -120,11 +100,7 @@ with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
                 fns["token_d"] = lambda f=dec.kernel, a=token_args(lib.args, dec_tph, dec_slots), n=n, b=dec.block: \
                     f((n,), b, a)
                 regs["token_d"] = dec.kernel.num_regs
-            outs = {}
-            for name in list(fns):
-                q[...], k[...] = q0, k0
-                fns[name]()
-                outs[name] = (q.copy(), k.copy())
+            outs = variants.outputs_from(fns, (q, k), (q0, k0))
             bitwise = {name: variants.same_bits(outs[name], outs["lib"]) for name in outs}
             fns["liger"] = variants.liger_rope_on_rows(q, k, cupy.ascontiguousarray(cache[positions]), model.head_dim)
             med = variants.time_rounds(fns, lambda f: timing.time_cold(f, repeat=30))
