@@ -1120,7 +1120,9 @@ ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM = 23
 #: (31.0 tokens an SM) neither card gains 2 % in both runs (H200 1.9-2.0 %, H100 1.2-1.7 %),
 #: so it ends at 31 by item 44's rule. Gemma-2-9b's 16-lane heads gain under 2 % from 3,100
 #: (the window's own end). The other shapes whose decode heads fill the token kernel at 8
-#: lanes (on 132 SMs 24, 48, 84, 96, 140 and 160 heads of 128) are untimed past 23.
+#: lanes (on 132 SMs 24, 48, 84, 96, 140 and 160 heads of 128) are timed on the H100 only
+#: (items 54-55: 2-3 decode heads a thread 0.7-6.9 % less than the wide kernel from 2,700
+#: tokens, 5 a thread 0.6-1.9 % more).
 ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM = 31
 #: Where the prefill layout's heads a thread do not fill the token kernel's shape, it takes
 #: this many heads a thread instead where they fill it (0: none), from 4 tokens an SM to
