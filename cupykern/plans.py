@@ -1168,6 +1168,16 @@ def rope_vec_widths(dtype, *, fused_norm: bool) -> tuple[int, ...]:
 ROPE_NORM_THREADS_PER_HEAD = (8, 16, 32)
 
 
+def rope_norm_row_groups() -> tuple[int, ...]:
+    """:data:`ROPE_NORM_THREADS_PER_HEAD`, the row groups the rope kernels are compiled for;
+    PlanError naming it unless ``(8, 16, 32)``: :func:`rope_norm_threads_per_head` picks
+    any of the three by head_dim, so each must be compiled (a table to read, not to tune)."""
+    value = ROPE_NORM_THREADS_PER_HEAD
+    if not isinstance(value, tuple) or value != (8, 16, 32) or not all(_is_int(g) for g in value):
+        raise PlanError(f"plans.ROPE_NORM_THREADS_PER_HEAD must be (8, 16, 32), got {value!r}")
+    return value
+
+
 def rope_norm_threads_per_head(vec_width: int, head_dim: int, rotary_dim: int) -> int:
     """qk_rms_norm_rope's row group: enough lanes for one unit (and one pass-through
     vector) each, 8 to 32; the scalar path always takes a full warp."""
@@ -1378,6 +1388,23 @@ def rope_resident_grid(plan: RopePlan, num_tokens: int, blocks_per_sm: int, limi
 ROPE_TOKEN_DTYPES = {True: (_dtypes.bfloat16,), False: (_dtypes.bfloat16, _dtypes.float16)}
 
 
+def rope_token_dtypes(fused_norm: bool) -> tuple[np.dtype, ...]:
+    """:data:`ROPE_TOKEN_DTYPES` ``[fused_norm]`` as numpy dtypes; PlanError naming it
+    unless a dict of True and False to tuples of the 16-bit dtypes (cupykern.bfloat16,
+    numpy.float16: those the token kernels were compiled and timed at)."""
+    value = ROPE_TOKEN_DTYPES
+    sixteen_bit = (np.dtype(_dtypes.bfloat16), np.dtype(_dtypes.float16))
+    entries = (value[True], value[False]) if isinstance(value, dict) and set(value) == {True, False} else None
+    try:  # both entries, so a bad table fails at every call, not only at calls of its bad half
+        read = [tuple(np.dtype(d) for d in e) for e in entries if isinstance(e, tuple)] if entries else []
+    except (TypeError, ValueError):
+        read = []
+    if len(read) != 2 or not all(d in sixteen_bit for dtypes in read for d in dtypes):
+        raise PlanError("plans.ROPE_TOKEN_DTYPES must map True and False to tuples of cupykern.bfloat16 / "
+                        f"numpy.float16, got {value!r}")
+    return read[0] if fused_norm else read[1]
+
+
 def _rope_token_full(dtype, vec_width: int, head_dim: int, rotary_dim: int, units: int, threads_per_head: int,
                      head_slots: int, heads_per_thread: int, num_heads: int, fused_norm: bool) -> bool:
     """Whether a token kernel may run this shape (its launch contract, rope.cu): q/k of
@@ -1386,9 +1413,9 @@ def _rope_token_full(dtype, vec_width: int, head_dim: int, rotary_dim: int, unit
     token's threads whole warps, at least 64 of them (the shapes timed); qk_rms_norm_rope's
     with full rotary (no pass-through dims)."""
     threads = threads_per_head * head_slots
-    return (np.dtype(dtype) in ROPE_TOKEN_DTYPES[fused_norm] and vec_width * np.dtype(dtype).itemsize == LEAF_BYTES
+    return (np.dtype(dtype) in rope_token_dtypes(fused_norm) and vec_width * np.dtype(dtype).itemsize == LEAF_BYTES
             and (rotary_dim == head_dim or not fused_norm) and units == threads_per_head
-            and threads_per_head in ROPE_NORM_THREADS_PER_HEAD
+            and threads_per_head in rope_norm_row_groups()
             and head_slots * heads_per_thread == num_heads and threads % WARP_SIZE == 0 and threads >= 64)
 
 

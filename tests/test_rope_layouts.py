@@ -530,6 +530,36 @@ def test_bad_token_heads_are_refused_by_name_at_every_shape(monkeypatch, name, f
                             limits=plans.H200_LIMITS)
 
 
+@pytest.mark.parametrize("name, value, message", [
+    ("ROPE_TOKEN_DTYPES", None, "must map True and False to tuples of cupykern.bfloat16 / numpy.float16"),
+    ("ROPE_TOKEN_DTYPES", {True: (np.float32,), False: ()}, "must map True and False to tuples of"),
+    ("ROPE_TOKEN_DTYPES", {True: ("garbage",), False: ()}, "must map True and False to tuples of"),
+    ("ROPE_TOKEN_DTYPES", {True: BF16, False: (BF16,)}, "must map True and False to tuples of"),
+    ("ROPE_TOKEN_DTYPES", {True: (BF16,)}, "must map True and False to tuples of"),
+    ("ROPE_NORM_THREADS_PER_HEAD", (8, 16), r"must be \(8, 16, 32\)"),
+    ("ROPE_NORM_THREADS_PER_HEAD", (8.0, 16, 32), r"must be \(8, 16, 32\)"),
+    ("ROPE_NORM_THREADS_PER_HEAD", [8, 16, 32], r"must be \(8, 16, 32\)"),
+    ("ROPE_NORM_THREADS_PER_HEAD", None, r"must be \(8, 16, 32\)")])
+def test_bad_compiled_tables_are_refused_by_name(monkeypatch, name, value, message):
+    """helper 96: the two tables of what the token kernels are compiled for, set to a bad
+    value, raised a raw TypeError / IndexError (not naming them) from plan_rope wherever it
+    reached a token kernel's shape test, and from the compiled set; now PlanError by name,
+    from both."""
+    monkeypatch.setattr(plans, name, value)
+    for n, fused_norm in ((1, False), (1, True), (1024, False)):
+        with pytest.raises(plans.PlanError, match=rf"plans\.{name} {message}"):
+            plans.plan_rope(n, 40, 128, 128, BF16, max_vec_width=8, fused_norm=fused_norm, in_place=True,
+                            limits=plans.H200_LIMITS)
+    with pytest.raises(plans.PlanError, match=rf"plans\.{name} {message}"):
+        rope_ops.instantiations()
+
+
+def test_compiled_tables_read_as_committed():
+    assert plans.rope_token_dtypes(True) == (np.dtype(BF16),)
+    assert plans.rope_token_dtypes(False) == (np.dtype(BF16), np.dtype(np.float16))
+    assert plans.rope_norm_row_groups() == (8, 16, 32) == plans.ROPE_NORM_THREADS_PER_HEAD
+
+
 @pytest.mark.parametrize("num_heads, head_dim", [(40, 128), (72, 128), (20, 256), (10, 512)],
                          ids=["8b", "70b", "16-lanes", "32-lanes"])
 def test_token_kernel_in_the_planned_shape_does_not_spill(num_heads, head_dim):

@@ -65,17 +65,17 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
                                     spaces[APPLY_ROPE_WIDE].append(
                                         APPLY_ROPE_WIDE.expr(*lead, w, layout, heads, in_place))
                     for w in plans.rope_vec_widths(d, fused_norm=True):
-                        for g in (plans.ROPE_NORM_THREADS_PER_HEAD if w > 1 else (32,)):
+                        for g in (plans.rope_norm_row_groups() if w > 1 else (32,)):
                             spaces[QK_RMS_NORM_ROPE].append(QK_RMS_NORM_ROPE.expr(*lead, w, g))
                             for heads in plans.rope_wide_heads_choices(fused_norm=True):
                                 for has_pass in (True, False):
                                     spaces[QK_RMS_NORM_ROPE_WIDE].append(
                                         QK_RMS_NORM_ROPE_WIDE.expr(*lead, w, g, heads, has_pass))
-                                if d in plans.ROPE_TOKEN_DTYPES[True] and w > 1:
+                                if np.dtype(d) in plans.rope_token_dtypes(True) and w > 1:
                                     spaces[QK_RMS_NORM_ROPE_TOKEN].append(QK_RMS_NORM_ROPE_TOKEN.expr(*lead, w, g, heads))
-                    if d in plans.ROPE_TOKEN_DTYPES[False]:
+                    if np.dtype(d) in plans.rope_token_dtypes(False):
                         w = _dtypes.vec_width(d)
-                        for g in plans.ROPE_NORM_THREADS_PER_HEAD:
+                        for g in plans.rope_norm_row_groups():
                             for heads in plans.rope_token_heads_compiled():
                                 spaces[APPLY_ROPE_TOKEN].append(APPLY_ROPE_TOKEN.expr(*lead, w, g, heads))
     return spaces
