@@ -24,5 +24,6 @@ B+=";$I54/rope_token_prefill.py --models llama-3.1-8b@160,llama-3.1-8b@140,llama
 B+=";$I53/rope_token_prefill.py --models llama-3.1-8b --sizes 3036,3500,3900,4091,4092 --tag $T"
 B+=";$I54/rope_token_prefill.py --models llama-3.1-8b@24,llama-3.1-8b@48,llama-3.1-8b@84,llama-3.1-8b@96 --sizes 4600,5200,5800 --tag ${T}x"
 B+=";$I53/rope_blocks4096.py --tag $T"
+B+=${MORE_BENCHES:+";$MORE_BENCHES"}  # item 56: more benches after these
 TESTS="tests --ignore=tests/test_llm.py" BENCHES="$B" PYTEST_ARGS="-n 15" DEADLINE_S=${DEADLINE_S:-470} \
   bash bench/gpu_session.sh
