@@ -1169,13 +1169,15 @@ ROPE_NORM_THREADS_PER_HEAD = (8, 16, 32)
 
 
 def rope_norm_row_groups() -> tuple[int, ...]:
-    """:data:`ROPE_NORM_THREADS_PER_HEAD`, the row groups the rope kernels are compiled for;
-    PlanError naming it unless ``(8, 16, 32)``: :func:`rope_norm_threads_per_head` picks
-    any of the three by head_dim, so each must be compiled (a table to read, not to tune)."""
+    """:data:`ROPE_NORM_THREADS_PER_HEAD`, the row groups (lanes a head) the rope kernels
+    are compiled for, as ints; PlanError naming it unless a tuple of the ints 8, 16, 32:
+    :func:`rope_norm_threads_per_head` picks any of the three (by vec_width, head_dim and
+    rotary_dim) for qk_rms_norm_rope, so each must be compiled (a table to read, not to
+    tune; for apply_rope's token kernel it also bounds the lanes a head it may run at)."""
     value = ROPE_NORM_THREADS_PER_HEAD
-    if not isinstance(value, tuple) or value != (8, 16, 32) or not all(_is_int(g) for g in value):
+    if type(value) is not tuple or not all(_is_int(g) for g in value) or tuple(int(g) for g in value) != (8, 16, 32):
         raise PlanError(f"plans.ROPE_NORM_THREADS_PER_HEAD must be (8, 16, 32), got {value!r}")
-    return value
+    return (8, 16, 32)
 
 
 def rope_norm_threads_per_head(vec_width: int, head_dim: int, rotary_dim: int) -> int:
@@ -1291,7 +1293,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
         wide = heads_per_thread > 0
     if not wide:
         heads_per_thread, waves, block_threads = (1 if few_tokens else steps_heads), 0, ROPE_MAX_BLOCK_SIZE
-    token_heads = rope_token_heads(fused_norm)  # read at every shape too
+    token_heads = rope_token_heads(fused_norm)  # read at every shape too, as the two tables below
+    rope_token_dtypes(fused_norm), rope_norm_row_groups()
     band_heads = 0 if fused_norm else rope_token_band_heads()
     window_start = _constant("ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM") * sm_count
     window_end = _constant("ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM") * sm_count
@@ -1389,20 +1392,30 @@ ROPE_TOKEN_DTYPES = {True: (_dtypes.bfloat16,), False: (_dtypes.bfloat16, _dtype
 
 
 def rope_token_dtypes(fused_norm: bool) -> tuple[np.dtype, ...]:
-    """:data:`ROPE_TOKEN_DTYPES` ``[fused_norm]`` as numpy dtypes; PlanError naming it
-    unless a dict of True and False to tuples of the 16-bit dtypes (cupykern.bfloat16,
-    numpy.float16: those the token kernels were compiled and timed at)."""
+    """:data:`ROPE_TOKEN_DTYPES` ``[fused_norm]`` as numpy dtypes. PlanError naming it
+    unless a dict of the keys True and False, True to a tuple of cupykern.bfloat16 at most
+    and False to a tuple of cupykern.bfloat16 / numpy.float16 (each entry may leave some
+    out: fewer token kernels, not wrong ones). Those are the dtypes the token kernels were
+    compiled and timed at: qk_rms_norm_rope's fp16 token kernel spills (the comment above).
+    TypeError unless ``fused_norm`` is a bool."""
+    if type(fused_norm) is not bool:
+        raise TypeError(f"fused_norm must be a bool, got {fused_norm!r}")
     value = ROPE_TOKEN_DTYPES
-    sixteen_bit = (np.dtype(_dtypes.bfloat16), np.dtype(_dtypes.float16))
-    entries = (value[True], value[False]) if isinstance(value, dict) and set(value) == {True, False} else None
-    try:  # both entries, so a bad table fails at every call, not only at calls of its bad half
-        read = [tuple(np.dtype(d) for d in e) for e in entries if isinstance(e, tuple)] if entries else []
-    except (TypeError, ValueError):
-        read = []
-    if len(read) != 2 or not all(d in sixteen_bit for dtypes in read for d in dtypes):
-        raise PlanError("plans.ROPE_TOKEN_DTYPES must map True and False to tuples of cupykern.bfloat16 / "
-                        f"numpy.float16, got {value!r}")
-    return read[0] if fused_norm else read[1]
+    bf16, fp16 = np.dtype(_dtypes.bfloat16), np.dtype(_dtypes.float16)
+    most = {True: (bf16,), False: (bf16, fp16)}
+    read = {}
+    if type(value) is dict and len(value) == 2 and all(type(key) is bool for key in value):
+        for key, entry in value.items():
+            try:  # np.dtype runs an entry's own conversion (its .dtype, its __index__), whatever it raises
+                dtypes = tuple(np.dtype(d) for d in entry) if type(entry) is tuple else None
+            except Exception:
+                dtypes = None
+            if dtypes is not None and all(d in most[key] for d in dtypes):
+                read[key] = dtypes
+    if len(read) != 2:  # both entries, so a bad table fails at every call, not only at calls of its bad half
+        raise PlanError("plans.ROPE_TOKEN_DTYPES must map True to a tuple of cupykern.bfloat16 at most and False "
+                        f"to a tuple of cupykern.bfloat16 / numpy.float16, got {value!r}")
+    return read[fused_norm]
 
 
 def _rope_token_full(dtype, vec_width: int, head_dim: int, rotary_dim: int, units: int, threads_per_head: int,

@@ -530,12 +530,19 @@ def test_bad_token_heads_are_refused_by_name_at_every_shape(monkeypatch, name, f
                             limits=plans.H200_LIMITS)
 
 
+_TOKEN_DTYPES_MESSAGE = ("must map True to a tuple of cupykern.bfloat16 at most and False to a tuple of "
+                         "cupykern.bfloat16 / numpy.float16")
+
+
 @pytest.mark.parametrize("name, value, message", [
-    ("ROPE_TOKEN_DTYPES", None, "must map True and False to tuples of cupykern.bfloat16 / numpy.float16"),
-    ("ROPE_TOKEN_DTYPES", {True: (np.float32,), False: ()}, "must map True and False to tuples of"),
-    ("ROPE_TOKEN_DTYPES", {True: ("garbage",), False: ()}, "must map True and False to tuples of"),
-    ("ROPE_TOKEN_DTYPES", {True: BF16, False: (BF16,)}, "must map True and False to tuples of"),
-    ("ROPE_TOKEN_DTYPES", {True: (BF16,)}, "must map True and False to tuples of"),
+    ("ROPE_TOKEN_DTYPES", None, _TOKEN_DTYPES_MESSAGE),
+    ("ROPE_TOKEN_DTYPES", {True: (np.float32,), False: ()}, _TOKEN_DTYPES_MESSAGE),
+    ("ROPE_TOKEN_DTYPES", {True: ("garbage",), False: ()}, _TOKEN_DTYPES_MESSAGE),
+    ("ROPE_TOKEN_DTYPES", {True: BF16, False: (BF16,)}, _TOKEN_DTYPES_MESSAGE),
+    ("ROPE_TOKEN_DTYPES", {True: (BF16,)}, _TOKEN_DTYPES_MESSAGE),
+    # helper 98: fp16 under True compiled and planned qk_rms_norm_rope's fp16 token kernel, which spills
+    ("ROPE_TOKEN_DTYPES", {True: (BF16, np.float16), False: (BF16, np.float16)}, _TOKEN_DTYPES_MESSAGE),
+    ("ROPE_TOKEN_DTYPES", {1: (BF16,), 0: (BF16,)}, _TOKEN_DTYPES_MESSAGE),
     ("ROPE_NORM_THREADS_PER_HEAD", (8, 16), r"must be \(8, 16, 32\)"),
     ("ROPE_NORM_THREADS_PER_HEAD", (8.0, 16, 32), r"must be \(8, 16, 32\)"),
     ("ROPE_NORM_THREADS_PER_HEAD", [8, 16, 32], r"must be \(8, 16, 32\)"),
@@ -544,20 +551,32 @@ def test_bad_compiled_tables_are_refused_by_name(monkeypatch, name, value, messa
     """helper 96: the two tables of what the token kernels are compiled for, set to a bad
     value, raised a raw TypeError / IndexError (not naming them) from plan_rope wherever it
     reached a token kernel's shape test, and from the compiled set; now PlanError by name,
-    from both."""
+    from both, at every shape (helper 98: 49 heads of 256 never reached the shape test)."""
     monkeypatch.setattr(plans, name, value)
-    for n, fused_norm in ((1, False), (1, True), (1024, False)):
+    shapes = [(n, 40, 128, fused_norm) for n, fused_norm in ((1, False), (1, True), (1024, False))]
+    for n, num_heads, head_dim, fused_norm in shapes + [(1, 49, 256, False), (1, 49, 256, True)]:
         with pytest.raises(plans.PlanError, match=rf"plans\.{name} {message}"):
-            plans.plan_rope(n, 40, 128, 128, BF16, max_vec_width=8, fused_norm=fused_norm, in_place=True,
-                            limits=plans.H200_LIMITS)
+            plans.plan_rope(n, num_heads, head_dim, head_dim, BF16, max_vec_width=8, fused_norm=fused_norm,
+                            in_place=True, limits=plans.H200_LIMITS)
     with pytest.raises(plans.PlanError, match=rf"plans\.{name} {message}"):
         rope_ops.instantiations()
 
 
-def test_compiled_tables_read_as_committed():
+def test_compiled_tables_read_as_committed(monkeypatch):
     assert plans.rope_token_dtypes(True) == (np.dtype(BF16),)
     assert plans.rope_token_dtypes(False) == (np.dtype(BF16), np.dtype(np.float16))
     assert plans.rope_norm_row_groups() == (8, 16, 32) == plans.ROPE_NORM_THREADS_PER_HEAD
+    with pytest.raises(TypeError, match="fused_norm must be a bool"):
+        plans.rope_token_dtypes("no")
+    # numpy ints read as ints (helper 98: returned as given, they reached the kernel names)
+    monkeypatch.setattr(plans, "ROPE_NORM_THREADS_PER_HEAD", tuple(np.int64(g) for g in (8, 16, 32)))
+    assert all(type(g) is int for g in plans.rope_norm_row_groups())
+    # an entry may leave dtypes out: fewer token kernels, the wide kernel in their place
+    decode_8b = dict(max_vec_width=8, fused_norm=False, in_place=True, limits=plans.H200_LIMITS)
+    assert plans.plan_rope(1, 40, 128, 128, BF16, **decode_8b).token_kernel
+    monkeypatch.setattr(plans, "ROPE_TOKEN_DTYPES", {True: (), False: ()})
+    assert not plans.plan_rope(1, 40, 128, 128, BF16, **decode_8b).token_kernel
+    assert not rope_ops.instantiations()[rope_ops.APPLY_ROPE_TOKEN]
 
 
 @pytest.mark.parametrize("num_heads, head_dim", [(40, 128), (72, 128), (20, 256), (10, 512)],
