@@ -8,9 +8,24 @@ a drift over the call (a few hundredths of a microsecond: bench/results/NOTES.md
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable
 
 from cupykern import launcher, plans, timing
+
+
+def option(name: str, default: str) -> str:
+    """The command-line value after ``name`` (``--tag``, ``--sizes``...), else ``default``:
+    the few options of the experiment scripts under bench/results/."""
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+def template_args(kernel) -> tuple:
+    """The template arguments cupykern.jit compiled ``kernel`` (a RawKernel it returned)
+    with, from its cache's key: to compile a variant of the same instantiation."""
+    from cupykern import jit
+
+    return next(key[2] for key, value in jit._kernels.items() if value is kernel)
 
 
 @contextlib.contextmanager

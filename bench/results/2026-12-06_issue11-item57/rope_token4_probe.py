@@ -32,22 +32,13 @@ from cupykern.ops.rope import APPLY_ROPE_TOKEN, APPLY_ROPE_WIDE  # noqa: E402
 from cupykern.registry.rope import _rope_inputs  # noqa: E402
 
 
-def arg(name, default):
-    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
-
-
-OUT, TAG = arg("--out", os.environ.get("OUT", ".")), arg("--tag", "run")
-MODEL = arg("--model", "phi-3-mini")
-SIZES = tuple(int(n) for n in arg("--sizes", "528,660,792,1024,1320,1584,2300,4092,16384").split(","))
+OUT, TAG = variants.option("--out", os.environ.get("OUT", ".")), variants.option("--tag", "run")
+MODEL = variants.option("--model", "phi-3-mini")
+SIZES = tuple(int(n) for n in variants.option("--sizes", "528,660,792,1024,1320,1584,2300,4092,16384").split(","))
 TOKEN_HEADS = (4, 2)  # heads a thread of the token kernels tried (each must divide the heads)
 # apply_rope's scalars after its 6 pointers (ops/rope.py::_prepare_apply_rope): 16 sizes,
 # then threads_per_head, head_slots, tokens_per_block, copy_unrotated and 4 of M-RoPE.
 THREADS_PER_HEAD, HEAD_SLOTS, TOKENS_PER_BLOCK, NUM_ARGS = 22, 23, 24, 30
-
-
-def instantiation(kernel):
-    """The template arguments jit compiled ``kernel`` with (its cache's key)."""
-    return next(key[2] for key, value in jit._kernels.items() if value is kernel)
 
 
 def token_launch(r, q, heads):
@@ -61,7 +52,7 @@ def token_launch(r, q, heads):
     assert r.template == APPLY_ROPE_WIDE and len(r.args) == NUM_ARGS and r.args[0].data.ptr == q.data.ptr  # in place
     assert (int(r.args[THREADS_PER_HEAD]), int(r.args[HEAD_SLOTS]), int(r.args[TOKENS_PER_BLOCK])) == (
         plan.threads_per_head, plan.head_slots, plan.tokens_per_block)
-    lead = instantiation(r.kernel)[:5]  # dtype, cache type, position type, is_neox, vec width
+    lead = variants.template_args(r.kernel)[:5]  # dtype, cache type, position type, is_neox, vec width
     kernel = jit.get_kernel(APPLY_ROPE_TOKEN, *lead, lanes, heads)
     args = list(r.args)
     args[HEAD_SLOTS], args[TOKENS_PER_BLOCK] = np.int32(slots), np.int32(1)
