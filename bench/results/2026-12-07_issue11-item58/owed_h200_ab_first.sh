@@ -27,6 +27,7 @@ left() { echo $((DEADLINE_S - SECONDS > 5 ? DEADLINE_S - SECONDS : 5)); }
 BASE_OUT=${OUT:-$PWD/.out}
 OUT=$BASE_OUT/ab TESTS= BENCHES="$AB" DEADLINE_S=$(( ${AB_S:-200} < $(left) ? ${AB_S:-200} : $(left) )) \
   bash bench/gpu_session.sh
-OUT=$BASE_OUT/suite TESTS="tests --ignore=tests/test_llm.py" PYTEST_ARGS="-n 15" BENCHES= \
-  DEADLINE_S=$(( ${SUITE_S:-200} < $(left) ? ${SUITE_S:-200} : $(left) )) bash bench/gpu_session.sh
+[ "${SUITE_S:-200}" = 0 ] ||  # SUITE_S=0: no suite (the A/B and the rest alone)
+  OUT=$BASE_OUT/suite TESTS="tests --ignore=tests/test_llm.py" PYTEST_ARGS="-n 15" BENCHES= \
+    DEADLINE_S=$(( ${SUITE_S:-200} < $(left) ? ${SUITE_S:-200} : $(left) )) bash bench/gpu_session.sh
 OUT=$BASE_OUT/rest TESTS= BENCHES="$REST" DEADLINE_S=$(left) bash bench/gpu_session.sh
