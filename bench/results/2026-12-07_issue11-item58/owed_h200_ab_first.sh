@@ -24,10 +24,10 @@ REST+=";$I54/rope_token_prefill.py --models llama-3.1-8b@24,llama-3.1-8b@48,llam
 REST+=";$I53/rope_blocks4096.py --tag $T"
 REST+=${MORE_BENCHES:+";$MORE_BENCHES"}
 left() { echo $((DEADLINE_S - SECONDS > 5 ? DEADLINE_S - SECONDS : 5)); }
+share() { local left_s; left_s=$(left); echo $(($1 < left_s ? $1 : left_s)); }  # a part's seconds
 BASE_OUT=${OUT:-$PWD/.out}
-OUT=$BASE_OUT/ab TESTS= BENCHES="$AB" DEADLINE_S=$(( ${AB_S:-200} < $(left) ? ${AB_S:-200} : $(left) )) \
-  bash bench/gpu_session.sh
+OUT=$BASE_OUT/ab TESTS= BENCHES="$AB" DEADLINE_S=$(share "${AB_S:-200}") bash bench/gpu_session.sh
 [ "${SUITE_S:-200}" = 0 ] ||  # SUITE_S=0: no suite (the A/B and the rest alone)
   OUT=$BASE_OUT/suite TESTS="tests --ignore=tests/test_llm.py" PYTEST_ARGS="-n 15" BENCHES= \
-    DEADLINE_S=$(( ${SUITE_S:-200} < $(left) ? ${SUITE_S:-200} : $(left) )) bash bench/gpu_session.sh
+    DEADLINE_S=$(share "${SUITE_S:-200}") bash bench/gpu_session.sh
 OUT=$BASE_OUT/rest TESTS= BENCHES="$REST" DEADLINE_S=$(left) bash bench/gpu_session.sh
