@@ -8,6 +8,8 @@ form), so it has no chain. Variants, each launched by hand from lib's recorded l
   lib        the plan (wide kernel, 5 heads a thread, random positions into the whole cache);
   token4/2   apply_rope_token_kernel at 4 / 2 heads a thread, a block per token (item 57's
              rope_token4_probe.py launch);
+  token4/2o  the same launches, the kernels compiled as before item 59's fence (their q/k
+             loads issued only once the position has arrived; item59_sources.before_fence);
   token4/2r  the same kernels compiled from rope.cu with the position read replaced by the
              token index (item 57's rope_rows_probe.py "tok" source), reading rows gathered
              before the call (cache[positions]): no chain, Liger's form;
@@ -31,7 +33,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cupykern  # noqa: E402
+import item59_sources  # noqa: E402
 from bench import variants  # noqa: E402
 from cupykern import jit, launcher, models, timing  # noqa: E402
 from cupykern.ops.rope import APPLY_ROPE_TOKEN, APPLY_ROPE_WIDE  # noqa: E402
@@ -45,16 +49,15 @@ TOKEN_HEADS = (4, 2)
 # threads_per_head, head_slots, tokens_per_block, copy_unrotated and 4 of M-RoPE.
 POSITIONS, CACHE, NUM_TOKENS, MAX_POSITION = 4, 5, 6, 11
 THREADS_PER_HEAD, HEAD_SLOTS, TOKENS_PER_BLOCK, NUM_ARGS = 22, 23, 24, 30
-POSITION_READ = "static_cast<int64_t>(positions[token * positions_stride])"
-ROWS_SOURCE = jit.source("rope.cu").replace(POSITION_READ, "static_cast<int64_t>(token)")
-assert jit.source("rope.cu").count(POSITION_READ) >= 3, "rope.cu's position read changed: update POSITION_READ"
+SOURCES = {"o": item59_sources.before_fence(), "r": item59_sources.by_token()}
 
 
-def token_launch(r, heads, rows=None, order=None):
+def token_launch(r, heads, source=None, rows=None, order=None):
     """lib's wide launch ``r`` as apply_rope_token_kernel at ``heads`` a thread, a block a
     token: (kernel, grid, block, args), or None where the heads do not fill whole warps.
-    With ``rows`` (cache[positions]) and ``order`` (arange), the kernel reading row
-    ``token`` of ``rows`` in place of row ``positions[token]`` of the cache."""
+    ``source``: "o" or "r" (SOURCES), else the tree's kernel; with "r", ``rows``
+    (cache[positions]) and ``order`` (arange), the kernel reading row ``token`` of
+    ``rows`` in place of row ``positions[token]`` of the cache."""
     plan = r.plan
     num_heads = int(r.args[7]) + int(r.args[8])
     slots, lanes = num_heads // heads, plan.threads_per_head
@@ -66,12 +69,11 @@ def token_launch(r, heads, rows=None, order=None):
     instantiation = (*variants.template_args(r.kernel)[:5], lanes, heads)
     args = list(r.args)
     args[HEAD_SLOTS], args[TOKENS_PER_BLOCK] = np.int32(slots), np.int32(1)
-    if rows is None:
+    if source is None:
         kernel = jit.get_kernel(APPLY_ROPE_TOKEN, *instantiation)
     else:
-        expr = APPLY_ROPE_TOKEN.expr(*instantiation)
-        kernel = cupy.RawModule(code=ROWS_SOURCE, options=jit.COMPILE_OPTIONS,
-                                name_expressions=[expr]).get_function(expr)
+        kernel = item59_sources.kernel(SOURCES[source], APPLY_ROPE_TOKEN, instantiation)
+    if source == "r":
         assert int(args[MAX_POSITION]) == r.args[CACHE].shape[0]
         args[POSITIONS], args[CACHE] = order, rows
         args[MAX_POSITION] = type(args[MAX_POSITION])(rows.shape[0])
@@ -98,7 +100,8 @@ with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
         launches = {"lib": (r.kernel, r.grid, r.block, r.args)}
         if r.template == APPLY_ROPE_WIDE:
             for heads in TOKEN_HEADS:
-                for suffix, extra in (("", {}), ("r", {"rows": rows, "order": order})):
+                for suffix, extra in (("", {}), ("o", {"source": "o"}),
+                                      ("r", {"source": "r", "rows": rows, "order": order})):
                     t = token_launch(r, heads, **extra)
                     if t is not None:
                         launches[f"token{heads}{suffix}"] = t
