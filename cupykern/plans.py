@@ -1095,10 +1095,11 @@ ROPE_TOKEN_MAX_TOKENS_PER_SM = 12
 #: heads fill it, and there in the decode layout's heads where those fill it too
 #: (llama-3.1-8b 2 heads in 160 threads, gemma-2-9b 2 in 192). A block per token leaves a
 #: last wave of blocks on some SMs only:
-#: 8b's 5-heads token kernel holds 12 blocks an SM by its 76 registers (1,584 tokens a
-#: wave), and past one wave it gains where the last wave is at least 0.4 full and the waves
-#: are fewer than about two (items 49-50: 8b's 5 heads 2.5-5.9 % less than the wide kernel
-#: on both cards at 2,224-2,864 tokens, -2.3..+2.4 % at 1,712-2,096, past the first end).
+#: 8b's 5-heads token kernel holds 12 blocks an SM by its 76 registers (80 since item 59,
+#: the same 12; 1,584 tokens a wave), and past one wave it gains where the last wave is
+#: at least 0.4 full and the waves are fewer than about two (items 49-50: 8b's 5 heads
+#: 2.5-5.9 % less than the wide kernel on both cards at 2,224-2,864 tokens, -2.3..+2.4 %
+#: at 1,712-2,096, past the first end).
 #: The decode heads, measured against the prefill heads and the wide kernel (bf16, cold L2,
 #: bit for bit the wide kernel's; bench/results/NOTES.md items 51-52, six H100 runs and two
 #: H200 runs): in the window 8b 0.2-1.8 % faster than its 5 heads on the H100 and 0.5 %

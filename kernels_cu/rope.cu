@@ -589,8 +589,8 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize, rope_wide_min_blocks<kHeads
 // token b); same signature as the wide kernel. It reads and writes through q_out and k_out
 // with their strides (in place, q and k's; unlike the wide kernel's in-place build, which
 // goes through q and k), and reads neither q, k and their strides nor copy_unrotated and
-// the M-RoPE arguments. A token out of range returns with its whole block, after its q/k
-// loads were requested, and is left as it is.
+// the M-RoPE arguments. A token out of range gets its q/k values written back as they
+// were (the same bytes), and its whole block returns.
 template <typename T, typename TCache, typename TPos, bool kIsNeox, int kVecWidth, int kThreadsPerHead,
           int kHeadsPerThread>
 __global__ void __launch_bounds__(kRopeMaxBlockSize) apply_rope_token_kernel(
@@ -615,7 +615,7 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize) apply_rope_token_kernel(
     lo = static_cast<int>(lo64);
     hi = static_cast<int>(hi64);
   }
-  // Requested first, waited on only after the token's q/k loads are in flight.
+  // Requested first, waited on only after the token's q/k loads are in flight (below).
   const int64_t pos = static_cast<int64_t>(positions[token * positions_stride]);
   auto head_ptr = [&](int h) -> T* {
     return h < num_q_heads ? q_out + token * q_out_token_stride + static_cast<int64_t>(h) * q_out_head_stride
@@ -628,7 +628,21 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize) apply_rope_token_kernel(
     va[j] = load_vec<T, kVecWidth>(x + lo);
     vb[j] = load_vec<T, kVecWidth>(x + hi);
   }
-  if (pos < 0 || pos >= max_position) return;  // the token is left as it is (the whole block)
+  // Out of range, the token's values are written back as they were: with a plain return
+  // the loads, dead on that path, were sunk below the check by ptxas, so issued only once
+  // the position had arrived (bench/results/NOTES.md item 59; tests/test_rope_layouts.py
+  // reads the order in the SASS). The fence keeps the compiler from dropping the
+  // write-back as a store of the value just loaded from the same place.
+  loads_issued_here();
+  if (pos < 0 || pos >= max_position) {
+#pragma unroll
+    for (int j = 0; j < kHeadsPerThread; ++j) {
+      T* x = head_ptr(slot + j * head_slots);
+      store_vec<T, kVecWidth>(x + lo, va[j]);
+      store_vec<T, kVecWidth>(x + hi, vb[j]);
+    }
+    return;
+  }
   float c[kVecWidth], s[kVecWidth];
   load_cos_sin<TCache, kVecWidth>(cos_sin_cache + pos * cache_stride, half, lane, c, s);
 #pragma unroll
@@ -823,7 +837,17 @@ __global__ void __maxnreg__(qk_token_max_registers<kHeadsPerThread>()) qk_rms_no
     xa[j] = load_vec<T, kVecWidth>(x + lo);
     xb[j] = load_vec<T, kVecWidth>(x + hi);
   }
-  if (pos < 0 || pos >= max_position) return;  // the token is left as it is (the whole block)
+  // Out of range, written back as they were: apply_rope_token_kernel says why.
+  loads_issued_here();
+  if (pos < 0 || pos >= max_position) {
+#pragma unroll
+    for (int j = 0; j < kHeadsPerThread; ++j) {
+      T* x = head_ptr(slot + j * head_slots);
+      store_vec<T, kVecWidth>(x + lo, xa[j]);
+      store_vec<T, kVecWidth>(x + hi, xb[j]);
+    }
+    return;
+  }
   float c[kVecWidth], s[kVecWidth];
   load_cos_sin<TCache, kVecWidth>(cos_sin_cache + pos * cache_stride, half, lane, c, s);
 #pragma unroll

@@ -622,6 +622,42 @@ def test_apply_rope_token_kernel_in_the_planned_shapes_does_not_spill(num_heads,
         assert not any(spills.values()), {e: n for e, n in spills.items() if n}
 
 
+
+def _loads_and_position_wait(sass_lines: list[str]) -> tuple[list[int], int]:
+    """In a token kernel's SASS (bench/sass.py's lines): the indices of its q/k loads (LDG
+    without .CONSTANT: q and k are not __restrict__) and of the first instruction after
+    the position's load (its first .CONSTANT LDG, the cos/sin and weight loads come after
+    it) that names the position's register(s): there the warp waits for it."""
+    import re
+
+    loads = [(i, line) for i, line in enumerate(sass_lines) if re.search(r"(^|\s)LDG\.", line)]
+    i_pos, pos_load = next((i, line) for i, line in loads if ".CONSTANT" in line)
+    first = int(re.search(r"LDG\S*\s+R(\d+)", pos_load).group(1))
+    registers = [first, first + 1] if ".64" in pos_load.split()[0 if pos_load[0] != "@" else 1] else [first]
+    named = re.compile("|".join(rf"\bR{r}\b" for r in registers))
+    wait = next(i for i in range(i_pos + 1, len(sass_lines)) if named.search(sass_lines[i]))
+    return [i for i, line in loads if ".CONSTANT" not in line], wait
+
+
+@pytest.mark.parametrize("arch", ["80", "90"])
+def test_token_kernels_issue_their_q_k_loads_before_waiting_on_the_position(arch):
+    """apply_rope's and qk_rms_norm_rope's token kernels request a token's position, then
+    its q/k, and wait on the position only after every q/k load is issued (item 59: with a
+    plain return for an out-of-range position, ptxas sank the loads below the range check,
+    a memory round trip later). Every token kernel the presets plan, from its SASS."""
+    from bench import sass
+    from cupykern import covering
+
+    exprs = sorted(e for e in covering.planned()["rope.cu"] if "_token_kernel<" in e)
+    assert len(exprs) >= 16
+    cubin, lowered, _ = jit.nvrtc_cubin("rope.cu", exprs, arch)
+    code = sass.disassemble(cubin)
+    for expr in exprs:
+        qk_loads, wait = _loads_and_position_wait(code[lowered[expr]])
+        heads = int(expr.rstrip(">").split(",")[-1])
+        assert len(qk_loads) == 2 * heads, (expr, qk_loads)  # a head's two 16-byte vectors
+        assert max(qk_loads) < wait, (expr, qk_loads, wait)
+
 def test_every_planned_wide_instantiation_is_enumerated(monkeypatch):
     exprs = set(rope_ops.instantiations()[rope_ops.APPLY_ROPE_WIDE])
     for heads in plans.ROPE_WIDE_HEADS_CHOICES:

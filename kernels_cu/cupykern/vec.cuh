@@ -47,6 +47,10 @@ __device__ __forceinline__ Vec<T, kVecWidth> load_vec(const T* ptr) {
   return *reinterpret_cast<const Vec<T, kVecWidth>*>(ptr);
 }
 
+// A compiler fence, no instruction: no memory access moves across it, and a store after
+// it of a value loaded before it stays (the compiler cannot know the memory unchanged).
+__device__ __forceinline__ void loads_issued_here() { asm volatile("" ::: "memory"); }
+
 template <typename T, int kVecWidth>
 __device__ __forceinline__ void store_vec(T* ptr, const Vec<T, kVecWidth>& v) {
   *reinterpret_cast<Vec<T, kVecWidth>*>(ptr) = v;
