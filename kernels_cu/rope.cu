@@ -824,7 +824,7 @@ __global__ void __maxnreg__(qk_token_max_registers<kHeadsPerThread>()) qk_rms_no
     lo = static_cast<int>(lo64);
     hi = static_cast<int>(hi64);
   }
-  // Requested first, waited on only after the token's q/k loads are in flight.
+  // Requested first; the q/k loads wait on it (the return below says why).
   const int64_t pos = static_cast<int64_t>(positions[token * positions_stride]);
   auto head_ptr = [&](int h) -> T* {
     return h < num_q_heads ? q + token * q_token_stride + static_cast<int64_t>(h) * q_head_stride
@@ -837,17 +837,11 @@ __global__ void __maxnreg__(qk_token_max_registers<kHeadsPerThread>()) qk_rms_no
     xa[j] = load_vec<T, kVecWidth>(x + lo);
     xb[j] = load_vec<T, kVecWidth>(x + hi);
   }
-  // Out of range, written back as they were: apply_rope_token_kernel says why.
-  loads_issued_here();
-  if (pos < 0 || pos >= max_position) {
-#pragma unroll
-    for (int j = 0; j < kHeadsPerThread; ++j) {
-      T* x = head_ptr(slot + j * head_slots);
-      store_vec<T, kVecWidth>(x + lo, xa[j]);
-      store_vec<T, kVecWidth>(x + hi, xb[j]);
-    }
-    return;
-  }
+  // A plain return, so ptxas sinks the loads above below it, behind the position's load.
+  // apply_rope_token_kernel writes the token back to keep them first; here that took 70b
+  // 3-7.5 % and 8b's 5 heads 1.4-2.6 % longer on the H200 for 3-4 % off 8b's decode heads
+  // (under this kernel's register cap; bench/results/NOTES.md item 59), so not here.
+  if (pos < 0 || pos >= max_position) return;  // the token is left as it is (the whole block)
   float c[kVecWidth], s[kVecWidth];
   load_cos_sin<TCache, kVecWidth>(cos_sin_cache + pos * cache_stride, half, lane, c, s);
 #pragma unroll

@@ -23,8 +23,10 @@ OLD_RETURN = "  if (pos < 0 || pos >= max_position) return;  // the token is lef
 
 
 def before_fence() -> str:
+    # Two fenced returns when item 59's call ran (eaff40f); one since qk_rms_norm_rope's
+    # went back to its plain return (item 59: slower there), the old source for that kernel.
     text, count = FENCED_RETURN.subn(OLD_RETURN, jit.source("rope.cu"))
-    assert count == 2, f"expected the two token kernels' fenced returns, found {count}"
+    assert count in (1, 2), f"expected the token kernels' fenced returns, found {count}"
     return text
 
 
