@@ -630,9 +630,10 @@ __global__ void __launch_bounds__(kRopeMaxBlockSize) apply_rope_token_kernel(
   }
   // Out of range, the token's values are written back as they were: with a plain return
   // the loads, dead on that path, were sunk below the check by ptxas, so issued only once
-  // the position had arrived (bench/results/NOTES.md item 59; tests/test_rope_layouts.py
-  // reads the order in the SASS). The fence keeps the compiler from dropping the
-  // write-back as a store of the value just loaded from the same place.
+  // the position had arrived: 0.9-6.8 % of the kernel's time on the H200
+  // (bench/results/NOTES.md item 59; tests/test_rope_layouts.py reads the order in the
+  // SASS). The fence keeps the compiler from dropping the write-back as a store of the
+  // value just loaded from the same place.
   loads_issued_here();
   if (pos < 0 || pos >= max_position) {
 #pragma unroll
@@ -837,10 +838,10 @@ __global__ void __maxnreg__(qk_token_max_registers<kHeadsPerThread>()) qk_rms_no
     xa[j] = load_vec<T, kVecWidth>(x + lo);
     xb[j] = load_vec<T, kVecWidth>(x + hi);
   }
-  // A plain return, so ptxas sinks the loads above below it, behind the position's load.
-  // apply_rope_token_kernel writes the token back to keep them first; here that took 70b
-  // 3-7.5 % and 8b's 5 heads 1.4-2.6 % longer on the H200 for 3-4 % off 8b's decode heads
-  // (under this kernel's register cap; bench/results/NOTES.md item 59), so not here.
+  // A plain return, and ptxas sinks the q/k loads below it (behind the position's load).
+  // Writing the token back as apply_rope_token_kernel does keeps them first, but here it
+  // took 70b 3-7.5 % and 8b's 5 heads 1.4-2.6 % longer on the H200, 3-4 % less only at 8b's
+  // decode heads (under this kernel's register cap; bench/results/NOTES.md item 59).
   if (pos < 0 || pos >= max_position) return;  // the token is left as it is (the whole block)
   float c[kVecWidth], s[kVecWidth];
   load_cos_sin<TCache, kVecWidth>(cos_sin_cache + pos * cache_stride, half, lane, c, s);

@@ -9,6 +9,7 @@ tests/test_golden.py pin the default layout to the recorded outputs).
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -622,18 +623,15 @@ def test_apply_rope_token_kernel_in_the_planned_shapes_does_not_spill(num_heads,
         assert not any(spills.values()), {e: n for e, n in spills.items() if n}
 
 
-
 def _loads_and_position_wait(sass_lines: list[str]) -> tuple[list[int], int]:
     """In a token kernel's SASS (bench/sass.py's lines): the indices of its q/k loads (LDG
     without .CONSTANT: q and k are not __restrict__) and of the first instruction after
-    the position's load (its first .CONSTANT LDG, the cos/sin and weight loads come after
-    it) that names the position's register(s): there the warp waits for it."""
-    import re
-
+    the position's load (its first .CONSTANT LDG; the cos/sin loads come after it) that
+    names the position's register(s): there the warp waits for it."""
     loads = [(i, line) for i, line in enumerate(sass_lines) if re.search(r"(^|\s)LDG\.", line)]
     i_pos, pos_load = next((i, line) for i, line in loads if ".CONSTANT" in line)
     first = int(re.search(r"LDG\S*\s+R(\d+)", pos_load).group(1))
-    registers = [first, first + 1] if ".64" in pos_load.split()[0 if pos_load[0] != "@" else 1] else [first]
+    registers = (first, first + 1) if re.search(r"LDG\S*\.64", pos_load) else (first,)  # int64 or int32
     named = re.compile("|".join(rf"\bR{r}\b" for r in registers))
     wait = next(i for i in range(i_pos + 1, len(sass_lines)) if named.search(sass_lines[i]))
     return [i for i, line in loads if ".CONSTANT" not in line], wait
@@ -658,6 +656,7 @@ def test_apply_rope_token_kernel_issues_its_q_k_loads_before_waiting_on_the_posi
         heads = int(expr.rstrip(">").split(",")[-1])
         assert len(qk_loads) == 2 * heads, (expr, qk_loads)  # a head's two 16-byte vectors
         assert max(qk_loads) < wait, (expr, qk_loads, wait)
+
 
 def test_every_planned_wide_instantiation_is_enumerated(monkeypatch):
     exprs = set(rope_ops.instantiations()[rope_ops.APPLY_ROPE_WIDE])
