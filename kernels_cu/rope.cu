@@ -840,8 +840,9 @@ __global__ void __maxnreg__(qk_token_max_registers<kHeadsPerThread>()) qk_rms_no
   }
   // A plain return, and ptxas sinks the q/k loads below it (behind the position's load).
   // Writing the token back as apply_rope_token_kernel does keeps them first, but here it
-  // took 70b 3-7.5 % and 8b's 5 heads 1.4-2.6 % longer on the H200, 3-4 % less only at 8b's
-  // decode heads (under this kernel's register cap; bench/results/NOTES.md item 59).
+  // took 8b's 5 heads 1.4-2.6 % longer on the H200 at 528-3900 tokens and 70b up to 7.5 %
+  // at all but 16384, for 3-4 % less at 8b's 1-64 tokens (under this kernel's register
+  // cap; bench/results/NOTES.md item 59).
   if (pos < 0 || pos >= max_position) return;  // the token is left as it is (the whole block)
   float c[kVecWidth], s[kVecWidth];
   load_cos_sin<TCache, kVecWidth>(cos_sin_cache + pos * cache_stride, half, lane, c, s);
