@@ -113,3 +113,21 @@ def liger_rope_on_rows(q, k, rows, head_dim: int) -> Callable:
         LigerRopeFunction.apply(qt.view(1, num_tokens, -1, head_dim).transpose(1, 2),
                                 kt.view(1, num_tokens, -1, head_dim).transpose(1, 2), cos, sin)
     return call
+
+
+def rope_points(rng, model_names, sizes, *, with_weights: bool = False):
+    """For each preset of ``model_names`` and each size of ``sizes``: (model preset,
+    num_tokens, inputs, start), where inputs are bf16 RoPE inputs as the registry's
+    (cupykern.registry.rope: q, k, positions random into the preset's whole cos_sin_cache,
+    and q_weight / k_weight with ``with_weights``) and start is copies of (q, k), for
+    :func:`outputs_from`. One point's arrays at a time: each is dropped when the next is
+    made."""
+    import cupykern
+    from cupykern import models
+    from cupykern.registry.rope import _rope_inputs
+
+    for model_name in model_names:
+        model = models.get(model_name)
+        for n in sizes:
+            inputs = _rope_inputs(rng, n, model.head_dim, cupykern.bfloat16, model=model, with_weights=with_weights)
+            yield model, n, inputs, (inputs["q"].copy(), inputs["k"].copy())
