@@ -1,11 +1,11 @@
-"""NOTES item 60: apply_rope's token kernel at 6 lanes a head (plans.ROPE_TOKEN_THREADS_PER_HEAD),
-against the plan without them.
+"""NOTES item 60: apply_rope's token kernel at 6 lanes a head (plans.ROPE_TOKEN_6_LANES_HEADS),
+against the plan without it.
 
 phi-3-mini's heads of 96 are 6 lanes of 16-byte vectors, so before item 60 its shape never
 took the token kernel (compiled for 8, 16 and 32 lanes); its decode layout (2 heads a
 thread, 32 slots, 192 threads) fills it. For each point, in the same process: "plan" (the
-tree's launch as planned), "lib" (the launch planned with ROPE_TOKEN_THREADS_PER_HEAD
-(8, 16, 32), main's plan before item 60), and from 256 tokens Liger on rows gathered before
+tree's launch as planned), "lib" (the launch planned with ROPE_TOKEN_6_LANES_HEADS empty,
+main's plan before item 60), and from 256 tokens Liger on rows gathered before
 the call. Each variant's launch is recorded once and replayed, so planning is not timed.
 Bits of plan and lib compared. bf16, in place, random positions into the preset's whole
 cache; 1-64 tokens by CUDA-graph replay, from 256 cold L2; medians of three interleaved
@@ -13,7 +13,9 @@ rounds.
 
     python rope_lanes_ab.py [--models phi-3-mini] [--sizes 1,16,...] [--tag T] [--out DIR]
 
-Runs on a tree with plans.ROPE_TOKEN_THREADS_PER_HEAD (branch rope-token-6-lanes).
+Runs on a tree with plans.ROPE_TOKEN_6_LANES_HEADS (branch rope-token-6-lanes). Call 11 ran
+it at 0ab9c36, whose table was ROPE_TOKEN_THREADS_PER_HEAD (6, 8, 16, 32), lib (8, 16, 32):
+the same two plans for phi-3-mini (its JSON records the constants).
 
 Writes rope_lanes_ab_<tag>.json (seed, device, commit, per point: each variant's template,
 instantiation, grid, block, registers and blocks an SM, bits equal, microseconds per
@@ -36,7 +38,7 @@ OUT, TAG = variants.option("--out", os.environ.get("OUT", ".")), variants.option
 MODELS = variants.option("--models", "phi-3-mini").split(",")
 SIZES = tuple(int(n) for n in variants.option("--sizes", "1,16,64,256,527").split(","))
 DECODE_MAX_TOKENS = 64  # up to here CUDA-graph replay, past it cold L2 (README's method)
-CONSTANTS = {"plan": {}, "lib": {"ROPE_TOKEN_THREADS_PER_HEAD": (8, 16, 32)}}
+CONSTANTS = {"plan": {}, "lib": {"ROPE_TOKEN_6_LANES_HEADS": ()}}
 
 
 def recorded_launch(i, constants):
