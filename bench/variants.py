@@ -120,8 +120,8 @@ def rope_points(rng, model_names, sizes, *, with_weights: bool = False):
     num_tokens, inputs, start), where inputs are bf16 RoPE inputs as the registry's
     (cupykern.registry.rope: q, k, positions random into the preset's whole cos_sin_cache,
     and q_weight / k_weight with ``with_weights``) and start is copies of (q, k), for
-    :func:`outputs_from`. One point's arrays at a time: each is dropped when the next is
-    made."""
+    :func:`outputs_from`. Made one point at a time, as the loop asks for them (the
+    previous point's arrays are freed once the caller drops them too)."""
     import cupykern
     from cupykern import models
     from cupykern.registry.rope import _rope_inputs
