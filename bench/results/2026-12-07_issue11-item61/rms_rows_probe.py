@@ -1,0 +1,75 @@
+"""NOTES item 61: rms_norm's layout from 512 to 4096 rows, against Liger (H100 peers at
+abf7bc0: llama-3.1-8b at 1024 rows 0.94 of Liger, 9.15 against 8.56 us; 0.94 in 19e82fb's
+H100 run too, 0.98 on the H200).
+
+The plan takes the decode layout (2 leaves a thread: 8b 256 threads a row, 70b 512) while
+the rows' threads fill at most half the GPU's resident threads (8b to 528 rows on 132 SMs),
+then the prefill layout (8b 128 x 4, 70b 128 x 8), and rereads its rows from L2 in
+reread_layout from 8192 rows (plans.REREAD). Item 28 timed 8b at 1024 rows rereading in
+256 x 2 8 % faster than the plan (one point; 70b 3-8 % slower). Variants, each through
+the public op under cupykern.plans' constants (bench/variants.plan_constants):
+  lib     the plan;
+  decode  DECODE_FILL_SHARE_DEFAULT = inf: the decode layout at every size;
+  reread  REREAD = {"rms_norm": (1, 4096, 8192)}: the reread layout at every size;
+  liger   the peers table's Liger (casting mode "gemma").
+bf16, weights and eps of the presets, cold L2 (timing.time_cold, 50 calls), medians of
+three interleaved rounds; bits of decode and reread against lib. Seed 20261207.
+
+    python rms_rows_probe.py [--models llama-3.1-8b,llama-3.1-70b] [--sizes 512,...] [--tag T] [--out DIR]
+"""
+import json
+import os
+import sys
+from pathlib import Path
+
+import cupy
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from bench import peers, variants  # noqa: E402
+from cupykern import bfloat16, launcher, models, timing  # noqa: E402
+from cupykern.registry import all_specs  # noqa: E402
+
+OUT, TAG = variants.option("--out", os.environ.get("OUT", ".")), variants.option("--tag", "run")
+MODELS = variants.option("--models", "llama-3.1-8b,llama-3.1-70b").split(",")
+SIZES = tuple(int(n) for n in variants.option("--sizes", "512,768,1024,1536,2048,3072,4096").split(","))
+SEED = 20261207
+VARIANTS = {"lib": {}, "decode": {"DECODE_FILL_SHARE_DEFAULT": float("inf")},
+            "reread": {"REREAD": {"rms_norm": (1, 4096, 8192)}}}
+
+spec_of = all_specs()["rms_norm"]
+liger = peers._liger(torch)["rms_norm"][""]
+stream = cupy.cuda.Stream(non_blocking=True)
+results = {"seed": SEED, "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+           "commit": os.environ.get("CUPYKERN_COMMIT", "?"), "points": []}
+with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
+    for model_name in MODELS:
+        model = models.get(model_name)
+        spec, size = spec_of.for_model(model), spec_of.size_for_model(model)
+        for n in SIZES:
+            inputs = spec.make_inputs(np.random.default_rng(SEED), n, size, bfloat16)
+            fns, outs, layouts = {}, {}, {}
+            for name, values in VARIANTS.items():
+                fns[name] = variants.under(values, lambda s=spec, i=inputs: s.run(i))
+                with variants.plan_constants(values), launcher.recording() as launched:
+                    outs[name] = tuple(o.copy() for o in spec.run(inputs))
+                r = launched[-1]
+                layouts[name] = {"kernel": r.template.name, "args": [str(a) for a in variants.template_args(r.kernel)],
+                                 "grid": r.grid, "block": r.block, "registers": r.kernel.num_regs}
+            fns["liger"] = peers._prepare(torch, liger, peers._copy_inputs(inputs))
+            for _ in range(2):  # Triton's first call compiles
+                fns["liger"]()
+            stream.synchronize()
+            bits = {name: variants.same_bits(outs[name], outs["lib"]) for name in outs}
+            med = variants.time_rounds(fns, lambda f: timing.time_cold(f, repeat=50), rounds=3)
+            results["points"].append({"model": model_name, "num_tokens": n, "hidden_size": size,
+                                      "layouts": layouts, "bitwise_vs_lib": bits, "us": med})
+            lib = np.median(med["lib"])
+            print(f"{model_name} rms_norm {n}: " + "; ".join(
+                f"{v} {layouts[v]['args'][-4:]} g{layouts[v]['grid']} b{layouts[v]['block']} r{layouts[v]['registers']}"
+                for v in layouts) + f"; bits {bits}", flush=True)
+            print("   " + "; ".join(f"{f} {' '.join(f'{x:.2f}' for x in v)} ({100 * (np.median(v) / lib - 1):+.1f} %)"
+                                    for f, v in med.items()), flush=True)
+            del inputs, fns, outs
+json.dump(results, open(os.path.join(OUT, f"rms_rows_probe_{TAG}.json"), "w"), indent=1)
