@@ -13,9 +13,13 @@ the public op under cupykern.plans' constants (bench/variants.plan_constants):
   reread  REREAD = {"rms_norm": (1, 4096, 8192)}: the reread layout at every size;
   liger   the peers table's Liger (casting mode "gemma").
 bf16, weights and eps of the presets, cold L2 (timing.time_cold, 50 calls), medians of
-three interleaved rounds; bits of decode and reread against lib. Seed 20261207.
+--rounds interleaved rounds (default 3); bits of decode and reread against lib. With
+--no-liger Liger is neither run nor timed (item 61's first runs: after Liger's timing the
+layouts holding their rows read 5-10 % slower for the next two timings, the reread one
+not). Seed 20261207.
 
-    python rms_rows_probe.py [--models llama-3.1-8b,llama-3.1-70b] [--sizes 512,...] [--tag T] [--out DIR]
+    python rms_rows_probe.py [--models llama-3.1-8b,llama-3.1-70b] [--sizes 512,...] [--rounds 3] [--no-liger]
+                             [--tag T] [--out DIR]
 """
 import json
 import os
@@ -34,6 +38,8 @@ from cupykern.registry import all_specs  # noqa: E402
 OUT, TAG = variants.option("--out", os.environ.get("OUT", ".")), variants.option("--tag", "run")
 MODELS = variants.option("--models", "llama-3.1-8b,llama-3.1-70b").split(",")
 SIZES = tuple(int(n) for n in variants.option("--sizes", "512,768,1024,1536,2048,3072,4096").split(","))
+ROUNDS = int(variants.option("--rounds", "3"))
+WITH_LIGER = "--no-liger" not in sys.argv
 SEED = 20261207
 VARIANTS = {"lib": {}, "decode": {"DECODE_FILL_SHARE_DEFAULT": float("inf")},
             "reread": {"REREAD": {"rms_norm": (1, 4096, 8192)}}}
@@ -42,7 +48,8 @@ spec_of = all_specs()["rms_norm"]
 liger = peers._liger(torch)["rms_norm"][""]
 stream = cupy.cuda.Stream(non_blocking=True)
 results = {"seed": SEED, "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
-           "commit": os.environ.get("CUPYKERN_COMMIT", "?"), "points": []}
+           "commit": os.environ.get("CUPYKERN_COMMIT", "?"), "rounds": ROUNDS, "liger": WITH_LIGER,
+           "points": []}
 with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
     for model_name in MODELS:
         model = models.get(model_name)
@@ -57,12 +64,13 @@ with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
                 r = launched[-1]
                 layouts[name] = {"kernel": r.template.name, "args": [str(a) for a in variants.template_args(r.kernel)],
                                  "grid": r.grid, "block": r.block, "registers": r.kernel.num_regs}
-            fns["liger"] = peers._prepare(torch, liger, peers._copy_inputs(inputs))
-            for _ in range(2):  # Triton's first call compiles
-                fns["liger"]()
+            if WITH_LIGER:
+                fns["liger"] = peers._prepare(torch, liger, peers._copy_inputs(inputs))
+                for _ in range(2):  # Triton's first call compiles
+                    fns["liger"]()
             stream.synchronize()
             bits = {name: variants.same_bits(outs[name], outs["lib"]) for name in outs}
-            med = variants.time_rounds(fns, lambda f: timing.time_cold(f, repeat=50), rounds=3)
+            med = variants.time_rounds(fns, lambda f: timing.time_cold(f, repeat=50), rounds=ROUNDS)
             results["points"].append({"model": model_name, "num_tokens": n, "hidden_size": size,
                                       "layouts": layouts, "bitwise_vs_lib": bits, "us": med})
             lib = np.median(med["lib"])
