@@ -10,16 +10,18 @@ reread_layout from 8192 rows (plans.REREAD). Item 28 timed 8b at 1024 rows rerea
 the public op under cupykern.plans' constants (bench/variants.plan_constants):
   lib     the plan;
   decode  DECODE_FILL_SHARE_DEFAULT = inf: the decode layout at every size;
+  share4  DECODE_FILL_SHARE["rms_norm"] = 4: the decode layout while the rows' threads
+          fill at most 4 times the GPU's resident threads (8b to 4224 rows, 70b to 2112);
   reread  REREAD = {"rms_norm": (1, 4096, 8192)}: the reread layout at every size;
   liger   the peers table's Liger (casting mode "gemma").
-bf16, weights and eps of the presets, cold L2 (timing.time_cold, 50 calls), medians of
---rounds interleaved rounds (default 3); bits of decode and reread against lib. With
+--dtypes (default bf16), weights and eps of the presets, cold L2 (timing.time_cold, 50 calls), medians of
+--rounds interleaved rounds (default 3); bits of the variants against lib. With
 --no-liger Liger is neither run nor timed (item 61's first runs: after Liger's timing the
 layouts holding their rows read 5-10 % slower for the next two timings, the reread one
 not). Seed 20261207.
 
-    python rms_rows_probe.py [--models llama-3.1-8b,llama-3.1-70b] [--sizes 512,...] [--rounds 3] [--no-liger]
-                             [--tag T] [--out DIR]
+    python rms_rows_probe.py [--models llama-3.1-8b,llama-3.1-70b] [--sizes 512,...] [--dtypes bf16,fp32]
+                             [--rounds 3] [--no-liger] [--tag T] [--out DIR]
 """
 import json
 import os
@@ -32,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from bench import peers, variants  # noqa: E402
-from cupykern import bfloat16, launcher, models, timing  # noqa: E402
+from cupykern import _dtypes, launcher, models, plans, timing  # noqa: E402
 from cupykern.registry import all_specs  # noqa: E402
 
 OUT, TAG = variants.option("--out", os.environ.get("OUT", ".")), variants.option("--tag", "run")
@@ -41,7 +43,9 @@ SIZES = tuple(int(n) for n in variants.option("--sizes", "512,768,1024,1536,2048
 ROUNDS = int(variants.option("--rounds", "3"))
 WITH_LIGER = "--no-liger" not in sys.argv
 SEED = 20261207
+DTYPES = variants.option("--dtypes", "bf16").split(",")
 VARIANTS = {"lib": {}, "decode": {"DECODE_FILL_SHARE_DEFAULT": float("inf")},
+            "share4": {"DECODE_FILL_SHARE": {**plans.DECODE_FILL_SHARE, "rms_norm": 4.0}},
             "reread": {"REREAD": {"rms_norm": (1, 4096, 8192)}}}
 
 spec_of = all_specs()["rms_norm"]
@@ -54,8 +58,8 @@ with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
     for model_name in MODELS:
         model = models.get(model_name)
         spec, size = spec_of.for_model(model), spec_of.size_for_model(model)
-        for n in SIZES:
-            inputs = spec.make_inputs(np.random.default_rng(SEED), n, size, bfloat16)
+        for dtype_name, n in ((d, n) for d in DTYPES for n in SIZES):
+            inputs = spec.make_inputs(np.random.default_rng(SEED), n, size, _dtypes.parse(dtype_name))
             fns, outs, layouts = {}, {}, {}
             for name, values in VARIANTS.items():
                 fns[name] = variants.under(values, lambda s=spec, i=inputs: s.run(i))
@@ -71,10 +75,10 @@ with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
             stream.synchronize()
             bits = {name: variants.same_bits(outs[name], outs["lib"]) for name in outs}
             med = variants.time_rounds(fns, lambda f: timing.time_cold(f, repeat=50), rounds=ROUNDS)
-            results["points"].append({"model": model_name, "num_tokens": n, "hidden_size": size,
+            results["points"].append({"model": model_name, "dtype": dtype_name, "num_tokens": n, "hidden_size": size,
                                       "layouts": layouts, "bitwise_vs_lib": bits, "us": med})
             lib = np.median(med["lib"])
-            print(f"{model_name} rms_norm {n}: " + "; ".join(
+            print(f"{model_name} rms_norm {dtype_name} {n}: " + "; ".join(
                 f"{v} {layouts[v]['args'][-4:]} g{layouts[v]['grid']} b{layouts[v]['block']} r{layouts[v]['registers']}"
                 for v in layouts) + f"; bits {bits}", flush=True)
             print("   " + "; ".join(f"{f} {' '.join(f'{x:.2f}' for x in v)} ({100 * (np.median(v) / lib - 1):+.1f} %)"
