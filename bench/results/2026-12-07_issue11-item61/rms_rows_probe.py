@@ -1,6 +1,6 @@
-"""NOTES item 61: rms_norm's layout from 512 to 4096 rows, against Liger (H100 peers at
-abf7bc0: llama-3.1-8b at 1024 rows 0.94 of Liger, 9.15 against 8.56 us; 0.94 in 19e82fb's
-H100 run too, 0.98 on the H200).
+"""NOTES item 61: rms_norm's layout (or --op's: layer_norm, softmax) from 512 to 4096
+rows, against Liger (H100 peers at abf7bc0: llama-3.1-8b at 1024 rows 0.94 of Liger, 9.15
+against 8.56 us; 0.94 in 19e82fb's H100 run too, 0.98 on the H200).
 
 The plan takes the decode layout (2 leaves a thread: 8b 256 threads a row, 70b 512) while
 the rows' threads fill at most half the GPU's resident threads (8b to 528 rows on 132 SMs),
@@ -10,18 +10,19 @@ reread_layout from 8192 rows (plans.REREAD). Item 28 timed 8b at 1024 rows rerea
 the public op under cupykern.plans' constants (bench/variants.plan_constants):
   lib     the plan;
   decode  DECODE_FILL_SHARE_DEFAULT = inf: the decode layout at every size;
-  share4  DECODE_FILL_SHARE["rms_norm"] = 4: the decode layout while the rows' threads
+  share4  DECODE_FILL_SHARE[op] = 4: the decode layout while the rows' threads
           fill at most 4 times the GPU's resident threads (8b to 4224 rows, 70b to 2112);
   reread  REREAD = {"rms_norm": (1, 4096, 8192)}: the reread layout at every size;
   liger   the peers table's Liger (casting mode "gemma").
---dtypes (default bf16), weights and eps of the presets, cold L2 (timing.time_cold, 50 calls), medians of
---rounds interleaved rounds (default 3); bits of the variants against lib. With
+reread and liger for rms_norm only.
+--dtypes (default bf16), weights and eps of the presets, cold L2 (timing.time_cold, 50
+calls), medians of --rounds interleaved rounds (default 3); bits of the variants against lib. With
 --no-liger Liger is neither run nor timed (item 61's first runs: after Liger's timing the
 layouts holding their rows read 5-10 % slower for the next two timings, the reread one
 not). Seed 20261207.
 
-    python rms_rows_probe.py [--models llama-3.1-8b,llama-3.1-70b] [--sizes 512,...] [--dtypes bf16,fp32]
-                             [--rounds 3] [--no-liger] [--tag T] [--out DIR]
+    python rms_rows_probe.py [--op rms_norm] [--models llama-3.1-8b,llama-3.1-70b] [--sizes 512,...]
+                             [--dtypes bf16,fp32] [--rounds 3] [--no-liger] [--tag T] [--out DIR]
 """
 import json
 import os
@@ -44,14 +45,18 @@ ROUNDS = int(variants.option("--rounds", "3"))
 WITH_LIGER = "--no-liger" not in sys.argv
 SEED = 20261207
 DTYPES = variants.option("--dtypes", "bf16").split(",")
+OP = variants.option("--op", "rms_norm")
 VARIANTS = {"lib": {}, "decode": {"DECODE_FILL_SHARE_DEFAULT": float("inf")},
-            "share4": {"DECODE_FILL_SHARE": {**plans.DECODE_FILL_SHARE, "rms_norm": 4.0}},
-            "reread": {"REREAD": {"rms_norm": (1, 4096, 8192)}}}
+            "share4": {"DECODE_FILL_SHARE": {**plans.DECODE_FILL_SHARE, OP: 4.0}}}
+if OP == "rms_norm":  # the one op with a reread pass (plans.REREAD_OPS), and Liger's peer
+    VARIANTS["reread"] = {"REREAD": {"rms_norm": (1, 4096, 8192)}}
+    liger = peers._liger(torch)["rms_norm"][""]
+else:
+    WITH_LIGER = False
 
-spec_of = all_specs()["rms_norm"]
-liger = peers._liger(torch)["rms_norm"][""]
+spec_of = all_specs()[OP]
 stream = cupy.cuda.Stream(non_blocking=True)
-results = {"seed": SEED, "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+results = {"op": OP, "seed": SEED, "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
            "commit": os.environ.get("CUPYKERN_COMMIT", "?"), "rounds": ROUNDS, "liger": WITH_LIGER,
            "points": []}
 with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
@@ -78,7 +83,7 @@ with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
             results["points"].append({"model": model_name, "dtype": dtype_name, "num_tokens": n, "hidden_size": size,
                                       "layouts": layouts, "bitwise_vs_lib": bits, "us": med})
             lib = np.median(med["lib"])
-            print(f"{model_name} rms_norm {dtype_name} {n}: " + "; ".join(
+            print(f"{model_name} {OP} {dtype_name} {n}: " + "; ".join(
                 f"{v} {layouts[v]['args'][-4:]} g{layouts[v]['grid']} b{layouts[v]['block']} r{layouts[v]['registers']}"
                 for v in layouts) + f"; bits {bits}", flush=True)
             print("   " + "; ".join(f"{f} {' '.join(f'{x:.2f}' for x in v)} ({100 * (np.median(v) / lib - 1):+.1f} %)"
