@@ -13,6 +13,8 @@ the public op under cupykern.plans' constants (bench/variants.plan_constants):
   share4  DECODE_FILL_SHARE[op] = 4: the decode layout while the rows' threads
           fill at most 4 times the GPU's resident threads (8b to 4224 rows, 70b to 2112);
   reread  REREAD = {"rms_norm": (1, 4096, 8192)}: the reread layout at every size;
+  unfilled  on branch rms-decode-layout-filled only: DECODE_FILL_SHARE_FILLED = {}, main's
+          plan (lib there is the branch's);
   liger   the peers table's Liger (casting mode "gemma").
 reread and liger for rms_norm only.
 --dtypes (default bf16), weights and eps of the presets, cold L2 (timing.time_cold, 50
@@ -48,6 +50,8 @@ DTYPES = variants.option("--dtypes", "bf16").split(",")
 OP = variants.option("--op", "rms_norm")
 VARIANTS = {"lib": {}, "decode": {"DECODE_FILL_SHARE_DEFAULT": float("inf")},
             "share4": {"DECODE_FILL_SHARE": {**plans.DECODE_FILL_SHARE, OP: 4.0}}}
+if hasattr(plans, "DECODE_FILL_SHARE_FILLED"):  # branch rms-decode-layout-filled: lib is its plan
+    VARIANTS["unfilled"] = {"DECODE_FILL_SHARE_FILLED": {}}  # main's plan
 if OP == "rms_norm":  # the one op with a reread pass (plans.REREAD_OPS), and Liger's peer
     VARIANTS["reread"] = {"REREAD": {"rms_norm": (1, 4096, 8192)}}
     liger = peers._liger(torch)["rms_norm"][""]
