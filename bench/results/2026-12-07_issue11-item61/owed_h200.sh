@@ -31,8 +31,9 @@ BASE_OUT=${OUT:-$PWD/.out}
 DEADLINE_S=${DEADLINE_S:-585}
 left() { echo $((DEADLINE_S - SECONDS > 5 ? DEADLINE_S - SECONDS : 5)); }
 share() { local l; l=$(left); echo $(($1 < l ? $1 : l)); }
-in_tree() {  # in_tree BRANCH OUTNAME ENV... : gpu_session.sh in that branch's archived tree
-  local b=$1 name=$2; shift 2
+in_tree() {  # in_tree BRANCH OUTNAME ENV... : gpu_session.sh in that branch's archived tree,
+  local b=$1 name=$2; shift 2  # with main's carried wheels (platformdirs, Liger)
+  ln -sfn ../../.whl "ab/full-$b/.whl"
   (cd "ab/full-$b" && env OUT="$BASE_OUT/$name" CUPYKERN_COMMIT="$(cat COMMIT)" "$@" bash bench/gpu_session.sh)
 }
 P=bench/results/2026-12-07_issue11-item61/rms_rows_probe.py
@@ -40,7 +41,6 @@ S=384,768,1024,1536,2048,3072,4096,6144
 case "${PART:-A}" in
 A)
   OUT=$BASE_OUT/peers TESTS= BENCHES= PEERS="" DEADLINE_S=$(share 445) bash bench/gpu_session.sh
-  export PYTHONPATH=/tmp/site  # Liger, installed by the run above, for the branch tree's A/B
   OUT=$BASE_OUT/probe TESTS= DEADLINE_S=$(share 80) \
     BENCHES="$P --tag h61d --no-liger --rounds 5 --models llama-3.1-8b --dtypes bf16,fp32 --sizes $S;$P --tag h61m --no-liger --rounds 5 --models llama-3.1-70b --sizes $S" \
     bash bench/gpu_session.sh
