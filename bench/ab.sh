@@ -6,6 +6,9 @@
 #                                   # REF without a leading origin/, / as -) with its commit in
 #                                   # ab/NAME/COMMIT; a REF missing locally is taken from
 #                                   # origin/REF. "new" names the working tree itself.
+#                                   # AB_PATHS: other pathspecs to archive (e.g. "cupykern
+#                                   # kernels_cu tests bench pyproject.toml :!bench/results"
+#                                   # to run a branch's own tests and benches there).
 #                                   # ab/ is untracked, so the call copies it with the working
 #                                   # tree: delete it before you commit.
 #   AB_JOBS="TREE TAG SWEEP-ARGS; TREE TAG SWEEP-ARGS" bash bench/ab.sh run
@@ -36,7 +39,9 @@ trees)
       || { echo "ab.sh: no commit $ref (nor origin/$ref)" >&2; exit 1; }
     name=$(tree_name "$ref")
     rm -rf "ab/$name" && mkdir -p "ab/$name"
-    git archive "$commit" cupykern kernels_cu | tar x -C "ab/$name" || { echo "ab.sh: archiving $ref failed" >&2; exit 1; }
+    # shellcheck disable=SC2086  # AB_PATHS is a list of pathspecs
+    git archive "$commit" ${AB_PATHS:-cupykern kernels_cu} | tar x -C "ab/$name" \
+      || { echo "ab.sh: archiving $ref failed" >&2; exit 1; }
     git rev-parse --short "$commit" > "ab/$name/COMMIT"
     echo "ab/$name <- $(cat "ab/$name/COMMIT") ($ref)"
   done

@@ -2,8 +2,9 @@
 # NOTES item 61: the owed H200 work in two warm calls, main's tree and the branches' trees
 # side by side. Before the calls, here: `bash bench/results/2026-12-07_issue11-item61/owed_h200.sh
 # trees` archives each branch's cupykern/ kernels_cu/ tests/ bench/ (not bench/results)
-# and pyproject.toml into ab/full-NAME (untracked: the device call copies it; delete it
-# before committing), with the branch's own result scripts it runs. Then, on the device
+# and pyproject.toml into ab/NAME through bench/ab.sh's trees (untracked: the device call
+# copies it; delete it before committing), with the branch's own result scripts it runs.
+# Then, on the device
 # (kind nvidia-h200, carry .whl, PEERS unset, CUPYKERN_COMMIT set):
 #   PART=A  the peers table (main), rms_rows_probe.py (main: share4 is branch
 #           rms-decode-layout-filled's plan for 8b and 70b), rope_lanes_ab.py (6-lanes tree)
@@ -14,15 +15,10 @@ set -u
 unset PEERS
 cd "$(dirname "$0")/../../.."
 BRANCHES="rms-decode-layout-filled rope-token-6-lanes"
-if [ "${1:-}" = trees ]; then
-  for b in $BRANCHES; do
-    rm -rf "ab/full-$b" && mkdir -p "ab/full-$b"
-    git archive "$b" cupykern kernels_cu tests bench pyproject.toml ':!bench/results' | tar x -C "ab/full-$b"
-    git rev-parse --short "$b" > "ab/full-$b/COMMIT"
-  done
-  mkdir -p ab/full-rope-token-6-lanes/bench/results/2026-12-07_issue11-item60
-  cp bench/results/2026-12-07_issue11-item60/rope_lanes_ab.py ab/full-rope-token-6-lanes/bench/results/2026-12-07_issue11-item60/
-  du -sh ab/full-*
+if [ "${1:-}" = trees ]; then  # bench/ab.sh's trees, with each branch's tests and benches
+  AB_PATHS="cupykern kernels_cu tests bench pyproject.toml :!bench/results" bash bench/ab.sh trees $BRANCHES || exit
+  mkdir -p ab/rope-token-6-lanes/bench/results/2026-12-07_issue11-item60
+  cp bench/results/2026-12-07_issue11-item60/rope_lanes_ab.py ab/rope-token-6-lanes/bench/results/2026-12-07_issue11-item60/
   exit 0
 fi
 nvidia-smi -L
@@ -33,8 +29,8 @@ left() { echo $((DEADLINE_S - SECONDS > 5 ? DEADLINE_S - SECONDS : 5)); }
 share() { local l; l=$(left); echo $(($1 < l ? $1 : l)); }
 in_tree() {  # in_tree BRANCH OUTNAME ENV... : gpu_session.sh in that branch's archived tree,
   local b=$1 name=$2; shift 2  # with main's carried wheels (platformdirs, Liger)
-  ln -sfn ../../.whl "ab/full-$b/.whl"
-  (cd "ab/full-$b" && env OUT="$BASE_OUT/$name" CUPYKERN_COMMIT="$(cat COMMIT)" "$@" bash bench/gpu_session.sh)
+  ln -sfn ../../.whl "ab/$b/.whl"
+  (cd "ab/$b" && env OUT="$BASE_OUT/$name" CUPYKERN_COMMIT="$(cat COMMIT)" "$@" bash bench/gpu_session.sh)
 }
 P=bench/results/2026-12-07_issue11-item61/rms_rows_probe.py
 S=384,768,1024,1536,2048,3072,4096,6144
