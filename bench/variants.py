@@ -115,6 +115,19 @@ def liger_rope_on_rows(q, k, rows, head_dim: int) -> Callable:
     return call
 
 
+def peer_call(op: str, peer: str, form: str, inputs: dict) -> Callable:
+    """bench/peers.py's ``peer`` ("liger" or "torch.compile") in its formulation ``form``
+    (e.g. "" for Liger's rms_norm, "out of place") of ``op``, on copies of ``inputs`` (the
+    registry's): a callable as the peers run times it (a torch.compile form compiles on
+    its first call)."""
+    import torch
+
+    from bench import peers
+
+    table = {"liger": peers._liger, "torch.compile": peers._torch_compile}[peer](torch)
+    return peers._prepare(torch, table[op][form], peers._copy_inputs(inputs))
+
+
 def rope_points(rng, model_names, sizes, *, with_weights: bool = False):
     """For each preset of ``model_names`` and each size of ``sizes``: (model preset,
     num_tokens, inputs, start), where inputs are bf16 RoPE inputs as the registry's

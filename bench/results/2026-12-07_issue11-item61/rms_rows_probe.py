@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from bench import peers, variants  # noqa: E402
+from bench import variants  # noqa: E402
 from cupykern import _dtypes, launcher, models, plans, timing  # noqa: E402
 from cupykern.registry import all_specs  # noqa: E402
 
@@ -54,7 +54,6 @@ if hasattr(plans, "DECODE_FILL_SHARE_FILLED"):  # branch rms-decode-layout-fille
     VARIANTS["unfilled"] = {"DECODE_FILL_SHARE_FILLED": {}}  # main's plan
 if OP == "rms_norm":  # the one op with a reread pass (plans.REREAD_OPS), and Liger's peer
     VARIANTS["reread"] = {"REREAD": {"rms_norm": (1, 4096, 8192)}}
-    liger = peers._liger(torch)["rms_norm"][""]
 else:
     WITH_LIGER = False
 
@@ -78,7 +77,7 @@ with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
                 layouts[name] = {"kernel": r.template.name, "args": [str(a) for a in variants.template_args(r.kernel)],
                                  "grid": r.grid, "block": r.block, "registers": r.kernel.num_regs}
             if WITH_LIGER:
-                fns["liger"] = peers._prepare(torch, liger, peers._copy_inputs(inputs))
+                fns["liger"] = variants.peer_call("rms_norm", "liger", "", inputs)
                 for _ in range(2):  # Triton's first call compiles
                     fns["liger"]()
             stream.synchronize()
