@@ -856,7 +856,8 @@ def run(model_names, num_tokens, ops, peers, *, seed: int, repeat: int | None, d
         return sweep.result_document("peers", environment=env, seed=seed, copy_gbps=copy_gbps,
                                      model=",".join(m.name for m in model_list), points=points,
                                      models=[m.name for m in model_list], peers_run=running, skipped=skipped,
-                                     peer_versions=versions, torch_compile=compile_info, errors=errors)
+                                     peer_versions=versions, torch_compile=compile_info, errors=errors,
+                                     cold_flushed_warmup=timing.FLUSHED_WARMUP)
 
     if torch is not None:
         enter_torch_graph_state(torch)

@@ -79,7 +79,11 @@ def hold_gpu(seconds: float, stream) -> None:
 _HOLD_MARGIN = 2.0
 
 
-def time_cold(fn, *, warmup: int = 5, repeat: int = 50) -> Timing:
+#: time_cold's untimed flush-and-call pairs before the timed ones (see its docstring).
+FLUSHED_WARMUP = 0
+
+
+def time_cold(fn, *, warmup: int = 5, repeat: int = 50, flushed_warmup: int | None = None) -> Timing:
     """Median GPU time of ``fn()`` with L2 flushed before each call (current stream).
 
     The loop is enqueued behind :func:`hold_gpu`, sized from the host time of one
@@ -87,9 +91,15 @@ def time_cold(fn, *, warmup: int = 5, repeat: int = 50) -> Timing:
     kernel it times. Without it, a call whose Python path (~100 us on the H200 host)
     outlasts the flush was charged the host's launch gap (apply_rope at 256 to 4096
     tokens read 23 to 83 us in runs of the same commit).
+
+    ``warmup`` calls run first without flushes (compiles, allocations); then
+    ``flushed_warmup`` flush-and-call pairs (None: :data:`FLUSHED_WARMUP`) run untimed
+    behind the same hold, right before the ``repeat`` timed ones.
     """
     import cupy
 
+    if flushed_warmup is None:
+        flushed_warmup = FLUSHED_WARMUP
     stream = cupy.cuda.get_current_stream()
     flusher = _L2Flusher()
     for _ in range(warmup):
@@ -100,7 +110,10 @@ def time_cold(fn, *, warmup: int = 5, repeat: int = 50) -> Timing:
     fn()
     host_s = time.perf_counter() - t0
     pairs = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(repeat)]
-    hold_gpu(min(_HOLD_MARGIN * repeat * host_s + 1e-3, 2.0), stream)
+    hold_gpu(min(_HOLD_MARGIN * (flushed_warmup + repeat) * host_s + 1e-3, 2.0), stream)
+    for _ in range(flushed_warmup):
+        flusher.flush(stream)
+        fn()
     for start, end in pairs:
         flusher.flush(stream)
         start.record(stream)

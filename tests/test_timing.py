@@ -59,6 +59,26 @@ def test_time_cold_does_not_time_host_gaps():
     assert t.median_us < 100.0, t
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("flushed_warmup, constant, expected", [(4, 0, 4), (None, 3, 3), (None, 0, 0)])
+def test_time_cold_calls_the_flushed_warmup_untimed(monkeypatch, flushed_warmup, constant, expected):
+    """Its calls: ``warmup`` plain ones, one to size the hold, the flushed warm-up (None:
+    timing.FLUSHED_WARMUP), then ``repeat`` timed ones, the only samples."""
+    import cupy
+
+    monkeypatch.setattr(timing, "FLUSHED_WARMUP", constant)
+    x = cupy.ones(1024, dtype=np.float32)
+    calls = []
+
+    def counted():
+        calls.append(1)
+        x.__iadd__(1)
+
+    t = timing.time_cold(counted, warmup=2, repeat=7, flushed_warmup=flushed_warmup)
+    assert (len(calls), t.samples) == (2 + 1 + expected + 7, 7)
+    assert float(x[0]) == 1 + len(calls)
+
+
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
 def test_copy_bandwidth_and_device_limits_without_a_gpu_say_so():
     """helper 67: CuPy's cudaErrorInsufficientDriver, which names the wrong problem."""

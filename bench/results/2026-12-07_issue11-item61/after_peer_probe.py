@@ -13,11 +13,13 @@ three times in a row after each of these in turn:
   gemm          50 torch bf16 matmuls 1024 x 4096 x 4096 (cuBLAS), as a model's step has;
   torch_compile torch.compile's rms_norm (out of place) timed (time_cold, 50 calls).
 
---first-timings (call 17's open question, not run yet): how long the slow first timings
-last, in calls or in time, and whether idling causes them too. After each condition
-(steady: nothing; liger: Liger timed; gemm: 50 matmuls; idle / idle500: the GPU idle for
-50 / 500 ms), twelve time_cold runs of 10 calls each, alternating lib and reread, each
-run's median and the host seconds since the condition ended.
+--first-timings (call 17's open question; item 62): how long the slow first timings
+last, in calls or in time, and what causes them. After each condition (steady /
+steady2: nothing; liger: Liger timed; gemm / gemm1: 50 / 1 matmuls; liger1: one Liger
+call; flushes: 50 of time_cold's L2 flushes alone; hold5ms: its spinning kernel alone;
+idle / idle500: the GPU idle for 50 / 500 ms), twelve time_cold runs of 10 calls each
+(no warm-up), alternating lib and reread: each run's median and every call's time, and
+the host seconds since the condition ended.
 
 Prints each block's or run's medians; writes after_peer_probe_<tag>.json (or
 first_timings_probe_<tag>.json). Seed 20261207.
@@ -63,12 +65,35 @@ def blocks(fns, liger, compiled, matmuls):
     return out
 
 
+def cold_samples(fn, repeat):
+    """timing.time_cold's loop (no warm-up) returning every call's microseconds."""
+    flusher = timing._L2Flusher()
+    t0 = time.perf_counter()
+    flusher.flush(stream)
+    fn()
+    host_s = time.perf_counter() - t0
+    pairs = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(repeat)]
+    timing.hold_gpu(min(timing._HOLD_MARGIN * repeat * host_s + 1e-3, 2.0), stream)
+    for start, end in pairs:
+        flusher.flush(stream)
+        start.record(stream)
+        fn()
+        end.record(stream)
+    pairs[-1][1].synchronize()
+    return [cupy.cuda.get_elapsed_time(s, e) * 1e3 for s, e in pairs]
+
+
 def first_timings(fns, liger, matmuls):
-    """Twelve short runs, lib and reread in turn, after each condition."""
+    """Twelve short runs, lib and reread in turn, after each condition; every call's time."""
     for f in (fns["lib"], fns["reread"]):
         timing.time_cold(f, repeat=50)
+    flusher = timing._L2Flusher()
     conditions = {"steady": lambda: None, "liger": lambda: timing.time_cold(liger, repeat=50),
-                  "gemm": matmuls, "idle": lambda: time.sleep(0.05), "idle500": lambda: time.sleep(0.5)}
+                  "gemm": matmuls, "gemm1": lambda: matmuls(1), "liger1": liger,
+                  "flushes": lambda: [flusher.flush(stream) for _ in range(50)],
+                  "hold5ms": lambda: timing.hold_gpu(5e-3, stream),
+                  "idle": lambda: time.sleep(0.05), "idle500": lambda: time.sleep(0.5),
+                  "steady2": lambda: None}
     out = []
     for label, condition in conditions.items():
         stream.synchronize()
@@ -78,11 +103,14 @@ def first_timings(fns, liger, matmuls):
         runs = []
         for i in range(RUNS):
             name = "lib" if i % 2 == 0 else "reread"
-            us = timing.time_cold(fns[name], warmup=0, repeat=10).median_us
-            runs.append({"variant": name, "us": us, "host_s": time.perf_counter() - t0})
+            calls = cold_samples(fns[name], 10)
+            runs.append({"variant": name, "us": float(np.median(calls)), "calls_us": calls,
+                         "host_s": time.perf_counter() - t0})
         out.append({"after": label, "runs": runs})
         print(f"after {label:8s}: " + "  ".join(f"{r['variant'][0]}{r['us']:.2f}@{1e3 * r['host_s']:.0f}ms"
                                               for r in runs), flush=True)
+        for r in runs[:2]:
+            print(f"    {r['variant']:6s} calls: " + " ".join(f"{c:.2f}" for c in r["calls_us"]), flush=True)
     return out
 
 
@@ -99,8 +127,8 @@ with stream, torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
     a = torch.randn(ROWS, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
 
-    def matmuls():
-        for _ in range(50):
+    def matmuls(count=50):
+        for _ in range(count):
             a @ b
 
     for f in (*fns.values(), liger, liger, compiled, compiled, lambda: a @ b):  # one matmul, as call 17
