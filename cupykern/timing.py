@@ -83,6 +83,15 @@ _HOLD_MARGIN = 2.0
 FLUSHED_WARMUP = 0
 
 
+def _count(where: str, name: str, value, minimum: int) -> int:
+    """``value`` if it is an int >= ``minimum``, else ValueError (TypeError for a non-int)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{where}: {name} must be an int >= {minimum}, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{where}: {name} must be an int >= {minimum}, got {value}")
+    return int(value)
+
+
 def time_cold(fn, *, warmup: int = 5, repeat: int = 50, flushed_warmup: int | None = None) -> Timing:
     """Median GPU time of ``fn()`` with L2 flushed before each call (current stream).
 
@@ -94,12 +103,14 @@ def time_cold(fn, *, warmup: int = 5, repeat: int = 50, flushed_warmup: int | No
 
     ``warmup`` calls run first without flushes (compiles, allocations); then
     ``flushed_warmup`` flush-and-call pairs (None: :data:`FLUSHED_WARMUP`) run untimed
-    behind the same hold, right before the ``repeat`` timed ones.
+    behind the same hold, right before the ``repeat`` timed ones. TypeError or
+    ValueError for a count that is not an int >= 0 (``repeat``: >= 1).
     """
     import cupy
 
-    if flushed_warmup is None:
-        flushed_warmup = FLUSHED_WARMUP
+    warmup, repeat = _count("time_cold", "warmup", warmup, 0), _count("time_cold", "repeat", repeat, 1)
+    flushed_warmup = (_count("time_cold", "flushed_warmup", flushed_warmup, 0) if flushed_warmup is not None
+                      else _count("time_cold", "timing.FLUSHED_WARMUP", FLUSHED_WARMUP, 0))
     stream = cupy.cuda.get_current_stream()
     flusher = _L2Flusher()
     for _ in range(warmup):

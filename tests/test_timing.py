@@ -59,6 +59,28 @@ def test_time_cold_does_not_time_host_gaps():
     assert t.median_us < 100.0, t
 
 
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"repeat": 0}, ValueError, "time_cold: repeat must be an int >= 1, got 0"),
+    ({"warmup": -1}, ValueError, "time_cold: warmup must be an int >= 0, got -1"),
+    ({"flushed_warmup": -2}, ValueError, "time_cold: flushed_warmup must be an int >= 0, got -2"),
+    ({"flushed_warmup": 1.5}, TypeError, "time_cold: flushed_warmup must be an int >= 0, got float 1.5"),
+    ({"repeat": True}, TypeError, "time_cold: repeat must be an int >= 1, got bool True"),
+])
+def test_time_cold_refuses_bad_counts_before_any_call(kwargs, error, message):
+    """Checked before the GPU is touched: on a machine without one, too."""
+    def never():
+        raise AssertionError("called")
+
+    with pytest.raises(error, match=f"^{message}$"):
+        timing.time_cold(never, **kwargs)
+
+
+def test_time_cold_checks_the_module_default_by_its_name(monkeypatch):
+    monkeypatch.setattr(timing, "FLUSHED_WARMUP", -1)
+    with pytest.raises(ValueError, match=r"^time_cold: timing.FLUSHED_WARMUP must be an int >= 0, got -1$"):
+        timing.time_cold(lambda: None)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("flushed_warmup, constant, expected", [(4, 0, 4), (None, 3, 3), (None, 0, 0)])
 def test_time_cold_calls_the_flushed_warmup_untimed(monkeypatch, flushed_warmup, constant, expected):
