@@ -15,25 +15,28 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 
 @dataclass(frozen=True)
 class Timing:
-    """Microseconds per call: median and the 10th/90th percentiles of ``samples`` runs."""
+    """Microseconds per call: median and the 10th/90th percentiles of ``samples`` runs,
+    and the runs themselves in the order they ran (``samples_us``)."""
 
     median_us: float
     p10_us: float
     p90_us: float
     samples: int
     method: str  # "events, cold L2" or "graph replay"
+    samples_us: tuple[float, ...] = field(default=(), repr=False, compare=False)
 
     @staticmethod
     def of(samples_us, method: str) -> "Timing":
         s = np.asarray(samples_us, dtype=np.float64)
-        return Timing(float(np.median(s)), float(np.percentile(s, 10)), float(np.percentile(s, 90)), int(s.size), method)
+        return Timing(float(np.median(s)), float(np.percentile(s, 10)), float(np.percentile(s, 90)), int(s.size), method,
+                      tuple(float(v) for v in s))
 
 
 class _L2Flusher:

@@ -27,6 +27,7 @@ def test_spin_kernel_compiles_with_nvrtc():
 def test_timing_statistics():
     t = timing.Timing.of([3.0, 1.0, 2.0, 4.0, 100.0], "x")
     assert (t.median_us, t.samples, t.method) == (3.0, 5, "x")
+    assert t.samples_us == (3.0, 1.0, 2.0, 4.0, 100.0)  # in the order they ran
     assert t.p10_us == pytest.approx(np.percentile([1, 2, 3, 4, 100], 10))
     assert timing.gbps(2_000_000, t) == pytest.approx(2e6 / 3e-6 / 1e9)
 
@@ -97,7 +98,7 @@ def test_time_cold_calls_the_flushed_warmup_untimed(monkeypatch, flushed_warmup,
         x.__iadd__(1)
 
     t = timing.time_cold(counted, warmup=2, repeat=7, flushed_warmup=flushed_warmup)
-    assert (len(calls), t.samples) == (2 + 1 + expected + 7, 7)
+    assert (len(calls), t.samples, len(t.samples_us)) == (2 + 1 + expected + 7, 7, 7)
     assert float(x[0]) == 1 + len(calls)
 
 

@@ -65,24 +65,6 @@ def blocks(fns, liger, compiled, matmuls):
     return out
 
 
-def cold_samples(fn, repeat):
-    """timing.time_cold's loop (no warm-up) returning every call's microseconds."""
-    flusher = timing._L2Flusher()
-    t0 = time.perf_counter()
-    flusher.flush(stream)
-    fn()
-    host_s = time.perf_counter() - t0
-    pairs = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(repeat)]
-    timing.hold_gpu(min(timing._HOLD_MARGIN * repeat * host_s + 1e-3, 2.0), stream)
-    for start, end in pairs:
-        flusher.flush(stream)
-        start.record(stream)
-        fn()
-        end.record(stream)
-    pairs[-1][1].synchronize()
-    return [cupy.cuda.get_elapsed_time(s, e) * 1e3 for s, e in pairs]
-
-
 def first_timings(fns, liger, matmuls):
     """Twelve short runs, lib and reread in turn, after each condition; every call's time."""
     for f in (fns["lib"], fns["reread"]):
@@ -103,7 +85,7 @@ def first_timings(fns, liger, matmuls):
         runs = []
         for i in range(RUNS):
             name = "lib" if i % 2 == 0 else "reread"
-            calls = cold_samples(fns[name], 10)
+            calls = list(timing.time_cold(fns[name], warmup=0, repeat=10).samples_us)
             runs.append({"variant": name, "us": float(np.median(calls)), "calls_us": calls,
                          "host_s": time.perf_counter() - t0})
         out.append({"after": label, "runs": runs})
