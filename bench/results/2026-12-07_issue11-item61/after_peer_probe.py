@@ -17,6 +17,7 @@ three times in a row after each of these in turn:
 last, in calls or in time, and what causes them. After each condition (steady /
 steady2: nothing; liger: Liger timed; gemm / gemm1: 50 / 1 matmuls; liger1: one Liger
 call; flushes: 50 of time_cold's L2 flushes alone; hold5ms: its spinning kernel alone;
+carve100 / carve0: 50 launches of a small kernel preferring 100 / 0 % shared memory;
 idle / idle500: the GPU idle for 50 / 500 ms), twelve time_cold runs of 10 calls each
 (no warm-up), alternating lib and reread: each run's median and every call's time, and
 the host seconds since the condition ended.
@@ -65,6 +66,32 @@ def blocks(fns, liger, compiled, matmuls):
     return out
 
 
+_CARVE_SOURCE = r"""
+#define TOUCH(name) extern "C" __global__ void name(float* out) {     \
+  __shared__ float s[256];                                           \
+  s[threadIdx.x] = threadIdx.x;                                      \
+  __syncthreads();                                                   \
+  if (threadIdx.x == 0) out[blockIdx.x] = s[blockIdx.x % 256];       \
+}
+TOUCH(touch_carve100)
+TOUCH(touch_carve0)
+"""
+
+
+def carveout_kernels(carveout):
+    """50 launches over every SM of a kernel preferring ``carveout`` % of L1 as shared
+    memory (item 46: the carveout a kernel leaves outlasts it)."""
+    kernel = cupy.RawModule(code=_CARVE_SOURCE).get_function(f"touch_carve{carveout}")
+    kernel.preferred_shared_memory_carveout = carveout
+    blocks = 8 * cupy.cuda.Device().attributes["MultiProcessorCount"]
+    out = cupy.empty(blocks, dtype=np.float32)
+
+    def run():
+        for _ in range(50):
+            kernel((blocks,), (256,), (out,))
+    return run
+
+
 def first_timings(fns, liger, matmuls):
     """Twelve short runs, lib and reread in turn, after each condition; every call's time."""
     for f in (fns["lib"], fns["reread"]):
@@ -74,6 +101,7 @@ def first_timings(fns, liger, matmuls):
                   "gemm": matmuls, "gemm1": lambda: matmuls(1), "liger1": liger,
                   "flushes": lambda: [flusher.flush(stream) for _ in range(50)],
                   "hold5ms": lambda: timing.hold_gpu(5e-3, stream),
+                  "carve100": carveout_kernels(100), "carve0": carveout_kernels(0),
                   "idle": lambda: time.sleep(0.05), "idle500": lambda: time.sleep(0.5),
                   "steady2": lambda: None}
     out = []
