@@ -3,7 +3,7 @@
 # Always: tests/test_timing.py, after_peer_probe.py --first-timings (about 60 s, any card). Then
 #   on an H200: the whole peers table with FW untimed flushed calls before each cold timing
 #               (peers_ab.py FW), with what is left of DEADLINE_S;
-#   on another card: the A/B of the method, rms_norm and the fused add of 8b and 70b at
+#   on another card (or with TABLE=0): the A/B of the method, rms_norm and the fused add of 8b and 70b at
 #               256-4096 tokens with 0 and FW flushed warm-up calls, turned: 0, FW, 0, FW.
 set -u
 unset PEERS
@@ -16,7 +16,7 @@ D=bench/results/2026-12-07_issue11-item62
 OUT=$BASE_OUT/probe TESTS=tests/test_timing.py DEADLINE_S=100 \
   BENCHES="bench/results/2026-12-07_issue11-item61/after_peer_probe.py --first-timings --tag ${TAG:-a62}" \
   bash bench/gpu_session.sh
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+if [ "${TABLE:-1}" = 1 ] && nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   OUT=$BASE_OUT/peers TESTS= BENCHES="$D/peers_ab.py $FW" DEADLINE_S=$((DEADLINE_S - SECONDS)) bash bench/gpu_session.sh
 else
   SUBSET="--ops rms_norm,fused_add_rms_norm --num-tokens 256,1024,4096"
