@@ -857,7 +857,7 @@ def run(model_names, num_tokens, ops, peers, *, seed: int, repeat: int | None, d
                                      model=",".join(m.name for m in model_list), points=points,
                                      models=[m.name for m in model_list], peers_run=running, skipped=skipped,
                                      peer_versions=versions, torch_compile=compile_info, errors=errors,
-                                     cold_flushed_warmup=timing.FLUSHED_WARMUP)
+                                     cold_flushed_warmup=timing.default_flushed_warmup())
 
     if torch is not None:
         enter_torch_graph_state(torch)

@@ -34,7 +34,17 @@ class Timing:
 
     @staticmethod
     def of(samples_us, method: str) -> "Timing":
-        s = np.asarray(samples_us, dtype=np.float64)
+        """The statistics of ``samples_us`` (a non-empty 1-D sequence of finite real
+        microseconds >= 0, in the order they ran) timed by ``method`` (a str); TypeError or
+        ValueError naming the argument otherwise."""
+        if not isinstance(method, str):
+            raise TypeError(f"Timing.of: method must be a str, got {type(method).__name__} {method!r}")
+        raw = np.asarray(samples_us) if not isinstance(samples_us, (str, bytes)) else np.asarray(None)
+        if raw.ndim != 1 or raw.dtype.kind not in "iuf":
+            raise TypeError(f"Timing.of: samples_us must be a 1-D sequence of real numbers, got {samples_us!r}")
+        s = raw.astype(np.float64)
+        if s.size == 0 or not np.all(np.isfinite(s)) or np.any(s < 0):
+            raise ValueError(f"Timing.of: samples_us must be non-empty, finite and >= 0, got {samples_us!r}")
         return Timing(float(np.median(s)), float(np.percentile(s, 10)), float(np.percentile(s, 90)), int(s.size), method,
                       tuple(float(v) for v in s))
 
@@ -84,15 +94,25 @@ _HOLD_MARGIN = 2.0
 
 #: time_cold's untimed flush-and-call pairs before the timed ones (see its docstring).
 FLUSHED_WARMUP = 0
+#: The most calls time_cold takes for any of its counts: past it a call would run for
+#: minutes (each flush reads eight times the L2) or hold a million CUDA events.
+MAX_COUNT = 100_000
 
 
 def _count(where: str, name: str, value, minimum: int) -> int:
-    """``value`` if it is an int >= ``minimum``, else ValueError (TypeError for a non-int)."""
+    """``value`` if it is an int in [``minimum``, MAX_COUNT], else ValueError (TypeError
+    for a non-int)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{where}: {name} must be an int >= {minimum}, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{where}: {name} must be an int >= {minimum}, got {value}")
+        raise TypeError(f"{where}: {name} must be an int in [{minimum}, {MAX_COUNT}], got {type(value).__name__} {value!r}")
+    if not minimum <= value <= MAX_COUNT:
+        raise ValueError(f"{where}: {name} must be an int in [{minimum}, {MAX_COUNT}], got {value}")
     return int(value)
+
+
+def default_flushed_warmup() -> int:
+    """:data:`FLUSHED_WARMUP`, checked as time_cold checks its counts (what it uses when
+    given None, and what a result file records)."""
+    return _count("time_cold", "timing.FLUSHED_WARMUP", FLUSHED_WARMUP, 0)
 
 
 def time_cold(fn, *, warmup: int = 5, repeat: int = 50, flushed_warmup: int | None = None) -> Timing:
@@ -106,14 +126,20 @@ def time_cold(fn, *, warmup: int = 5, repeat: int = 50, flushed_warmup: int | No
 
     ``warmup`` calls run first without flushes (compiles, allocations); then
     ``flushed_warmup`` flush-and-call pairs (None: :data:`FLUSHED_WARMUP`) run untimed
-    behind the same hold, right before the ``repeat`` timed ones. TypeError or
-    ValueError for a count that is not an int >= 0 (``repeat``: >= 1).
+    behind the same hold, right before the ``repeat`` timed ones. TypeError for an
+    ``fn`` that is not callable; TypeError or ValueError for a count that is not an int
+    in [0, MAX_COUNT] (``repeat``: from 1); RuntimeError without a GPU.
     """
     import cupy
 
+    from cupykern import environment
+
+    if not callable(fn):
+        raise TypeError(f"time_cold: fn must be callable, got {type(fn).__name__} {fn!r}")
     warmup, repeat = _count("time_cold", "warmup", warmup, 0), _count("time_cold", "repeat", repeat, 1)
     flushed_warmup = (_count("time_cold", "flushed_warmup", flushed_warmup, 0) if flushed_warmup is not None
-                      else _count("time_cold", "timing.FLUSHED_WARMUP", FLUSHED_WARMUP, 0))
+                      else default_flushed_warmup())
+    environment.check_gpu("time_cold")
     stream = cupy.cuda.get_current_stream()
     flusher = _L2Flusher()
     for _ in range(warmup):

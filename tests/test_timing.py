@@ -61,14 +61,17 @@ def test_time_cold_does_not_time_host_gaps():
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
-    ({"repeat": 0}, ValueError, "time_cold: repeat must be an int >= 1, got 0"),
-    ({"warmup": -1}, ValueError, "time_cold: warmup must be an int >= 0, got -1"),
-    ({"flushed_warmup": -2}, ValueError, "time_cold: flushed_warmup must be an int >= 0, got -2"),
-    ({"flushed_warmup": 1.5}, TypeError, "time_cold: flushed_warmup must be an int >= 0, got float 1.5"),
-    ({"repeat": True}, TypeError, "time_cold: repeat must be an int >= 1, got bool True"),
+    ({"repeat": 0}, ValueError, r"time_cold: repeat must be an int in \[1, 100000\], got 0"),
+    ({"warmup": -1}, ValueError, r"time_cold: warmup must be an int in \[0, 100000\], got -1"),
+    ({"flushed_warmup": -2}, ValueError, r"time_cold: flushed_warmup must be an int in \[0, 100000\], got -2"),
+    ({"flushed_warmup": 10**30}, ValueError, r"time_cold: flushed_warmup must be an int in \[0, 100000\], got 1000000000000000000000000000000"),
+    ({"repeat": np.uint64(2**64 - 1)}, ValueError, r"time_cold: repeat must be an int in \[1, 100000\], got 18446744073709551615"),
+    ({"flushed_warmup": 1.5}, TypeError, r"time_cold: flushed_warmup must be an int in \[0, 100000\], got float 1.5"),
+    ({"repeat": True}, TypeError, r"time_cold: repeat must be an int in \[1, 100000\], got bool True"),
 ])
 def test_time_cold_refuses_bad_counts_before_any_call(kwargs, error, message):
-    """Checked before the GPU is touched: on a machine without one, too."""
+    """Checked before the GPU is touched: on a machine without one, too; a huge count
+    would run for minutes or hold millions of CUDA events (helper 107)."""
     def never():
         raise AssertionError("called")
 
@@ -78,8 +81,36 @@ def test_time_cold_refuses_bad_counts_before_any_call(kwargs, error, message):
 
 def test_time_cold_checks_the_module_default_by_its_name(monkeypatch):
     monkeypatch.setattr(timing, "FLUSHED_WARMUP", -1)
-    with pytest.raises(ValueError, match=r"^time_cold: timing.FLUSHED_WARMUP must be an int >= 0, got -1$"):
+    with pytest.raises(ValueError, match=r"^time_cold: timing.FLUSHED_WARMUP must be an int in \[0, 100000\], got -1$"):
         timing.time_cold(lambda: None)
+    with pytest.raises(ValueError, match=r"^time_cold: timing.FLUSHED_WARMUP must be an int"):
+        timing.default_flushed_warmup()
+    monkeypatch.setattr(timing, "FLUSHED_WARMUP", np.int64(3))
+    assert type(timing.default_flushed_warmup()) is int  # what a result file's strict JSON takes
+
+
+def test_time_cold_refuses_what_it_cannot_call():
+    with pytest.raises(TypeError, match=r"^time_cold: fn must be callable, got int 0$"):
+        timing.time_cold(0)
+
+
+@pytest.mark.parametrize("samples, method, error, message", [
+    ([], "x", ValueError, "samples_us must be non-empty, finite and >= 0"),
+    ([1.0, float("nan")], "x", ValueError, "samples_us must be non-empty, finite and >= 0"),
+    ([float("inf")], "x", ValueError, "samples_us must be non-empty, finite and >= 0"),
+    ([-5.0], "x", ValueError, "samples_us must be non-empty, finite and >= 0"),
+    ([None], "x", TypeError, "samples_us must be a 1-D sequence of real numbers"),
+    (["1.5"], "x", TypeError, "samples_us must be a 1-D sequence of real numbers"),
+    ("12", "x", TypeError, "samples_us must be a 1-D sequence of real numbers"),
+    ([True, False], "x", TypeError, "samples_us must be a 1-D sequence of real numbers"),
+    ([[1.0, 2.0]], "x", TypeError, "samples_us must be a 1-D sequence of real numbers"),
+    (5.0, "x", TypeError, "samples_us must be a 1-D sequence of real numbers"),
+    ([1.0], None, TypeError, "method must be a str"),
+])
+def test_timing_of_refuses_what_is_not_a_run_of_times(samples, method, error, message):
+    """helper 107: an empty list raised IndexError, NaN gave a NaN median silently."""
+    with pytest.raises(error, match=f"^Timing.of: {message}"):
+        timing.Timing.of(samples, method)
 
 
 @pytest.mark.gpu
@@ -109,5 +140,7 @@ def test_copy_bandwidth_and_device_limits_without_a_gpu_say_so():
 
     with pytest.raises(RuntimeError, match="^copy_bandwidth: no CUDA GPU is visible"):
         timing.copy_bandwidth()
+    with pytest.raises(RuntimeError, match="^time_cold: no CUDA GPU is visible"):
+        timing.time_cold(lambda: None)
     with pytest.raises(RuntimeError, match="^DeviceLimits.of_device: no CUDA GPU is visible"):
         plans.DeviceLimits.of_device(0)
