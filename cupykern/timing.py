@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cupykern import _arrays
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -39,14 +41,14 @@ class Timing:
         ValueError naming the argument otherwise."""
         if not isinstance(method, str):
             raise TypeError(f"Timing.of: method must be a str, got {type(method).__name__} {method!r}")
-        raw = np.asarray(samples_us) if not isinstance(samples_us, (str, bytes)) else np.asarray(None)
+        raw = np.asarray(samples_us)  # a str or bytes is 0-d
         if raw.ndim != 1 or raw.dtype.kind not in "iuf":
             raise TypeError(f"Timing.of: samples_us must be a 1-D sequence of real numbers, got {samples_us!r}")
         s = raw.astype(np.float64)
         if s.size == 0 or not np.all(np.isfinite(s)) or np.any(s < 0):
             raise ValueError(f"Timing.of: samples_us must be non-empty, finite and >= 0, got {samples_us!r}")
         return Timing(float(np.median(s)), float(np.percentile(s, 10)), float(np.percentile(s, 90)), int(s.size), method,
-                      tuple(float(v) for v in s))
+                      tuple(s.tolist()))
 
 
 class _L2Flusher:
@@ -99,14 +101,12 @@ FLUSHED_WARMUP = 0
 MAX_COUNT = 100_000
 
 
-def _count(where: str, name: str, value, minimum: int) -> int:
-    """``value`` if it is an int in [``minimum``, MAX_COUNT], else ValueError (TypeError
-    for a non-int)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{where}: {name} must be an int in [{minimum}, {MAX_COUNT}], got {type(value).__name__} {value!r}")
-    if not minimum <= value <= MAX_COUNT:
-        raise ValueError(f"{where}: {name} must be an int in [{minimum}, {MAX_COUNT}], got {value}")
-    return int(value)
+def _count(where: str, name: str, value, lowest: int) -> int:
+    """``value`` as an int in [``lowest``, MAX_COUNT] (:func:`cupykern._arrays.count`), a
+    TypeError for a value that is not an int at all."""
+    if not _arrays.is_int(value):
+        raise TypeError(f"{where}: {name} must be an int in [{lowest}, {MAX_COUNT}], got {type(value).__name__} {value!r}")
+    return _arrays.count(value, f"{where}: {name}", lowest, MAX_COUNT)
 
 
 def default_flushed_warmup() -> int:

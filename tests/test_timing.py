@@ -61,11 +61,11 @@ def test_time_cold_does_not_time_host_gaps():
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
-    ({"repeat": 0}, ValueError, r"time_cold: repeat must be an int in \[1, 100000\], got 0"),
-    ({"warmup": -1}, ValueError, r"time_cold: warmup must be an int in \[0, 100000\], got -1"),
-    ({"flushed_warmup": -2}, ValueError, r"time_cold: flushed_warmup must be an int in \[0, 100000\], got -2"),
-    ({"flushed_warmup": 10**30}, ValueError, r"time_cold: flushed_warmup must be an int in \[0, 100000\], got 1000000000000000000000000000000"),
-    ({"repeat": np.uint64(2**64 - 1)}, ValueError, r"time_cold: repeat must be an int in \[1, 100000\], got 18446744073709551615"),
+    ({"repeat": 0}, ValueError, r"time_cold: repeat: expected an int in \[1, 100000\], got 0"),
+    ({"warmup": -1}, ValueError, r"time_cold: warmup: expected an int in \[0, 100000\], got -1"),
+    ({"flushed_warmup": -2}, ValueError, r"time_cold: flushed_warmup: expected an int in \[0, 100000\], got -2"),
+    ({"flushed_warmup": 10**30}, ValueError, r"time_cold: flushed_warmup: expected an int in \[0, 100000\], got 1000000000000000000000000000000"),
+    ({"repeat": np.uint64(2**64 - 1)}, ValueError, r"time_cold: repeat: expected an int in \[1, 100000\], got np.uint64\(18446744073709551615\)"),
     ({"flushed_warmup": 1.5}, TypeError, r"time_cold: flushed_warmup must be an int in \[0, 100000\], got float 1.5"),
     ({"repeat": True}, TypeError, r"time_cold: repeat must be an int in \[1, 100000\], got bool True"),
 ])
@@ -81,9 +81,9 @@ def test_time_cold_refuses_bad_counts_before_any_call(kwargs, error, message):
 
 def test_time_cold_checks_the_module_default_by_its_name(monkeypatch):
     monkeypatch.setattr(timing, "FLUSHED_WARMUP", -1)
-    with pytest.raises(ValueError, match=r"^time_cold: timing.FLUSHED_WARMUP must be an int in \[0, 100000\], got -1$"):
+    with pytest.raises(ValueError, match=r"^time_cold: timing.FLUSHED_WARMUP: expected an int in \[0, 100000\], got -1$"):
         timing.time_cold(lambda: None)
-    with pytest.raises(ValueError, match=r"^time_cold: timing.FLUSHED_WARMUP must be an int"):
+    with pytest.raises(ValueError, match=r"^time_cold: timing.FLUSHED_WARMUP: expected an int"):
         timing.default_flushed_warmup()
     monkeypatch.setattr(timing, "FLUSHED_WARMUP", np.int64(3))
     assert type(timing.default_flushed_warmup()) is int  # what a result file's strict JSON takes
