@@ -13,6 +13,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from bench import peers  # noqa: E402
 from cupykern import timing  # noqa: E402
 
-timing.FLUSHED_WARMUP = int(sys.argv.pop(1))
-os.environ["CUPYKERN_COMMIT"] = f"{os.environ.get('CUPYKERN_COMMIT', '?')}-fw{timing.FLUSHED_WARMUP}"
-peers.main()
+# Only as the script: peers.py's torch.compile workers (spawned) import this file again as
+# __mp_main__, where argv is theirs (item 63's call 10: all 8 workers failed on it, and the
+# run compiled in its own process instead).
+if __name__ == "__main__":
+    timing.FLUSHED_WARMUP = int(sys.argv.pop(1))
+    os.environ["CUPYKERN_COMMIT"] = f"{os.environ.get('CUPYKERN_COMMIT', '?')}-fw{timing.FLUSHED_WARMUP}"
+    peers.main()
