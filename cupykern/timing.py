@@ -95,9 +95,10 @@ _HOLD_MARGIN = 2.0
 
 
 #: time_cold's untimed flush-and-call pairs before the timed ones (see its docstring).
-#: 0, as measured: on an H100 the peers run's rms_norm and fused add points (256-4096
-#: tokens, 8b and 70b) read the same with 100 of them as without, within -1.2..+1.6 %,
-#: the peers too (bench/results/NOTES.md item 63, call 10). The knob stays for probes.
+#: 0, as measured: on an H100 100 of them moved no point of the peers run's rms_norm and
+#: fused add (256-4096 tokens, 8b and 70b) past its run-to-run spread (two runs each way:
+#: -1.2..+1.6 % on average, -3.4..+2.5 % run against run; the peers' spread is larger;
+#: bench/results/NOTES.md item 63, call 10). The knob stays for probes.
 FLUSHED_WARMUP = 0
 #: The most calls time_cold takes for any of its counts: past it a call would run for
 #: minutes (each flush reads eight times the L2) or hold a million CUDA events.
