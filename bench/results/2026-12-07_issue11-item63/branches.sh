@@ -13,15 +13,11 @@
 #   ropeD  rope-decode-heads-only: the same two test files; the sanitizers on rope,
 #          qwen2.5-7b, 1024 / 3900 tokens, bf16 and fp16; item 53's rope_token_prefill.py on
 #          qwen2.5-7b at 528-8192 (rule: the branch's plan; lib: the wide kernel; tag c63q).
-set -u
-unset PEERS
 cd "$(dirname "$0")/../../.."
-nvidia-smi -L
-BASE_OUT=${OUT:-$PWD/.out}
+D=bench/results/2026-12-07_issue11-item63
+. $D/patched_tree.sh
 DEADLINE_S=${DEADLINE_S:-585}
 BRANCHES=${BRANCHES:-"rms rope6 ropeD"}
-HERE=$PWD
-D=bench/results/2026-12-07_issue11-item63
 ROPE_TESTS="tests/test_rope_layouts.py tests/test_rope.py"
 export CUPYKERN_COMMIT="${CUPYKERN_COMMIT:-unknown}+patch"
 set -- $BRANCHES
@@ -41,8 +37,7 @@ while [ $# -gt 0 ]; do
     *) echo "unknown branch $name"; exit 2 ;;
   esac
   dir=/tmp/branch-$name
-  rm -rf "$dir" && mkdir -p "$dir" && tar -C "$HERE" --exclude=./.out -cf - . | tar -C "$dir" -xf - &&
-    (cd "$dir" && git apply "$HERE"/$patch/0001-*.patch) || { echo "patch $patch does not apply"; exit 2; }
+  patched_tree $name $patch
   share=$(( (DEADLINE_S - SECONDS) / ($# + 1) ))
   (cd "$dir" && env OUT="$BASE_OUT/$name" PYTEST_ARGS="-n 15" SANITIZE=1 DEADLINE_S=$share "${env[@]}" bash bench/gpu_session.sh)
 done

@@ -5,19 +5,13 @@
 # default 0: item 63 found 100 change nothing past the spread). Any card; from the repository
 # root (carry .whl; CUPYKERN_COMMIT set). Every run's JSON and log go into one
 # $OUT/rms_peers_order.tar.gz (a device call returns at most 8 files).
-set -u
-unset PEERS
 cd "$(dirname "$0")/../../.."
-nvidia-smi -L
-BASE_OUT=${OUT:-$PWD/.out}
+. bench/results/2026-12-07_issue11-item63/patched_tree.sh
 FW=${FW:-0}
-HERE=$PWD
 ARGS="--ops rms_norm --num-tokens ${NUM_TOKENS:-256,1024,2048,4096}"
 P=bench/results/2026-12-07_issue11-item62/peers_ab.py
 RMS=/tmp/branch-rms
-rm -rf "$RMS" && mkdir -p "$RMS" && tar -C "$HERE" --exclude=./.out -cf - . | tar -C "$RMS" -xf - &&
-  (cd "$RMS" && git apply "$HERE"/bench/results/2026-12-07_issue11-item62/rms-decode-layout-filled/0001-*.patch) ||
-  { echo "the rms patch does not apply"; exit 2; }
+patched_tree rms bench/results/2026-12-07_issue11-item62/rms-decode-layout-filled
 RUNS=$(mktemp -d /tmp/rms-order.XXXX)
 for i in 1 2; do
   for tree in main rms; do
