@@ -24,15 +24,18 @@ from cupykern import _arrays
 
 @dataclass(frozen=True)
 class Timing:
-    """Microseconds per call: median and the 10th/90th percentiles of ``samples`` runs,
-    and the runs themselves in the order they ran (``samples_us``)."""
+    """Microseconds per call: median and the 10th/90th percentiles of the runs, and the
+    runs themselves in the order they ran (``samples_us``; ``samples`` counts them)."""
 
     median_us: float
     p10_us: float
     p90_us: float
-    samples: int
     method: str  # "events, cold L2" or "graph replay"
-    samples_us: tuple[float, ...] = field(default=(), repr=False, compare=False)
+    samples_us: tuple[float, ...] = field(repr=False, compare=False)
+
+    @property
+    def samples(self) -> int:
+        return len(self.samples_us)
 
     @staticmethod
     def of(samples_us, method: str) -> "Timing":
@@ -47,7 +50,7 @@ class Timing:
         s = raw.astype(np.float64)
         if s.size == 0 or not np.all(np.isfinite(s)) or np.any(s < 0):
             raise ValueError(f"Timing.of: samples_us must be non-empty, finite and >= 0, got {samples_us!r}")
-        return Timing(float(np.median(s)), float(np.percentile(s, 10)), float(np.percentile(s, 90)), int(s.size), method,
+        return Timing(float(np.median(s)), float(np.percentile(s, 10)), float(np.percentile(s, 90)), method,
                       tuple(s.tolist()))
 
 
