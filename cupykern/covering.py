@@ -32,8 +32,10 @@ from cupykern import _dtypes, families, launcher, models, plans, tuning
 from cupykern._arrays import Sig
 
 #: num_tokens the planner's picks are taken at: decode (1, 16), a small batch, 1024 (apply_rope's
-#: token kernel in the prefill layout's heads, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM), prefill.
-NUM_TOKENS = (1, 16, 64, 1024, 4096)
+#: token kernel in the prefill layout's heads, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM), prefill,
+#: and 6144 (rms_norm's prefill layout for llama-3.1-8b's rows, past
+#: plans.DECODE_FILL_SHARE_FILLED's 4224).
+NUM_TOKENS = (1, 16, 64, 1024, 4096, 6144)
 
 #: Rows of the KV cache and cos/sin table below the presets' context length: decode
 #: attention splits the cache past plans.ATTENTION_ONE_SPLIT_ROWS rows, so both paths are planned.

@@ -82,6 +82,18 @@ DECODE_MAX_THREADS_PER_ROW = {"softmax": 256}
 #: leaves) faster at every size timed (8b 1024 tokens -9..-12 %, 70b 16384 tokens -2 %).
 DECODE_FILL_SHARE = {"softmax": 0.25, "row_reduce": 0.0, "fused_add_rms_norm": float("inf")}
 DECODE_FILL_SHARE_DEFAULT = 0.5
+#: DECODE_FILL_SHARE's value for the decode layouts that fill their rows, per op: {op:
+#: (share, fewest elements, most elements a row)}, for the layouts timed alone: 16-byte
+#: vectors, DECODE_VECS_PER_THREAD = 2 leaves a thread, every leaf a whole one
+#: (RowLayout.fills), at most FILLED_MOST_THREADS threads a row. Measured on an H100
+#: (bench/results/NOTES.md, item 61, rms_rows_probe.py, cold L2, no peer in the rounds;
+#: bf16 and fp16; fp32 rows of 4096, 512 x 2, -5.5..+0.4 %): rms_norm's 256 x 2
+#: (llama-3.1-8b) 1.1-12.0 % faster than the prefill layout at 768-4096 rows, 512 x 2
+#: (70b) 0.9-11.4 % at 384-2048; rows the decode layout
+#: fills only in part (qwen2.5-7b's 3584, phi-3-mini's 3072) up to 11 % slower, hence
+#: "fills"; layer_norm and softmax slower (not in the table). Not yet read on an H200.
+DECODE_FILL_SHARE_FILLED = {"rms_norm": (4.0, 4096, 8192)}
+FILLED_MOST_THREADS = 512
 #: Tree columns per thread at prefill sizes (more rows than DECODE_MAX_ROWS): 4, so a
 #: 4096-element bf16 row gets 128 threads (the layout before the tree) and an
 #: 8192-element one 256. On the H200, 16384 x 8192 bf16 rms_norm ran at 91.1% of copy
@@ -546,6 +558,38 @@ def _decode_fill_share(op: str | None) -> float:
     return _per_op_constant("DECODE_FILL_SHARE", op, "DECODE_FILL_SHARE_DEFAULT", _share, "a number >= 0")
 
 
+def _filled_table() -> dict:
+    """DECODE_FILL_SHARE_FILLED with every entry checked (whichever op or row is planned,
+    so a bad entry cannot wait for the rows it names): PlanError naming the constant or
+    the entry unless a dict of op name -> (share >= 0, fewest elements, most elements),
+    the counts ints >= 1, the fewest at most the most."""
+    table = DECODE_FILL_SHARE_FILLED
+    if not isinstance(table, dict) or not all(isinstance(op, str) for op in table):
+        raise PlanError(f"plans.DECODE_FILL_SHARE_FILLED must be a dict of op name -> (share, fewest elements, "
+                        f"most elements), got {table!r}")
+    for op, value in table.items():
+        if (not isinstance(value, tuple) or len(value) != 3 or _share(value[0]) is None
+                or not all(_is_int(v) and v >= 1 for v in value[1:]) or value[1] > value[2]):
+            raise PlanError(f"plans.DECODE_FILL_SHARE_FILLED[{op!r}] must be (share, fewest elements, most elements): "
+                            f"a number >= 0, then ints >= 1, the fewest at most the most, got {value!r}")
+    return table
+
+
+def _fill_share(op: str | None, layout: RowLayout, hidden_size: int, dtype) -> float:
+    """The share of resident threads up to which ``op`` keeps its decode ``layout`` past
+    DECODE_MAX_ROWS rows: DECODE_FILL_SHARE_FILLED's where ``layout`` is of those timed
+    (16-byte vectors, 2 leaves a thread filling the row of ``hidden_size`` elements within
+    the entry's, at most FILLED_MOST_THREADS threads), else :func:`_decode_fill_share`."""
+    table = _filled_table()
+    most_threads = _constant("FILLED_MOST_THREADS", THREADS_PER_ROW_CHOICES)
+    default = _decode_fill_share(op)  # checked here too, as on rows the entry does not name (helper 107)
+    if op in table and layout.vec_width > 1 and layout.vecs_per_thread == 2 and layout.fills(hidden_size, dtype):
+        share, fewest, most = table[op]
+        if fewest <= hidden_size <= most and layout.threads_per_row <= most_threads:
+            return _share(share)
+    return default
+
+
 def _prefill_max_threads_per_row(op: str | None) -> int:
     """PREFILL_MAX_THREADS_PER_ROW[op] (MAX_BLOCK_SIZE for an op it does not name)."""
     return _per_op_constant("PREFILL_MAX_THREADS_PER_ROW", op, "MAX_BLOCK_SIZE", _compiled_threads_per_row,
@@ -586,7 +630,8 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
     16-byte vectors when ``aligned``; DECODE_VECS_PER_THREAD tree columns per thread (at
     most DECODE_MAX_THREADS_PER_ROW[op] threads a row) up to DECODE_MAX_ROWS rows, and
     beyond while the rows' threads fill at most DECODE_FILL_SHARE[op] of the GPU's
-    resident threads; PREFILL_VECS_PER_THREAD otherwise (threads_per_row = J / that, at
+    resident threads (DECODE_FILL_SHARE_FILLED[op]'s share for the filled layouts it
+    names); PREFILL_VECS_PER_THREAD otherwise (threads_per_row = J / that, at
     most PREFILL_MAX_THREADS_PER_ROW[op], within the compiled range), but where ``op``
     reads its rows again from L2 (:data:`REREAD`'s rows, 16-byte vectors) 2 leaves a
     thread (:func:`reread_layout`) if that layout fills the row with the exact walk, has at
@@ -614,7 +659,8 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
         return min(block_cap, max(fewest, min(most, columns // per_thread)))
 
     threads = threads_for(decode, _decode_max_threads_per_row(op))
-    if num_rows > decode_rows and num_rows * threads > _decode_fill_share(op) * resident:
+    decode_layout = RowLayout(threads, vec_width, tree_vecs_per_thread(hidden_size, dtype, threads))
+    if num_rows > decode_rows and num_rows * threads > _fill_share(op, decode_layout, hidden_size, dtype) * resident:
         threads = threads_for(prefill, _prefill_max_threads_per_row(op))
         if vec_width > 1 and _rereads_rows(op, num_rows, hidden_size):
             layout = reread_layout(hidden_size, dtype, vec_width)
@@ -622,7 +668,8 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
             if layout.threads_per_row <= block_cap and reread(
                     op, layout, num_rows, hidden_size, dtype, exact):
                 return layout
-    return RowLayout(threads, vec_width, tree_vecs_per_thread(hidden_size, dtype, threads))
+        return RowLayout(threads, vec_width, tree_vecs_per_thread(hidden_size, dtype, threads))
+    return decode_layout
 
 
 def default_rows_per_block(threads_per_row: int) -> int:

@@ -332,10 +332,10 @@ def test_sweep_takes_sizes_and_constants_from_the_model(fake_gpu, tmp_path, tune
 
 def test_block_size_goes_to_the_plan_rule(fake_gpu, tmp_path, tune_file):
     out = tmp_path / "b.json"
-    result = invoke("sweep", "rms_norm", "--num-tokens", "1000", "--block-size", "64,256", "--json", str(out))
+    result = invoke("sweep", "rms_norm", "--num-tokens", "6000", "--block-size", "64,256", "--json", str(out))
     assert result.exit_code == 0, result.output
     # The prefill layout of 4096 bf16 has 128 threads per row: 64 cannot hold a row.
-    assert "skipped rms_norm 1000x4096 bf16" in result.output and "not threads_per_row 128 times a power of two" in result.output
+    assert "skipped rms_norm 6000x4096 bf16" in result.output and "not threads_per_row 128 times a power of two" in result.output
     (point,) = json.loads(out.read_text())["points"]
     assert (point["block_size"], point["threads_per_row"], point["rows_per_block"], point["origin"]) == \
         (256, 128, 2, "override")

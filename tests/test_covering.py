@@ -72,7 +72,7 @@ def test_planned_picks_are_the_plan_rules(full):
     a cache past the one-split limit plans split-KV attention and its combine."""
     llama = models.get("llama-3.1-8b")
     picked = covering.planned([llama], dtypes=[_dtypes.bfloat16], num_tokens=[4096])
-    layout = plans.row_layout(4096, _dtypes.bfloat16, aligned=True, num_rows=4096)
+    layout = plans.row_layout(4096, _dtypes.bfloat16, aligned=True, num_rows=4096, op="rms_norm")
     assert norm.RMS_NORM.expr(_dtypes.c_type(_dtypes.bfloat16), *layout.template_args(),
                               layout.fills(4096, _dtypes.bfloat16)) in picked["norm.cu"]
     assert covering.SHORT_CACHE_ROWS <= plans.ATTENTION_ONE_SPLIT_ROWS < llama.max_position_embeddings

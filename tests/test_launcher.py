@@ -205,8 +205,8 @@ def test_zero_rows_launch_nothing(fake_gpu):
 
 def test_overrides_reach_the_plan_and_the_key(fake_gpu, monkeypatch):
     prepared = _counting(monkeypatch, "rms_norm")
-    x, w = FakeArray((1000, 4096), bf16), FakeArray((4096,), bf16, ptr=1 << 24)  # prefill: 128 threads per row
-    out = FakeArray((1000, 4096), bf16, ptr=1 << 25)
+    x, w = FakeArray((6000, 4096), bf16), FakeArray((4096,), bf16, ptr=1 << 27)  # prefill: 128 threads per row
+    out = FakeArray((6000, 4096), bf16, ptr=1 << 28)
     cupykern.rms_norm(x, w, out=out)
     with launcher.overrides(block_size=256):  # 128 threads per row: 2 rows per block
         cupykern.rms_norm(x, w, out=out)

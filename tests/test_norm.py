@@ -335,7 +335,7 @@ def test_exact_walk_where_the_layout_fills_the_row(prepare):
     assert planned(1, 4000, BF16)[1] is False and planned(1, 4104, BF16)[1] is False
     # The prefill layout 128 x 4 leaves of 8; the fused add keeps its decode layout
     # (plans.DECODE_FILL_SHARE) and with it the exact walk.
-    layout, exact = planned(4096, 4096, F16)
+    layout, exact = planned(6000, 4096, F16)  # past rms_norm's plans.DECODE_FILL_SHARE_FILLED
     assert layout.fills(4096, F16)
     assert (layout.vecs_per_thread, exact) == ((2, True) if prepare is _fused else (4, prepare is _rms))
 
@@ -653,11 +653,12 @@ def test_more_than_65535_rows(rng):
 @pytest.mark.parametrize("hidden", [5, 4096, 8192, 65536])
 @pytest.mark.parametrize("op", ["rms_norm", "fused_add_rms_norm", "layer_norm", "softmax"])
 def test_batch_invariance(rng, op, hidden):
-    """A row alone and inside 4096 rows (256 for the widest) gives identical bits: the
+    """A row alone and inside 6144 rows (256 for the widest) gives identical bits: the
     decode and the prefill layout compute the same reduction tree (the fused add keeps
-    its decode layout: plans.DECODE_FILL_SHARE)."""
+    its decode layout: plans.DECODE_FILL_SHARE; rms_norm's filled rows keep theirs to
+    4224 rows: plans.DECODE_FILL_SHARE_FILLED)."""
     dtype = _dtypes.bfloat16
-    rows = 4096 if hidden <= 8192 else 256  # 256 x 1024 threads: past half an H200's, the prefill layout
+    rows = 6144 if hidden <= 8192 else 256  # 256 x 1024 threads: past half an H200's, the prefill layout
     x, w = _rms_inputs(rng, rows, hidden, dtype)
     residual = random_device(rng, (rows, hidden), dtype)
 

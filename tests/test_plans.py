@@ -141,8 +141,9 @@ def test_the_decode_layout_stays_while_the_rows_fill_half_the_gpu():
     def vecs(op, num_rows, limits=H200_LIMITS):
         return plans.plan_rows(num_rows, 4096, _dtypes.bfloat16, aligned=True, limits=limits, op=op).layout.vecs_per_thread
 
-    # 4096 bf16 rows: the decode layout's 256 threads a row fill half of 132 x 2048 at 528 rows.
-    for op in ("rms_norm", "layer_norm", "rms_norm_quant", "fused_add_rms_norm_dynamic_per_token_quant", None):
+    # 4096 bf16 rows: the decode layout's 256 threads a row fill half of 132 x 2048 at 528 rows
+    # (rms_norm's filled rows keep it longer: DECODE_FILL_SHARE_FILLED, below).
+    for op in ("layer_norm", "rms_norm_quant", "fused_add_rms_norm_dynamic_per_token_quant", None):
         assert (vecs(op, 65), vecs(op, 528), vecs(op, 529)) == (2, 2, 4), op
         assert vecs(op, 264, replace(H200_LIMITS, sm_count=66)) == 2 and vecs(op, 265, replace(H200_LIMITS, sm_count=66)) == 4
     assert (vecs("row_reduce", 64), vecs("row_reduce", 65)) == (2, 4)  # share 0: prefill from 65 rows
@@ -154,7 +155,7 @@ def test_the_decode_layout_stays_while_the_rows_fill_half_the_gpu():
 def test_rms_norm_takes_at_most_128_threads_a_row_at_prefill_sizes():
     """PREFILL_MAX_THREADS_PER_ROW: rms_norm's prefill rows take at most 128 threads, as
     many leaves a thread as that needs up to 8; other ops keep 4 leaves a thread."""
-    def layout(op, hidden_size, dtype=_dtypes.bfloat16, num_rows=4096):
+    def layout(op, hidden_size, dtype=_dtypes.bfloat16, num_rows=6000):  # past DECODE_FILL_SHARE_FILLED's rows
         return plans.row_layout(hidden_size, dtype, True, num_rows=num_rows, op=op)
 
     assert layout("rms_norm", 8192) == plans.RowLayout(128, 8, 8)        # llama-3.1-70b
@@ -310,14 +311,80 @@ def test_decode_fill_shares_take_any_real_number(monkeypatch, value):
 def test_bad_decode_fill_shares_are_refused_by_name(monkeypatch, value):
     monkeypatch.setitem(plans.DECODE_FILL_SHARE, "rms_norm", value)
     with pytest.raises(ValueError, match=r"plans.DECODE_FILL_SHARE\['rms_norm'\] must be a number >= 0"):
+        plans.plan_rows(4096, 3584, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
+    plans.plan_rows(64, 3584, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")  # not read
+    with pytest.raises(ValueError, match=r"plans.DECODE_FILL_SHARE\['rms_norm'\] must be a number >= 0"):
+        # rows DECODE_FILL_SHARE_FILLED names: read and checked all the same (helper 107)
         plans.plan_rows(4096, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
-    plans.plan_rows(64, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")  # not read
     monkeypatch.setattr(plans, "DECODE_FILL_SHARE_DEFAULT", value)
     with pytest.raises(ValueError, match=r"plans.DECODE_FILL_SHARE_DEFAULT must be a number >= 0"):
         plans.plan_rows(4096, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="layer_norm")
     monkeypatch.setattr(plans, "DECODE_FILL_SHARE", [0.5])
     with pytest.raises(ValueError, match="plans.DECODE_FILL_SHARE must be a dict"):
-        plans.plan_rows(4096, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
+        plans.plan_rows(4096, 3584, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
+
+
+def _rms_layout(num_rows, hidden_size=4096, dtype=_dtypes.bfloat16, aligned=True, op="rms_norm", limits=H200_LIMITS):
+    return plans.row_layout(hidden_size, dtype, aligned, num_rows=num_rows, op=op, limits=limits)
+
+
+def test_rms_norm_keeps_its_filled_decode_layout_to_four_times_the_resident_threads():
+    """DECODE_FILL_SHARE_FILLED: rms_norm's decode layout stays, where it fills rows of
+    4096-8192 elements in 16-byte vectors with at most 512 threads, until the rows'
+    threads are 4 x 132 x 2048 (llama-3.1-8b to 4224 rows, -70b to 2112)."""
+    assert (_rms_layout(4224), _rms_layout(4225)) == (plans.RowLayout(256, 8, 2), plans.RowLayout(128, 8, 4))
+    assert (_rms_layout(2112, 8192), _rms_layout(2113, 8192)) == (plans.RowLayout(512, 8, 2), plans.RowLayout(128, 8, 8))
+    assert _rms_layout(4224, dtype=_dtypes.float16) == plans.RowLayout(256, 8, 2)
+    assert (_rms_layout(2112, dtype=_dtypes.float32), _rms_layout(2113, dtype=_dtypes.float32)) == (
+        plans.RowLayout(512, 4, 2), plans.RowLayout(128, 4, 8))
+    # Half the resident threads, as main, where the entry does not apply: rows the layout fills
+    # in part (qwen2.5-7b's 3584), scalar accesses, 1024 threads (fp32 rows of 8192), other
+    # sizes (2048), other ops, and a GPU of 66 SMs at its own half and 4 times.
+    assert (_rms_layout(528, 3584), _rms_layout(529, 3584)) == (plans.RowLayout(256, 8, 2), plans.RowLayout(128, 8, 4))
+    assert _rms_layout(529, aligned=False).threads_per_row == 128
+    assert (_rms_layout(132, 8192, _dtypes.float32).vecs_per_thread, _rms_layout(133, 8192, _dtypes.float32).vecs_per_thread) == (2, 8)
+    assert (_rms_layout(1056, 2048).vecs_per_thread, _rms_layout(1057, 2048).vecs_per_thread) == (2, 4)
+    assert _rms_layout(529, op="layer_norm").vecs_per_thread == 4
+    small = replace(H200_LIMITS, sm_count=66)
+    assert (_rms_layout(2112, limits=small), _rms_layout(2113, limits=small)) == (
+        plans.RowLayout(256, 8, 2), plans.RowLayout(128, 8, 4))
+
+
+def test_the_filled_table_takes_other_values_and_ops(monkeypatch):
+    monkeypatch.setitem(plans.DECODE_FILL_SHARE_FILLED, "rms_norm", (1.0, 4096, 4096))
+    assert (_rms_layout(1056), _rms_layout(1057)) == (plans.RowLayout(256, 8, 2), plans.RowLayout(128, 8, 4))
+    assert _rms_layout(529, 8192).vecs_per_thread == 8  # 8192 is out of the entry now
+    monkeypatch.setitem(plans.DECODE_FILL_SHARE_FILLED, "layer_norm", (float("inf"), 4096, 8192))
+    assert _rms_layout(10**6, op="layer_norm") == plans.RowLayout(256, 8, 2)
+    monkeypatch.setattr(plans, "FILLED_MOST_THREADS", 128)
+    assert _rms_layout(529, op="layer_norm").vecs_per_thread == 4  # 256 threads: not of those timed
+    monkeypatch.setattr(plans, "DECODE_FILL_SHARE_FILLED", {})
+    assert _rms_layout(529).vecs_per_thread == 4  # main's rule
+
+
+@pytest.mark.parametrize("value", [(-1, 4096, 8192), (float("nan"), 4096, 8192), (True, 4096, 8192),
+                                   (4.0, 0, 8192), (4.0, 8192, 4096), (4.0, 4096.0, 8192), (4.0, 4096),
+                                   [4.0, 4096, 8192], None])
+def test_bad_filled_entries_are_refused_by_name_for_any_row(monkeypatch, value):
+    """Checked whenever the table is read (past DECODE_MAX_ROWS rows), also for rows and
+    ops the entry does not name."""
+    monkeypatch.setitem(plans.DECODE_FILL_SHARE_FILLED, "layer_norm", value)
+    for op, hidden_size in (("rms_norm", 4096), ("softmax", 3584)):
+        with pytest.raises(ValueError, match=r"^plans.DECODE_FILL_SHARE_FILLED\['layer_norm'\] must be \(share, "):
+            _rms_layout(1000, hidden_size, op=op)
+    monkeypatch.setattr(plans, "DECODE_FILL_SHARE_FILLED", [("rms_norm", (4.0, 4096, 8192))])
+    with pytest.raises(ValueError, match=r"^plans.DECODE_FILL_SHARE_FILLED must be a dict"):
+        _rms_layout(1000)
+    monkeypatch.setattr(plans, "DECODE_FILL_SHARE_FILLED", {1: (4.0, 4096, 8192)})
+    with pytest.raises(ValueError, match=r"^plans.DECODE_FILL_SHARE_FILLED must be a dict"):
+        _rms_layout(1000)
+
+
+@pytest.mark.parametrize("value", [0, 384, 512.0, True, None])
+def test_bad_filled_thread_caps_are_refused_by_name(monkeypatch, value):
+    monkeypatch.setattr(plans, "FILLED_MOST_THREADS", value)
+    with pytest.raises(ValueError, match=r"^plans.FILLED_MOST_THREADS must be one of"):
+        _rms_layout(529)
 
 
 @pytest.mark.parametrize("name", ["DECODE_VECS_PER_THREAD", "PREFILL_VECS_PER_THREAD", "DECODE_MAX_ROWS"])

@@ -308,10 +308,11 @@ def test_every_layout_gives_the_same_bytes(rng, op, size, dtype):
                                 "fused_add_rms_norm_dynamic_per_token_quant"])
 @pytest.mark.parametrize("size", [3584, 4096, 8192, 16384])
 def test_batch_invariant_across_num_tokens(rng, op, size):
-    """A row alone (decode layout), among 64 and among 4096 rows (prefill layout) gives
-    the same bytes; the planner's layouts differ across these batches."""
+    """A row alone (decode layout), among 64 and among 6144 rows (prefill layout; past
+    rms_norm's plans.DECODE_FILL_SHARE_FILLED) gives the same bytes; the planner's
+    layouts differ across these batches."""
     dtype = _dtypes.bfloat16
-    rows = 4096
+    rows = 6144
     x, residual, w, scale = _inputs(rng, rows, size, dtype)
     layouts = {plans.plan_rows(n, size, dtype, aligned=True, limits=H200_LIMITS).layout for n in (1, 64, rows)}
     assert len(layouts) > 1

@@ -231,21 +231,21 @@ def fake_spec(device, op, **kw):
 
 def test_a_point_reports_the_plan_launched(device):
     spec = fake_spec(device, "rms_norm")
-    point = sweep.measure(spec, 1000, 4096, "bf16", seed=0, copy_gbps=4000.0)  # prefill: 128 threads per row
+    point = sweep.measure(spec, 6000, 4096, "bf16", seed=0, copy_gbps=4000.0)  # prefill: 128 threads per row
     assert (point.plan_kind, point.origin, point.threads_per_row, point.vec_width, point.rows_per_block,
-            point.block_size, point.grid) == ("rows", "heuristic", 128, 8, 1, 128, 1000)
+            point.block_size, point.grid) == ("rows", "heuristic", 128, 8, 1, 128, 6000)
     assert (point.check_ok, point.max_ulp_err, point.median_us, point.method) == (True, 1.0, 2.5, "fake")
     (kernel,) = device.kernels.values()
-    assert kernel.launches[0][:2] == ((1000, 1, 1), (128, 1, 1))  # what the point says ran did run
+    assert kernel.launches[0][:2] == ((6000, 1, 1), (128, 1, 1))  # what the point says ran did run
     # block_size goes to the plan rule through the overrides: it picks rows_per_block.
     with launcher.overrides(block_size=256):
-        point = sweep.measure(spec, 1000, 4096, "bf16", seed=0, copy_gbps=4000.0)
+        point = sweep.measure(spec, 6000, 4096, "bf16", seed=0, copy_gbps=4000.0)
     assert (point.origin, point.threads_per_row, point.rows_per_block, point.block_size, point.grid) == \
-        ("override", 128, 2, 256, 500)
+        ("override", 128, 2, 256, 3000)
     with launcher.overrides(block_size=256, threads_per_row=64):
-        assert sweep.measure(spec, 1000, 4096, "bf16", seed=0, copy_gbps=4000.0).rows_per_block == 4
+        assert sweep.measure(spec, 6000, 4096, "bf16", seed=0, copy_gbps=4000.0).rows_per_block == 4
     with launcher.overrides(block_size=64), pytest.raises(ValueError, match="not threads_per_row 128 times a power of two"):
-        sweep.measure(spec, 1000, 4096, "bf16", seed=0, copy_gbps=4000.0)
+        sweep.measure(spec, 6000, 4096, "bf16", seed=0, copy_gbps=4000.0)
 
 
 def test_activation_and_rope_points_report_their_plans(device):
@@ -290,8 +290,8 @@ def test_tune_configs_keep_to_the_options_the_op_takes(device):
 def test_run_cases_skips_illegal_overrides_only(device, monkeypatch):
     specs = {op: fake_spec(device, op) for op in ("rms_norm",)}
     monkeypatch.setattr(sweep, "all_specs", lambda: specs)
-    cases = [sweep.Case("rms_norm", BF16, 4096, 1000, {"block_size": 64}), sweep.Case("rms_norm", BF16, 4096, 1000, {}),
-             sweep.Case("rms_norm", BF16, 4096, 1000, {"block_size": 256})]
+    cases = [sweep.Case("rms_norm", BF16, 4096, 6000, {"block_size": 64}), sweep.Case("rms_norm", BF16, 4096, 6000, {}),
+             sweep.Case("rms_norm", BF16, 4096, 6000, {"block_size": 256})]
     outcomes = list(sweep.run_cases(cases, seed=0, copy_gbps=4000.0))
     assert isinstance(outcomes[0], sweep.Skipped) and "threads_per_row 128" in outcomes[0].reason
     assert [o.rows_per_block for o in outcomes[1:]] == [1, 2]
