@@ -1194,6 +1194,20 @@ ROPE_TOKEN_BAND_HEADS = 6
 #: 3.0 % slower; at 4,096 the H200 gains 2.7-2.9 % and the H100 is 0.2 % faster to 0.7 %
 #: slower; at 4,608 the H200's gain falls to 0.9-1.8 %.
 ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM = 27
+#: apply_rope's token kernel also runs at 6 lanes a head (rotary_dim 96 in 16-bit vectors:
+#: phi-3-mini's 32 + 32 heads of 96), compiled and planned at these heads a thread alone.
+#: phi-3-mini's decode layout (2 heads a thread, 32 slots of 6 lanes, 192 threads) takes it
+#: at decode sizes; from ROPE_MIN_TOKENS_PER_SM tokens an SM it keeps the wide kernel (the
+#: prefill heads, 5, and the band's 6 do not divide its 64 heads). Measured (H100, bf16,
+#: bit for bit the wide kernel's; bench/results/NOTES.md item 60, call 11): 56 registers
+#: against the wide kernel's 76, 15.7 / 15.3 / 11.7 % less at 1 / 16 / 64 tokens (graph
+#: replay), 5.0 / 2.9 % at 256 / 527 (cold L2). 3 heads a thread at 6 lanes spill 8 bytes
+#: on sm_80 (cache in q's dtype; 8 lanes do not, nor 6 lanes at 2, 4, 5 or 6 heads), so
+#: the entries are from (2, 4, 5, 6) (:func:`rope_token_6_lanes_heads`). The same plan
+#: takes 32 heads of 96 (16 slots, 96 threads: a q-only call) and rotary_dim 96 under a
+#: larger head_dim (in place, the dims past it are not touched), untimed.
+ROPE_TOKEN_6_LANES_HEADS = (2,)
+_ROPE_TOKEN_6_LANES_SPILL_FREE_HEADS = (2, 4, 5, 6)  # not a knob: what ptxas compiles without a spill
 #: Resident 256-thread blocks an SM a wave counts where the kernel's own count is not known
 #: (planning without a GPU), scaled to the plan's block (4 of 128 threads, the same 512
 #: threads an SM: the 5-heads kernels' 112-128 registers). The ops pass the CUDA
@@ -1342,7 +1356,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     if not wide:
         heads_per_thread, waves, block_threads = (1 if few_tokens else steps_heads), 0, ROPE_MAX_BLOCK_SIZE
     token_heads = rope_token_heads(fused_norm)  # read at every shape too, as the two tables below
-    rope_token_dtypes(fused_norm), rope_norm_row_groups()
+    rope_token_dtypes(fused_norm), rope_norm_row_groups(), rope_token_6_lanes_heads()
     band_heads = 0 if fused_norm else rope_token_band_heads()
     window_start = _constant("ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM") * sm_count
     window_end = _constant("ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM") * sm_count
@@ -1470,13 +1484,15 @@ def _rope_token_full(dtype, vec_width: int, head_dim: int, rotary_dim: int, unit
                      head_slots: int, heads_per_thread: int, num_heads: int, fused_norm: bool) -> bool:
     """Whether a token kernel may run this shape (its launch contract, rope.cu): q/k of
     :data:`ROPE_TOKEN_DTYPES` in 16-byte vectors, one unit a lane of a compiled row group
-    (:data:`ROPE_NORM_THREADS_PER_HEAD`), every slot holding heads_per_thread heads, a
+    (:data:`ROPE_NORM_THREADS_PER_HEAD`; apply_rope's also 6 lanes at
+    :data:`ROPE_TOKEN_6_LANES_HEADS`: :func:`rope_token_kernels_compiled`), every slot holding heads_per_thread heads, a
     token's threads whole warps, at least 64 of them (the shapes timed); qk_rms_norm_rope's
     with full rotary (no pass-through dims)."""
     threads = threads_per_head * head_slots
+    compiled = (threads_per_head in rope_norm_row_groups() if fused_norm
+                else (threads_per_head, heads_per_thread) in rope_token_kernels_compiled())
     return (np.dtype(dtype) in rope_token_dtypes(fused_norm) and vec_width * np.dtype(dtype).itemsize == LEAF_BYTES
-            and (rotary_dim == head_dim or not fused_norm) and units == threads_per_head
-            and threads_per_head in rope_norm_row_groups()
+            and (rotary_dim == head_dim or not fused_norm) and units == threads_per_head and compiled
             and head_slots * heads_per_thread == num_heads and threads % WARP_SIZE == 0 and threads >= 64)
 
 
@@ -1485,6 +1501,25 @@ def rope_token_band_heads() -> int:
     most heads a thread item 47 compiled and timed (ptxas, sm_90: apply_rope's token kernel
     at 10 heads takes 134 registers, no spill)."""
     return _constant("ROPE_TOKEN_BAND_HEADS", lowest=0, highest=10)
+
+
+def rope_token_6_lanes_heads() -> tuple[int, ...]:
+    """:data:`ROPE_TOKEN_6_LANES_HEADS` as ints, PlanError naming it unless a tuple of
+    distinct ints of (2, 4, 5, 6) (empty: no 6-lane token kernel; 3 heads spill on sm_80)."""
+    value = ROPE_TOKEN_6_LANES_HEADS
+    allowed = _ROPE_TOKEN_6_LANES_SPILL_FREE_HEADS
+    if (type(value) is not tuple or not all(_is_int(h) and int(h) in allowed for h in value)
+            or len({int(h) for h in value}) != len(value)):
+        raise PlanError(f"plans.ROPE_TOKEN_6_LANES_HEADS must be a tuple of distinct ints of {allowed}, got {value!r}")
+    return tuple(int(h) for h in value)
+
+
+def rope_token_kernels_compiled() -> tuple[tuple[int, int], ...]:
+    """(lanes a head, heads a thread) of every apply_rope_token_kernel compiled: each row
+    group (:func:`rope_norm_row_groups`) at :func:`rope_token_heads_compiled`, and 6 lanes
+    at :func:`rope_token_6_lanes_heads`; PlanError for a bad table."""
+    return (tuple((g, h) for g in rope_norm_row_groups() for h in rope_token_heads_compiled())
+            + tuple((6, h) for h in rope_token_6_lanes_heads()))
 
 
 def rope_token_heads_compiled() -> tuple[int, ...]:

@@ -65,7 +65,9 @@
 //                     1 or 16 / sizeof(T) (qk_rms_norm_rope). Every pointer and stride
 //                     is aligned to it and rotary_dim/2 and head_dim are multiples of it.
 //   kThreadsPerHead   8, 16, 32 (qk_rms_norm_rope: the row group that reduces a head;
-//                     the token kernels: the lanes of a head, one unit each)
+//                     the token kernels: the lanes of a head, one unit each); apply_rope's
+//                     token kernel also 6 (rotary_dim 96 in 16-bit, at
+//                     plans.ROPE_TOKEN_6_LANES_HEADS heads a thread only)
 //   kHeadsPerThread   the wide and token kernels' heads a thread holds at once (compiled
 //                     for plans.ROPE_WIDE_HEADS_CHOICES / ROPE_WIDE_NORM_HEADS_CHOICES;
 //                     apply_rope's token kernel also for plans.ROPE_TOKEN_BAND_HEADS)

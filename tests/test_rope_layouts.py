@@ -506,6 +506,60 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
     assert plan(2640, 24, head_dim=256).token_kernel and plan(3035, 24, head_dim=256).token_kernel
 
 
+def test_apply_rope_token_kernel_at_6_lanes_only_at_its_table_s_heads(monkeypatch):
+    """Rotary dims of 96 in 16-bit vectors are 6 lanes a head: apply_rope's token kernel
+    takes them at ROPE_TOKEN_6_LANES_HEADS heads a thread alone (item 60): phi-3-mini's 64
+    heads of 96 at decode sizes in 32 slots of 2 heads (192 threads), the wide kernel from 4
+    tokens an SM (its 5 prefill heads and the band's 6 do not divide 64). 96 heads of 96
+    (3 heads a thread at decode sizes: they spill on sm_80) keep the wide kernel, as do fp32,
+    out of place, qk_rms_norm_rope (8-lane row groups) and the table emptied; the compiled
+    set holds the 6-lane kernel at the table's heads alone."""
+    assert plans.ROPE_TOKEN_6_LANES_HEADS == (2,) and plans.H200_LIMITS.sm_count == 132
+
+    def plan(num_tokens, heads=64, dtype=BF16, **kw):
+        kw = {"in_place": True, "fused_norm": False, **kw}
+        return plans.plan_rope(num_tokens, heads, 96, 96, dtype, max_vec_width=16 // np.dtype(dtype).itemsize,
+                               limits=plans.H200_LIMITS, **kw)
+
+    for n in (1, 16, 64, 527):
+        for dtype in (BF16, np.float16):
+            p = plan(n, dtype=dtype)
+            assert (p.token_kernel, p.threads_per_head, p.heads_per_thread, p.head_slots, p.grid, p.block_size) == \
+                (True, 6, 2, 32, (n, 1, 1), 192)
+    for n in (528, 1024, 4096):
+        assert not plan(n).token_kernel and plan(n).heads_per_thread == 5
+    assert plan(1, 96).heads_per_thread == 3 and not plan(1, 96).token_kernel
+    p = plan(1, 32)  # a q-only call of phi-3-mini: 16 slots, 96 threads (helper 109)
+    assert (p.token_kernel, p.threads_per_head, p.heads_per_thread, p.head_slots, p.block_size) == (True, 6, 2, 16, 96)
+    p = plans.plan_rope(1, 64, 192, 96, BF16, max_vec_width=8, fused_norm=False, in_place=True,
+                        limits=plans.H200_LIMITS)  # rotary_dim 96 under a larger head_dim: in place, untouched past it
+    assert (p.token_kernel, p.threads_per_head, p.heads_per_thread, p.block_size) == (True, 6, 2, 192)
+    assert not plan(1, dtype=np.float32).token_kernel and not plan(1, in_place=False).token_kernel
+    assert not plan(1, fused_norm=True).token_kernel
+    six = [e for e in rope_ops.instantiations()[rope_ops.APPLY_ROPE_TOKEN] if e.endswith(", 6, 2>")]
+    assert len(six) == 16  # bf16 and fp16, cache float or q's dtype, int and long long positions, both pairings
+    assert not [e for e in rope_ops.instantiations()[rope_ops.APPLY_ROPE_TOKEN] if ", 6, " in e and e not in six]
+    monkeypatch.setattr(plans, "ROPE_TOKEN_6_LANES_HEADS", ())
+    assert not plan(1).token_kernel and plan(1).heads_per_thread == 2
+    assert not [e for e in rope_ops.instantiations()[rope_ops.APPLY_ROPE_TOKEN] if ", 6, " in e]
+    monkeypatch.setattr(plans, "ROPE_TOKEN_6_LANES_HEADS", (np.int64(2), 4))
+    assert plans.rope_token_6_lanes_heads() == (2, 4) and all(type(h) is int for h in plans.rope_token_6_lanes_heads())
+    assert plan(1).token_kernel
+
+
+@pytest.mark.parametrize("value", [(3,), (2, 2), (2, np.int64(2)), [2], (2.0,), ("2",), (True,), (7,), 2, None])
+def test_bad_6_lanes_heads_are_refused_by_name_at_every_shape(monkeypatch, value):
+    """A bad ROPE_TOKEN_6_LANES_HEADS (3 heads spill on sm_80) is a PlanError naming it,
+    from plan_rope at every shape (not only 6-lane ones) and from the compiled set."""
+    monkeypatch.setattr(plans, "ROPE_TOKEN_6_LANES_HEADS", value)
+    for n, heads, head_dim, fused_norm in ((1, 64, 96, False), (1, 40, 128, False), (4096, 40, 128, True)):
+        with pytest.raises(plans.PlanError, match=r"plans\.ROPE_TOKEN_6_LANES_HEADS must be a tuple of distinct ints"):
+            plans.plan_rope(n, heads, head_dim, head_dim, BF16, max_vec_width=8, fused_norm=fused_norm, in_place=True,
+                            limits=plans.H200_LIMITS)
+    with pytest.raises(plans.PlanError, match=r"plans\.ROPE_TOKEN_6_LANES_HEADS must be a tuple of distinct ints"):
+        rope_ops.instantiations()
+
+
 def test_resident_grid_refuses_token_plans_it_cannot_cover():
     """helper 71: the public rope_resident_grid gave a token-kernel plan (no token loop, no
     guard) grids of 100 blocks for 1024 tokens, 132 for 100000 with waves, 1 for none."""
@@ -600,8 +654,8 @@ def test_token_kernel_in_the_planned_shape_does_not_spill(num_heads, head_dim):
         assert not any(spills.values()), {e: n for e, n in spills.items() if n}
 
 
-@pytest.mark.parametrize("num_heads, head_dim", [(40, 128), (72, 128), (20, 256), (10, 512)],
-                         ids=["8b", "70b", "16-lanes", "32-lanes"])
+@pytest.mark.parametrize("num_heads, head_dim", [(40, 128), (72, 128), (20, 256), (10, 512), (64, 96)],
+                         ids=["8b", "70b", "16-lanes", "32-lanes", "phi-3-mini"])
 def test_apply_rope_token_kernel_in_the_planned_shapes_does_not_spill(num_heads, head_dim):
     """apply_rope's token kernel at every lane count it is planned with and its heads a
     thread at decode sizes and at 1024 tokens (the prefill layout's heads, item 44), bf16 and
@@ -674,15 +728,20 @@ def test_every_planned_wide_instantiation_is_enumerated(monkeypatch):
         sorted(e.replace("qk_rms_norm_rope_wide_kernel", "qk_rms_norm_rope_token_kernel")[:-len(", false>")] + ">"
                for e in wide)
     # apply_rope's: the wide one's in-place 16-bit instantiations of 16-byte vectors without
-    # M-RoPE, x the row groups, under its own name, and the same at ROPE_TOKEN_BAND_HEADS
+    # M-RoPE, x the row groups, under its own name, the same at ROPE_TOKEN_BAND_HEADS, and
+    # 6 lanes at ROPE_TOKEN_6_LANES_HEADS (2) alone
     wide = [e for e in rope_ops.instantiations()[rope_ops.APPLY_ROPE_WIDE]
             if e.startswith(("apply_rope_wide_kernel<__nv_bfloat16,", "apply_rope_wide_kernel<__half,"))
             and e.endswith(", true>") and ", 8, 0, " in e]
     token = [e.replace("apply_rope_wide_kernel", "apply_rope_token_kernel").replace(", 8, 0, ", f", 8, {lanes}, ")
              [:-len(", true>")] + ">" for e in wide for lanes in plans.ROPE_NORM_THREADS_PER_HEAD]
     band = [e.rsplit(", ", 1)[0] + f", {plans.ROPE_TOKEN_BAND_HEADS}>" for e in token if e.endswith(", 2>")]
-    assert wide and band and sorted(rope_ops.instantiations()[rope_ops.APPLY_ROPE_TOKEN]) == sorted(token + band)
+    six = [e.replace(", 8, 8, 2>", ", 8, 6, 2>") for e in token if e.endswith(", 8, 8, 2>")]
+    assert wide and band and len(six) == 16
+    assert sorted(rope_ops.instantiations()[rope_ops.APPLY_ROPE_TOKEN]) == sorted(token + band + six)
     monkeypatch.setattr(plans, "ROPE_TOKEN_BAND_HEADS", 0)
+    assert sorted(rope_ops.instantiations()[rope_ops.APPLY_ROPE_TOKEN]) == sorted(token + six)
+    monkeypatch.setattr(plans, "ROPE_TOKEN_6_LANES_HEADS", ())
     assert sorted(rope_ops.instantiations()[rope_ops.APPLY_ROPE_TOKEN]) == sorted(token)
     for bad in (11, -1, True, "6", None):  # the compiled set reads it as the planner does
         monkeypatch.setattr(plans, "ROPE_TOKEN_BAND_HEADS", bad)
@@ -910,8 +969,12 @@ def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_
     (2600, 16, 8, 256, 256),  # gemma-2-9b in the window: 2 heads of 16 lanes, 192 threads (item 52)
     (300, 16, 4, 256, 256),   # 16 lanes a head, 2 heads a thread
     (300, 32, 8, 256, 128),   # 8 lanes a head (2 heads a thread), dims past rotary_dim (left as they are)
+    (3, 32, 32, 96, 96),      # phi-3-mini: 6 lanes a head, 2 heads a thread, 192 threads (item 60)
+    (300, 32, 32, 96, 96),    # the same in 300 blocks
+    (5, 16, 16, 96, 96),      # 6 lanes, 32 heads: 16 slots, 96 threads (helper 109)
+    (5, 32, 32, 192, 96),     # 6 lanes with dims past rotary_dim (left as they are; helper 109)
 ], ids=["8b-3", "8b-300", "8b-600", "70b-7", "70b-600", "70b-1800", "70b-3000", "8b-2600", "8b-3000", "8b-3900",
-        "gemma-2600", "16-lanes", "pass-through"])
+        "gemma-2600", "16-lanes", "pass-through", "phi-3", "phi-300", "6-lanes-32-heads", "6-lanes-pass-through"])
 @pytest.mark.parametrize("variant", ["plain", "fused", "cache_in_dtype_int32", "bad_positions"])
 def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, num_tokens, num_q_heads, num_kv_heads,
                                                               head_dim, rotary_dim, variant):

@@ -48,7 +48,9 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
     and the token kernels in 16-byte vectors (plans.ROPE_TOKEN_DTYPES): qk_rms_norm_rope's
     as its wide one without pass-through dims, apply_rope's as its wide one in place
     without M-RoPE and also at plans.ROPE_TOKEN_BAND_HEADS heads a thread
-    (plans.rope_token_heads_compiled), x its row groups (plans.ROPE_NORM_THREADS_PER_HEAD)."""
+    (plans.rope_token_heads_compiled), x its row groups (plans.ROPE_NORM_THREADS_PER_HEAD),
+    and at 6 lanes a head only at plans.ROPE_TOKEN_6_LANES_HEADS
+    (plans.rope_token_kernels_compiled)."""
     spaces: dict[KernelTemplate, list[str]] = {APPLY_ROPE: [], QK_RMS_NORM_ROPE: [], APPLY_ROPE_WIDE: [],
                                                QK_RMS_NORM_ROPE_WIDE: [], QK_RMS_NORM_ROPE_TOKEN: [],
                                                APPLY_ROPE_TOKEN: []}
@@ -75,9 +77,8 @@ def instantiations() -> dict[KernelTemplate, list[str]]:
                                     spaces[QK_RMS_NORM_ROPE_TOKEN].append(QK_RMS_NORM_ROPE_TOKEN.expr(*lead, w, g, heads))
                     if np.dtype(d) in plans.rope_token_dtypes(False):
                         w = _dtypes.vec_width(d)
-                        for g in plans.rope_norm_row_groups():
-                            for heads in plans.rope_token_heads_compiled():
-                                spaces[APPLY_ROPE_TOKEN].append(APPLY_ROPE_TOKEN.expr(*lead, w, g, heads))
+                        for g, heads in plans.rope_token_kernels_compiled():
+                            spaces[APPLY_ROPE_TOKEN].append(APPLY_ROPE_TOKEN.expr(*lead, w, g, heads))
     return spaces
 
 
