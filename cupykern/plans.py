@@ -1378,18 +1378,26 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
                     and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, head_slots,
                                          heads_per_thread, num_heads, fused_norm))
     token_kernel = token_call and layout_fills and grid_fits
+    def decode_fill() -> tuple[int, int, bool]:
+        """The decode layout's heads a thread and slots, and whether they fill the token kernel."""
+        heads = _rope_wide_heads(num_heads, threads_per_head, _rope_wide_constants(True, False)[0], True, False,
+                                 sixteen_bit, block_cap)
+        slots = _rope_head_slots(num_heads, heads, threads_per_head, block_cap) if heads else 0
+        return heads, slots, heads in token_heads and _rope_token_full(
+            dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, slots, heads, num_heads, False)
+
+    # The window's end, and the decode heads' past the decode sizes below: decode heads of 8
+    # lanes run to their own end (8b; item 52, calls 5-6).
+    def window_end_for(decode_fills: bool) -> int:
+        return window_end_8_lanes if decode_fills and threads_per_head == 8 else window_end
+
     if (not token_kernel and not fused_norm and one_position_in_place and layout_fills and grid_fits
             and num_tokens >= window_start):
         # The window: the token kernel again, in the decode layout's heads where they fill it
         # too (more threads a token: 8b's 2 heads in 160 threads, gemma-2-9b's 2 in 192; item
-        # 52), and those of 8 lanes to their own end (8b; item 52, calls 5-6).
-        decode_heads = _rope_wide_heads(num_heads, threads_per_head, _rope_wide_constants(True, False)[0], True,
-                                        False, sixteen_bit, block_cap)
-        decode_slots = _rope_head_slots(num_heads, decode_heads, threads_per_head, block_cap) if decode_heads else 0
-        decode_fills = decode_heads in token_heads and _rope_token_full(
-            dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, decode_slots, decode_heads, num_heads,
-            False)
-        if num_tokens < (window_end_8_lanes if decode_fills and threads_per_head == 8 else window_end):
+        # 52).
+        decode_heads, decode_slots, decode_fills = decode_fill()
+        if num_tokens < window_end_for(decode_fills):
             token_kernel = True
             if decode_fills:
                 heads_per_thread, head_slots = decode_heads, decode_slots
@@ -1398,12 +1406,22 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     # kernel from 12 tokens an SM, but in its window); _rope_token_full refuses slots that
     # leave heads over.
     band_slots = num_heads // band_heads if band_heads else 0
-    band_call = band_sized and not few_tokens and one_position_in_place
-    if (band_call and wide and not layout_fills and band_slots and grid_fits
-            and band_slots * threads_per_head <= block_cap
-            and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, band_slots,
-                                 band_heads, num_heads, fused_norm)):
+    past_decode = not few_tokens and one_position_in_place and wide and not layout_fills and grid_fits
+    band_fills = (past_decode and bool(band_slots) and band_slots * threads_per_head <= block_cap
+                  and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, band_slots,
+                                       band_heads, num_heads, fused_norm))
+    if band_fills and band_sized:
         token_kernel, heads_per_thread, head_slots = True, band_heads, band_slots
+    elif past_decode and not band_fills and not fused_norm and num_tokens < max(window_end, window_end_8_lanes):
+        # Where neither the prefill heads nor the band's fill it, the decode heads may, from
+        # the decode sizes to the window's end (16, 32, 56, 64 heads of 128: 4 heads a thread
+        # in the wide kernel, 2 in the token kernel; items 54-56, H100, 0.4-13.9 % less than
+        # the wide kernel at 528-4091 tokens). Band heads that fill come first (70b keeps its
+        # 6). A mechanism, not a 4-heads case: on blocks of 96-192 threads the decode heads
+        # are 3 and take the same path (untimed; helper 96).
+        decode_heads, decode_slots, decode_fills = decode_fill()
+        if decode_fills and num_tokens < window_end_for(True):
+            token_kernel, heads_per_thread, head_slots = True, decode_heads, decode_slots
     if token_kernel:  # a block per token
         tokens_per_block, waves = 1, 0
     plan = RopePlan(vec_width, threads_per_head, head_slots, tokens_per_block, (1, 1, 1),

@@ -509,8 +509,9 @@ def test_apply_rope_token_kernel_where_every_thread_is_busy(monkeypatch):
 def test_apply_rope_token_kernel_at_6_lanes_only_at_its_table_s_heads(monkeypatch):
     """Rotary dims of 96 in 16-bit vectors are 6 lanes a head: apply_rope's token kernel
     takes them at ROPE_TOKEN_6_LANES_HEADS heads a thread alone (item 60): phi-3-mini's 64
-    heads of 96 at decode sizes in 32 slots of 2 heads (192 threads), the wide kernel from 4
-    tokens an SM (its 5 prefill heads and the band's 6 do not divide 64). 96 heads of 96
+    heads of 96 at decode sizes in 32 slots of 2 heads (192 threads), and past them in the
+    same decode heads to the window's end (3035 tokens on 132 SMs; its 5 prefill heads and
+    the band's 6 do not divide 64), the wide kernel from 3036. 96 heads of 96
     (3 heads a thread at decode sizes: they spill on sm_80) keep the wide kernel, as do fp32,
     out of place, qk_rms_norm_rope (8-lane row groups) and the table emptied; the compiled
     set holds the 6-lane kernel at the table's heads alone."""
@@ -526,7 +527,10 @@ def test_apply_rope_token_kernel_at_6_lanes_only_at_its_table_s_heads(monkeypatc
             p = plan(n, dtype=dtype)
             assert (p.token_kernel, p.threads_per_head, p.heads_per_thread, p.head_slots, p.grid, p.block_size) == \
                 (True, 6, 2, 32, (n, 1, 1), 192)
-    for n in (528, 1024, 4096):
+    for n in (528, 1024, 3035):  # past the decode sizes its decode heads fill the token kernel (items 54-56), at 6 lanes too
+        p = plan(n)
+        assert (p.token_kernel, p.threads_per_head, p.heads_per_thread, p.block_size) == (True, 6, 2, 192)
+    for n in (3036, 4096):  # past the window's end (23 tokens an SM) the wide kernel at its 5 prefill heads
         assert not plan(n).token_kernel and plan(n).heads_per_thread == 5
     assert plan(1, 96).heads_per_thread == 3 and not plan(1, 96).token_kernel
     p = plan(1, 32)  # a q-only call of phi-3-mini: 16 slots, 96 threads (helper 109)
@@ -558,6 +562,47 @@ def test_bad_6_lanes_heads_are_refused_by_name_at_every_shape(monkeypatch, value
                             limits=plans.H200_LIMITS)
     with pytest.raises(plans.PlanError, match=r"plans\.ROPE_TOKEN_6_LANES_HEADS must be a tuple of distinct ints"):
         rope_ops.instantiations()
+
+
+def test_apply_rope_token_kernel_in_the_decode_heads_where_neither_prefill_nor_band_heads_fill(monkeypatch):
+    """Past the decode sizes, where neither the prefill layout's heads nor the band's fill the
+    token kernel and the decode layout's do, apply_rope takes the token kernel in the decode
+    heads to the window's end (31 tokens an SM at 8 lanes, 23 else; items 54-56): 16, 32
+    (qwen2.5-7b), 56 and 64 heads of 128 (4 heads a thread in the wide kernel, 2 in 8-lane
+    slots) from 528 to 4091 tokens on 132 SMs, bf16 and fp16; 16 heads of 256 (16 lanes) to
+    3035. Not out of place, M-RoPE or fp32, not past the ends; band heads that fill come
+    first (70b keeps its 6, and the wide kernel past their end); 8b and gemma as before."""
+    assert (plans.ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM, plans.ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM) == (23, 31)
+
+    def plan(num_tokens, heads, head_dim=128, dtype=BF16, **kw):
+        kw = {"in_place": True, **kw}
+        return plans.plan_rope(num_tokens, heads, head_dim, head_dim, dtype, max_vec_width=16 // np.dtype(dtype).itemsize,
+                               fused_norm=False, limits=plans.H200_LIMITS, **kw)
+
+    for heads, slots in ((16, 8), (32, 16), (56, 28), (64, 32)):
+        assert plan(4096, heads).heads_per_thread == 4 and not plan(4096, heads).token_kernel
+        for n in (528, 1024, 1584, 2300, 3036, 4091):
+            for dtype in (BF16, np.float16):
+                p = plan(n, heads, dtype=dtype)
+                assert (p.token_kernel, p.heads_per_thread, p.head_slots, p.grid, p.block_size) == \
+                    (True, 2, slots, (n, 1, 1), slots * 8), (heads, n)
+            assert not plan(n, heads, in_place=False).token_kernel and not plan(n, heads, mrope=True).token_kernel
+            assert not plan(n, heads, dtype=np.float32).token_kernel
+        assert not plan(4092, heads).token_kernel and plan(4092, heads).heads_per_thread == 4
+    p = plan(3035, 16, 256)
+    assert (p.token_kernel, p.heads_per_thread, p.threads_per_head, p.block_size) == (True, 2, 16, 128)
+    assert not plan(3036, 16, 256).token_kernel
+    for n in (3564, 4091):  # 70b: its band heads fill, so past their end the wide kernel, not the decode heads
+        assert plan(n, 72).heads_per_thread == 5 and not plan(n, 72).token_kernel
+    assert plan(1024, 72).heads_per_thread == 6 and plan(1024, 40).heads_per_thread == 5
+    # the ends under patched constants
+    monkeypatch.setattr(plans, "ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM", 20)
+    assert plan(2639, 32).token_kernel and not plan(2640, 32).token_kernel
+    monkeypatch.setattr(plans, "ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM", 10)
+    assert plan(1319, 16, 256).token_kernel and not plan(1320, 16, 256).token_kernel
+    # without the decode heads among ROPE_TOKEN_HEADS, the wide kernel
+    monkeypatch.setattr(plans, "ROPE_TOKEN_HEADS", (3, 5))
+    assert not plan(1024, 32).token_kernel and plan(1024, 32).heads_per_thread == 4
 
 
 def test_resident_grid_refuses_token_plans_it_cannot_cover():
@@ -973,8 +1018,11 @@ def test_qk_token_kernel_gives_the_steps_kernel_bytes(is_neox, num_q_heads, num_
     (300, 32, 32, 96, 96),    # the same in 300 blocks
     (5, 16, 16, 96, 96),      # 6 lanes, 32 heads: 16 slots, 96 threads (helper 109)
     (5, 32, 32, 192, 96),     # 6 lanes with dims past rotary_dim (left as they are; helper 109)
+    (1024, 28, 4, 128, 128),  # qwen2.5-7b past the decode sizes: its decode heads, 2 a thread (items 54-56)
+    (3900, 28, 4, 128, 128),  # the same to the 8-lane end
 ], ids=["8b-3", "8b-300", "8b-600", "70b-7", "70b-600", "70b-1800", "70b-3000", "8b-2600", "8b-3000", "8b-3900",
-        "gemma-2600", "16-lanes", "pass-through", "phi-3", "phi-300", "6-lanes-32-heads", "6-lanes-pass-through"])
+        "gemma-2600", "16-lanes", "pass-through", "phi-3", "phi-300", "6-lanes-32-heads", "6-lanes-pass-through",
+        "qwen-1024", "qwen-3900"])
 @pytest.mark.parametrize("variant", ["plain", "fused", "cache_in_dtype_int32", "bad_positions"])
 def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, num_tokens, num_q_heads, num_kv_heads,
                                                               head_dim, rotary_dim, variant):
@@ -998,17 +1046,19 @@ def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, nu
         window = (plans.ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM, plans.ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM
                   if head_dim == 256 else plans.ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM)
         in_window = num_q_heads != 64 and num_tokens in (2600, 3000, 3900)
+        decode_heads_past = num_q_heads == 28  # qwen2.5-7b: neither prefill nor band heads fill, its decode heads do
         # 70b at 1800 and 3000: the band heads' part past the prefill heads' band (3000 past
         # item 48's end of 16); 8b and gemma at 2600 and 3000, 8b at 3900: the window (8b's
-        # 8-lane decode heads to their own end)
-        low, end = window if in_window else {
+        # 8-lane decode heads to their own end); qwen from 4 tokens an SM to that end
+        low, end = (plans.ROPE_MIN_TOKENS_PER_SM, plans.ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM) \
+            if decode_heads_past else window if in_window else {
             1800: (plans.ROPE_TOKEN_MAX_TOKENS_PER_SM, plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM),
             3000: (16, plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM)}.get(
                 num_tokens, (plans.ROPE_MIN_TOKENS_PER_SM, plans.ROPE_TOKEN_MAX_TOKENS_PER_SM
                              if num_q_heads == 32 else plans.ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM))
         if not low * sms <= num_tokens < end * sms:
             pytest.skip(f"{num_tokens} tokens are outside {low}-{end} tokens an SM on {sms} SMs")
-        heads = 2 if in_window else 5 if num_q_heads == 32 else plans.ROPE_TOKEN_BAND_HEADS
+        heads = 2 if in_window or decode_heads_past else 5 if num_q_heads == 32 else plans.ROPE_TOKEN_BAND_HEADS
     _assert_token_kernel_bytes(make, lambda i: _apply(i, is_neox=is_neox), rope_ops.APPLY_ROPE_TOKEN, num_tokens,
                                {"ROPE_TOKEN_HEADS": (), "ROPE_TOKEN_BAND_HEADS": 0}, heads)
 
