@@ -85,15 +85,18 @@ DECODE_FILL_SHARE_DEFAULT = 0.5
 #: DECODE_FILL_SHARE's value for the decode layouts that fill their rows, per op: {op:
 #: (share, fewest elements, most elements a row)}, for the layouts timed alone: 16-byte
 #: vectors, DECODE_VECS_PER_THREAD = 2 leaves a thread, every leaf a whole one
-#: (RowLayout.fills), at most FILLED_MOST_THREADS threads a row. Measured on an H100
-#: (bench/results/NOTES.md, item 61, rms_rows_probe.py, cold L2, no peer in the rounds;
-#: bf16 and fp16; fp32 rows of 4096, 512 x 2, -5.5..+0.4 %): rms_norm's 256 x 2
-#: (llama-3.1-8b) 1.1-12.0 % faster than the prefill layout at 768-4096 rows, 512 x 2
-#: (70b) 0.9-11.4 % at 384-2048; rows the decode layout
-#: fills only in part (qwen2.5-7b's 3584, phi-3-mini's 3072) up to 11 % slower, hence
-#: "fills"; layer_norm and softmax slower (not in the table). Not yet read on an H200.
-DECODE_FILL_SHARE_FILLED = {"rms_norm": (4.0, 4096, 8192)}
-FILLED_MOST_THREADS = 512
+#: (RowLayout.fills), at most FILLED_MOST_THREADS threads a row. rms_norm's 256 x 2
+#: (llama-3.1-8b, 4096 elements) on an H100 (bench/results/NOTES.md, item 61,
+#: rms_rows_probe.py, cold L2; bf16 and fp16) 1.1-12.0 % faster than the prefill layout
+#: at 768-4096 rows; on an H200 (item 64, three runs in the peers order) 10-12 % at 2048,
+#: 2.5-5.9 % at 1536, 2-3 % at 4096, level at 768-1024 (-5.5..+3.8 % run to run).
+#: 512 threads a row (70b's rows of 8192, fp32 rows of 4096) keep the default half: on
+#: the H200 70b's 512 x 2 was 2.9-8.0 % slower at 768 rows in four rounds (1.3 % on
+#: average at 1024) though 0.9-11.4 % faster on the H100. Rows the decode layout fills
+#: only in part (qwen2.5-7b's 3584, phi-3-mini's 3072) up to 11 % slower on the H100,
+#: hence "fills"; layer_norm and softmax slower (not in the table).
+DECODE_FILL_SHARE_FILLED = {"rms_norm": (4.0, 4096, 4096)}
+FILLED_MOST_THREADS = 256
 #: Tree columns per thread at prefill sizes (more rows than DECODE_MAX_ROWS): 4, so a
 #: 4096-element bf16 row gets 128 threads (the layout before the tree) and an
 #: 8192-element one 256. On the H200, 16384 x 8192 bf16 rms_norm ran at 91.1% of copy

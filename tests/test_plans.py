@@ -328,14 +328,15 @@ def _rms_layout(num_rows, hidden_size=4096, dtype=_dtypes.bfloat16, aligned=True
     return plans.row_layout(hidden_size, dtype, aligned, num_rows=num_rows, op=op, limits=limits)
 
 
-def test_rms_norm_keeps_its_filled_decode_layout_to_four_times_the_resident_threads():
+def test_rms_norm_keeps_its_filled_decode_layout_to_four_times_the_resident_threads(monkeypatch):
     """DECODE_FILL_SHARE_FILLED: rms_norm's decode layout stays, where it fills rows of
-    4096-8192 elements in 16-byte vectors with at most 512 threads, until the rows'
-    threads are 4 x 132 x 2048 (llama-3.1-8b to 4224 rows, -70b to 2112)."""
+    4096 elements in 16-byte vectors with at most 256 threads (llama-3.1-8b's 256 x 2),
+    until the rows' threads are 4 x 132 x 2048 (4224 rows); 512 threads a row (-70b's
+    rows of 8192, fp32 rows of 4096: slower on the H200, item 64) keep half of them."""
     assert (_rms_layout(4224), _rms_layout(4225)) == (plans.RowLayout(256, 8, 2), plans.RowLayout(128, 8, 4))
-    assert (_rms_layout(2112, 8192), _rms_layout(2113, 8192)) == (plans.RowLayout(512, 8, 2), plans.RowLayout(128, 8, 8))
     assert _rms_layout(4224, dtype=_dtypes.float16) == plans.RowLayout(256, 8, 2)
-    assert (_rms_layout(2112, dtype=_dtypes.float32), _rms_layout(2113, dtype=_dtypes.float32)) == (
+    assert (_rms_layout(264, 8192), _rms_layout(265, 8192)) == (plans.RowLayout(512, 8, 2), plans.RowLayout(128, 8, 8))
+    assert (_rms_layout(264, dtype=_dtypes.float32), _rms_layout(265, dtype=_dtypes.float32)) == (
         plans.RowLayout(512, 4, 2), plans.RowLayout(128, 4, 8))
     # Half the resident threads, as main, where the entry does not apply: rows the layout fills
     # in part (qwen2.5-7b's 3584), scalar accesses, 1024 threads (fp32 rows of 8192), other
@@ -348,12 +349,18 @@ def test_rms_norm_keeps_its_filled_decode_layout_to_four_times_the_resident_thre
     small = replace(H200_LIMITS, sm_count=66)
     assert (_rms_layout(2112, limits=small), _rms_layout(2113, limits=small)) == (
         plans.RowLayout(256, 8, 2), plans.RowLayout(128, 8, 4))
+    # The two bounds are the knobs: 512 threads and rows of 8192 (item 61's H100 rule) reach 70b.
+    monkeypatch.setattr(plans, "FILLED_MOST_THREADS", 512)
+    assert _rms_layout(2112, dtype=_dtypes.float32) == plans.RowLayout(512, 4, 2)  # fp32 rows of 4096
+    assert _rms_layout(265, 8192).vecs_per_thread == 8  # 8192 is past the entry's most
+    monkeypatch.setitem(plans.DECODE_FILL_SHARE_FILLED, "rms_norm", (4.0, 4096, 8192))
+    assert (_rms_layout(2112, 8192), _rms_layout(2113, 8192)) == (plans.RowLayout(512, 8, 2), plans.RowLayout(128, 8, 8))
 
 
 def test_the_filled_table_takes_other_values_and_ops(monkeypatch):
     monkeypatch.setitem(plans.DECODE_FILL_SHARE_FILLED, "rms_norm", (1.0, 4096, 4096))
     assert (_rms_layout(1056), _rms_layout(1057)) == (plans.RowLayout(256, 8, 2), plans.RowLayout(128, 8, 4))
-    assert _rms_layout(529, 8192).vecs_per_thread == 8  # 8192 is out of the entry now
+    assert _rms_layout(529, 8192).vecs_per_thread == 8  # 8192: past the entry's most
     monkeypatch.setitem(plans.DECODE_FILL_SHARE_FILLED, "layer_norm", (float("inf"), 4096, 8192))
     assert _rms_layout(10**6, op="layer_norm") == plans.RowLayout(256, 8, 2)
     monkeypatch.setattr(plans, "FILLED_MOST_THREADS", 128)
