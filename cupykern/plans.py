@@ -1200,11 +1200,12 @@ ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM = 27
 #: apply_rope's token kernel also runs at 6 lanes a head (rotary_dim 96 in 16-bit vectors:
 #: phi-3-mini's 32 + 32 heads of 96), compiled and planned at these heads a thread alone.
 #: phi-3-mini's decode layout (2 heads a thread, 32 slots of 6 lanes, 192 threads) takes it
-#: at decode sizes; from ROPE_MIN_TOKENS_PER_SM tokens an SM it keeps the wide kernel (the
-#: prefill heads, 5, and the band's 6 do not divide its 64 heads). Measured (H100, bf16,
-#: bit for bit the wide kernel's; bench/results/NOTES.md item 60, call 11): 56 registers
-#: against the wide kernel's 76, 15.7 / 15.3 / 11.7 % less at 1 / 16 / 64 tokens (graph
-#: replay), 5.0 / 2.9 % at 256 / 527 (cold L2). 3 heads a thread at 6 lanes spill 8 bytes
+#: at decode sizes, and past them to the window's end (its prefill heads, 5, and the band's
+#: 6 do not divide its 64 heads, so plan_rope's decode heads do; 3035 tokens on 132 SMs).
+#: Measured (bf16, bit for bit the wide kernel's; bench/results/NOTES.md items 60, 63, 64):
+#: 56 registers against the wide kernel's 76; on an H100 15.7 / 15.3 / 11.7 % less at 1 /
+#: 16 / 64 tokens (graph replay), 5.0 / 2.9 % at 256 / 527 (cold L2); on an H200 15.8 /
+#: 14.1 / 13.5 %, 6.5 / 1.9 %, and 4.4-8.4 % at 528-3035. 3 heads a thread at 6 lanes spill 8 bytes
 #: on sm_80 (cache in q's dtype; 8 lanes do not, nor 6 lanes at 2, 4, 5 or 6 heads), so
 #: the entries are from (2, 4, 5, 6) (:func:`rope_token_6_lanes_heads`). The same plan
 #: takes 32 heads of 96 (16 slots, 96 threads: a q-only call) and rotary_dim 96 under a
@@ -1418,10 +1419,11 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     elif past_decode and not band_fills and not fused_norm and num_tokens < max(window_end, window_end_8_lanes):
         # Where neither the prefill heads nor the band's fill it, the decode heads may, from
         # the decode sizes to the window's end (16, 32, 56, 64 heads of 128: 4 heads a thread
-        # in the wide kernel, 2 in the token kernel; items 54-56, H100, 0.4-13.9 % less than
-        # the wide kernel at 528-4091 tokens). Band heads that fill come first (70b keeps its
-        # 6). A mechanism, not a 4-heads case: on blocks of 96-192 threads the decode heads
-        # are 3 and take the same path (untimed; helper 96).
+        # in the wide kernel, 2 in the token kernel; H100 items 54-56 and 63, 0.4-13.9 % less
+        # than the wide kernel at 528-4091 tokens; H200 item 64, qwen2.5-7b 3.4-9.6 %; and
+        # phi-3-mini's 6 lanes to 3035, H200 4.4-8.4 %). Band heads that fill come first (70b
+        # keeps its 6). A mechanism, not a 4-heads case: on blocks of 96-192 threads the
+        # decode heads are 3 and take the same path (untimed; helper 96).
         decode_heads, decode_slots, decode_fills = decode_fill()
         if decode_fills and num_tokens < window_end_for(True):
             token_kernel, heads_per_thread, head_slots = True, decode_heads, decode_slots
