@@ -522,8 +522,9 @@ def _per_op_constant(table: str, op: str | None, default: str, convert, expected
     """convert(value) of the per-op plan constant plans.<table> (a dict) for ``op``; an op
     it does not name gets plans.<default>. ValueError naming the constant the value came
     from unless the table is a dict and convert accepts the value (returns other than
-    None; ``expected`` says what it accepts). Read at each call, so a sweep or test may
-    set them."""
+    None; ``expected`` says what it accepts). Read at each plan, so a sweep or test may
+    set them; the ops keep each shape's plan, so after setting one call
+    ``launcher.clear_caches()`` (helper 111)."""
     mapping = globals()[table]
     if not isinstance(mapping, dict):
         raise PlanError(f"plans.{table} must be a dict of op -> {expected}, got {mapping!r}")
@@ -645,6 +646,7 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
     do not depend on ``num_rows``.
     """
     hidden_size, num_rows = _count(hidden_size, "hidden_size", 1), _count(num_rows, "num_rows", 0)
+    dtype, aligned = _dtype_and_alignment(dtype, aligned)  # public: None read as float64 (helper 111)
     _check_op(op)
     decode_rows = _constant("DECODE_MAX_ROWS", lowest=0)
     decode, prefill = (_constant(name, VECS_PER_THREAD_CHOICES)
@@ -663,9 +665,14 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
 
     threads = threads_for(decode, _decode_max_threads_per_row(op))
     decode_layout = RowLayout(threads, vec_width, tree_vecs_per_thread(hidden_size, dtype, threads))
-    if num_rows > decode_rows and num_rows * threads > _fill_share(op, decode_layout, hidden_size, dtype) * resident:
-        threads = threads_for(prefill, _prefill_max_threads_per_row(op))
-        if vec_width > 1 and _rereads_rows(op, num_rows, hidden_size):
+    # Every constant the choice below reads is read at every shape, so a bad value never
+    # waits for the rows that reach it (helper 111: a decode-only caller never saw one).
+    fill_share = _fill_share(op, decode_layout, hidden_size, dtype)
+    prefill_threads = threads_for(prefill, _prefill_max_threads_per_row(op))
+    rereads = _rereads_rows(op, num_rows, hidden_size)
+    if num_rows > decode_rows and num_rows * threads > fill_share * resident:
+        threads = prefill_threads
+        if vec_width > 1 and rereads:
             layout = reread_layout(hidden_size, dtype, vec_width)
             exact = exact_walk(op, layout, num_rows, hidden_size, dtype)
             if layout.threads_per_row <= block_cap and reread(
@@ -1198,7 +1205,8 @@ ROPE_TOKEN_BAND_HEADS = 6
 #: slower; at 4,608 the H200's gain falls to 0.9-1.8 %.
 ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM = 27
 #: apply_rope's token kernel also runs at 6 lanes a head (rotary_dim 96 in 16-bit vectors:
-#: phi-3-mini's 32 + 32 heads of 96), compiled and planned at these heads a thread alone.
+#: phi-3-mini's 32 + 32 heads of 96), compiled at these heads a thread alone and planned
+#: where plan_rope's rule picks them (heads of :data:`ROPE_TOKEN_HEADS` or the band's).
 #: phi-3-mini's decode layout (2 heads a thread, 32 slots of 6 lanes, 192 threads) takes it
 #: at decode sizes, and past them to the window's end (its prefill heads, 5, and the band's
 #: 6 do not divide its 64 heads, so plan_rope's decode heads do; 3035 tokens on 132 SMs).
@@ -1271,8 +1279,9 @@ class RopePlan:
     #: capped at n waves of resident blocks (:func:`rope_resident_grid`).
     grid_waves: int = 0
     #: The token kernel (qk_rms_norm_rope: :data:`ROPE_NORM_TOKEN_HEADS`; apply_rope:
-    #: :data:`ROPE_TOKEN_HEADS`): heads_per_thread heads a thread, one token a block and
-    #: exactly one block per token, every thread busy.
+    #: :data:`ROPE_TOKEN_HEADS`, :data:`ROPE_TOKEN_BAND_HEADS`, at 6 lanes a head
+    #: :data:`ROPE_TOKEN_6_LANES_HEADS`): heads_per_thread heads a thread, one token a
+    #: block and exactly one block per token, every thread busy.
     token_kernel: bool = False
 
     kind = "rope"
@@ -1314,7 +1323,9 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     tokens an SM, there in the decode layout's heads where those fill it too, and decode
     heads of 8 lanes to :data:`ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM`; where the
     prefill layout's heads do not fill it, at :data:`ROPE_TOKEN_BAND_HEADS` below
-    :data:`ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM`) when the call is ``in_place`` without
+    :data:`ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM`, and where the band's do not either, in the
+    decode layout's heads up to the window's end; heads of 6 lanes at
+    :data:`ROPE_TOKEN_6_LANES_HEADS` alone) when the call is ``in_place`` without
     ``mrope`` (M-RoPE's positions; both flags are apply_rope's alone:
     qk_rms_norm_rope is always in place). The rule takes no launch overrides: any raise
     ValueError (never ignored); ``fused_norm``, ``in_place`` and ``mrope`` not bools, and

@@ -173,7 +173,9 @@ def test_bad_prefill_thread_caps_are_refused_by_name(monkeypatch, value):
     monkeypatch.setitem(plans.PREFILL_MAX_THREADS_PER_ROW, "rms_norm", value)
     with pytest.raises(ValueError, match=r"plans.PREFILL_MAX_THREADS_PER_ROW\['rms_norm'\] must be one of"):
         plans.plan_rows(4096, 8192, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
-    plans.plan_rows(64, 8192, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")  # not read
+    for num_rows in (1, 64):  # read at every row count, not only where it decides (helper 111)
+        with pytest.raises(ValueError, match=r"plans.PREFILL_MAX_THREADS_PER_ROW\['rms_norm'\] must be one of"):
+            plans.plan_rows(num_rows, 8192, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
     monkeypatch.setattr(plans, "PREFILL_MAX_THREADS_PER_ROW", [128])
     with pytest.raises(ValueError, match="plans.PREFILL_MAX_THREADS_PER_ROW must be a dict"):
         plans.plan_rows(4096, 8192, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="layer_norm")
@@ -312,7 +314,9 @@ def test_bad_decode_fill_shares_are_refused_by_name(monkeypatch, value):
     monkeypatch.setitem(plans.DECODE_FILL_SHARE, "rms_norm", value)
     with pytest.raises(ValueError, match=r"plans.DECODE_FILL_SHARE\['rms_norm'\] must be a number >= 0"):
         plans.plan_rows(4096, 3584, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
-    plans.plan_rows(64, 3584, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")  # not read
+    for num_rows in (1, 64):  # read at every row count, not only where it decides (helper 111)
+        with pytest.raises(ValueError, match=r"plans.DECODE_FILL_SHARE\['rms_norm'\] must be a number >= 0"):
+            plans.plan_rows(num_rows, 3584, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
     with pytest.raises(ValueError, match=r"plans.DECODE_FILL_SHARE\['rms_norm'\] must be a number >= 0"):
         # rows DECODE_FILL_SHARE_FILLED names: read and checked all the same (helper 107)
         plans.plan_rows(4096, 4096, _dtypes.bfloat16, aligned=True, limits=H200_LIMITS, op="rms_norm")
@@ -373,12 +377,13 @@ def test_the_filled_table_takes_other_values_and_ops(monkeypatch):
                                    (4.0, 0, 8192), (4.0, 8192, 4096), (4.0, 4096.0, 8192), (4.0, 4096),
                                    [4.0, 4096, 8192], None])
 def test_bad_filled_entries_are_refused_by_name_for_any_row(monkeypatch, value):
-    """Checked whenever the table is read (past DECODE_MAX_ROWS rows), also for rows and
-    ops the entry does not name."""
+    """Checked at every plan (any row count: helper 111), also for rows and ops the entry
+    does not name."""
     monkeypatch.setitem(plans.DECODE_FILL_SHARE_FILLED, "layer_norm", value)
     for op, hidden_size in (("rms_norm", 4096), ("softmax", 3584)):
-        with pytest.raises(ValueError, match=r"^plans.DECODE_FILL_SHARE_FILLED\['layer_norm'\] must be \(share, "):
-            _rms_layout(1000, hidden_size, op=op)
+        for num_rows in (1, 64, 1000):
+            with pytest.raises(ValueError, match=r"^plans.DECODE_FILL_SHARE_FILLED\['layer_norm'\] must be \(share, "):
+                _rms_layout(num_rows, hidden_size, op=op)
     monkeypatch.setattr(plans, "DECODE_FILL_SHARE_FILLED", [("rms_norm", (4.0, 4096, 8192))])
     with pytest.raises(ValueError, match=r"^plans.DECODE_FILL_SHARE_FILLED must be a dict"):
         _rms_layout(1000)
@@ -390,8 +395,19 @@ def test_bad_filled_entries_are_refused_by_name_for_any_row(monkeypatch, value):
 @pytest.mark.parametrize("value", [0, 384, 512.0, True, None])
 def test_bad_filled_thread_caps_are_refused_by_name(monkeypatch, value):
     monkeypatch.setattr(plans, "FILLED_MOST_THREADS", value)
-    with pytest.raises(ValueError, match=r"^plans.FILLED_MOST_THREADS must be one of"):
-        _rms_layout(529)
+    for num_rows in (1, 64, 529):  # read at every row count (helper 111)
+        with pytest.raises(ValueError, match=r"^plans.FILLED_MOST_THREADS must be one of"):
+            _rms_layout(num_rows)
+
+
+@pytest.mark.parametrize("dtype, aligned, error", [(None, True, "dtype"), (np.int32, True, "dtype"),
+                                                   (_dtypes.bfloat16, "no", "aligned"), (_dtypes.bfloat16, 1.0, "aligned")])
+def test_row_layout_checks_dtype_and_aligned(dtype, aligned, error):
+    """The public row_layout refuses what plan_rows refuses (helper 111: None was read as
+    float64 and "no" as True), naming the argument."""
+    with pytest.raises(TypeError, match=rf"^{error}: "):
+        plans.row_layout(4096, dtype, aligned, num_rows=1000)
+    assert plans.row_layout(4096, "bf16", True, num_rows=1) == plans.row_layout(4096, _dtypes.bfloat16, True, num_rows=1)
 
 
 @pytest.mark.parametrize("name", ["DECODE_VECS_PER_THREAD", "PREFILL_VECS_PER_THREAD", "DECODE_MAX_ROWS"])
