@@ -643,7 +643,8 @@ def row_layout(hidden_size: int, dtype, aligned: bool, *, num_rows: int, op: str
     (:func:`reread_choices`); otherwise the prefill layout. No layout takes more threads a
     row than ``limits.max_threads_per_block`` (a row whose leaves need more raises
     PlanError in :func:`validate`). Every choice computes the same tree, so the rows' bits
-    do not depend on ``num_rows``.
+    do not depend on ``num_rows``. An unsupported ``dtype``, or ``aligned`` not a bool,
+    raises TypeError naming it; a bad plan constant PlanError naming it, at any shape.
     """
     hidden_size, num_rows = _count(hidden_size, "hidden_size", 1), _count(num_rows, "num_rows", 0)
     dtype, aligned = _dtype_and_alignment(dtype, aligned)  # public: None read as float64 (helper 111)
