@@ -518,6 +518,21 @@ def _check_op(op) -> None:
         raise TypeError(f"op: expected an op name (str) or None, got {op!r}")
 
 
+#: The ops whose launches :func:`plan_rows` plans (ops/norm.py, softmax.py, row_reduce.py,
+#: quant.py: the registered ops of plan_kind "rows", a test holds the two equal): the keys
+#: the per-op tables below may have, so a misspelt one is refused rather than ignored.
+ROW_OPS = ("rms_norm", "fused_add_rms_norm", "layer_norm", "softmax", "row_reduce", "rms_norm_quant",
+           "fused_add_rms_norm_quant", "rms_norm_dynamic_per_token_quant",
+           "fused_add_rms_norm_dynamic_per_token_quant")
+
+
+def _row_op_keys(table: str, mapping: dict) -> None:
+    """PlanError naming plans.<table> if ``mapping`` has a key that is not of ROW_OPS."""
+    unknown = [op for op in mapping if op not in ROW_OPS]
+    if unknown:
+        raise PlanError(f"plans.{table} has entries for ops no row kernel plans: {unknown!r} (the row ops: {ROW_OPS})")
+
+
 def _per_op_constant(table: str, op: str | None, default: str, convert, expected: str):
     """convert(value) of the per-op plan constant plans.<table> (a dict) for ``op``; an op
     it does not name gets plans.<default>. ValueError naming the constant the value came
@@ -528,6 +543,7 @@ def _per_op_constant(table: str, op: str | None, default: str, convert, expected
     mapping = globals()[table]
     if not isinstance(mapping, dict):
         raise PlanError(f"plans.{table} must be a dict of op -> {expected}, got {mapping!r}")
+    _row_op_keys(table, mapping)
     named = op in mapping
     value = mapping[op] if named else globals()[default]
     converted = convert(value)
@@ -565,12 +581,13 @@ def _decode_fill_share(op: str | None) -> float:
 def _filled_table() -> dict:
     """DECODE_FILL_SHARE_FILLED with every entry checked (whichever op or row is planned,
     so a bad entry cannot wait for the rows it names): PlanError naming the constant or
-    the entry unless a dict of op name -> (share >= 0, fewest elements, most elements),
-    the counts ints >= 1, the fewest at most the most."""
+    the entry unless a dict of op name (of :data:`ROW_OPS`) -> (share >= 0, fewest
+    elements, most elements), the counts ints >= 1, the fewest at most the most."""
     table = DECODE_FILL_SHARE_FILLED
     if not isinstance(table, dict) or not all(isinstance(op, str) for op in table):
         raise PlanError(f"plans.DECODE_FILL_SHARE_FILLED must be a dict of op name -> (share, fewest elements, "
                         f"most elements), got {table!r}")
+    _row_op_keys("DECODE_FILL_SHARE_FILLED", table)
     for op, value in table.items():
         if (not isinstance(value, tuple) or len(value) != 3 or _share(value[0]) is None
                 or not all(_is_int(v) and v >= 1 for v in value[1:]) or value[1] > value[2]):

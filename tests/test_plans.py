@@ -400,6 +400,26 @@ def test_bad_filled_thread_caps_are_refused_by_name(monkeypatch, value):
             _rms_layout(num_rows)
 
 
+def test_row_ops_are_the_ops_plan_rows_plans():
+    """plans.ROW_OPS, the per-op tables' keys, are the registered ops of plan kind "rows"."""
+    assert sorted(plans.ROW_OPS) == sorted(name for name, op in launcher.ops().items() if op.plan_kind == "rows")
+
+
+@pytest.mark.parametrize("table, value", [("DECODE_FILL_SHARE", 0.5), ("DECODE_MAX_THREADS_PER_ROW", 256),
+                                          ("PREFILL_MAX_THREADS_PER_ROW", 128),
+                                          ("DECODE_FILL_SHARE_FILLED", (4.0, 4096, 4096))])
+@pytest.mark.parametrize("key", ["rmsnorm", "", "silu_and_mul", 1])
+def test_per_op_tables_refuse_ops_no_row_kernel_plans(monkeypatch, table, value, key):
+    """A misspelt or foreign op name in a per-op table is a PlanError naming the table, at
+    any shape and for any op planned (helper 111: it was ignored)."""
+    monkeypatch.setitem(getattr(plans, table), key, value)
+    pattern = r"^plans\.DECODE_FILL_SHARE_FILLED must be a dict" if table == "DECODE_FILL_SHARE_FILLED" and key == 1 \
+        else rf"^plans\.{table} has entries for ops no row kernel plans: \[{key!r}\]"
+    for num_rows, op in ((1, "rms_norm"), (64, "softmax"), (5000, "layer_norm"), (1, None)):
+        with pytest.raises(ValueError, match=pattern):
+            _rms_layout(num_rows, op=op)
+
+
 @pytest.mark.parametrize("dtype, aligned, error", [(None, True, "dtype"), (np.int32, True, "dtype"),
                                                    (_dtypes.bfloat16, "no", "aligned"), (_dtypes.bfloat16, 1.0, "aligned")])
 def test_row_layout_checks_dtype_and_aligned(dtype, aligned, error):
