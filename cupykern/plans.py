@@ -536,7 +536,7 @@ def _row_op_keys(table: str, mapping: dict) -> None:
 def _per_op_constant(table: str, op: str | None, default: str, convert, expected: str):
     """convert(value) of the per-op plan constant plans.<table> (a dict) for ``op``; an op
     it does not name gets plans.<default>. ValueError naming the constant the value came
-    from unless the table is a dict and convert accepts the value (returns other than
+    from unless the table is a dict keyed by ops of :data:`ROW_OPS` and convert accepts the value (returns other than
     None; ``expected`` says what it accepts). Read at each plan, so a sweep or test may
     set them; the ops keep each shape's plan, so after setting one call
     ``launcher.clear_caches()`` (helper 111)."""
