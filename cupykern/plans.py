@@ -1237,6 +1237,17 @@ ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM = 27
 #: takes 32 heads of 96 (16 slots, 96 threads: a q-only call) and rotary_dim 96 under a
 #: larger head_dim (in place, the dims past it are not touched), untimed.
 ROPE_TOKEN_6_LANES_HEADS = (2,)
+#: Past every end above (the window's, its 8-lane end's, the band's), apply_rope's token kernel
+#: runs again to below this many tokens an SM, in the prefill layout's heads where they fill
+#: it (llama-3.1-8b's 5, gemma-2-9b's 3), else in the decode layout's (llama-3.1-70b's 3,
+#: qwen2.5-7b's 2, phi-3-mini's 2 at 6 lanes). A block per token drops the wide kernel's
+#: token loop; its tail of last blocks is a smaller share of the kernel the more waves
+#: there are, so the gain fades with size. Measured (bf16, cold L2, bit for bit the wide
+#: kernel's; bench/results/NOTES.md items 64-65): on the H200 8b's prefill heads 3.5-6.6 %
+#: less than the wide kernel at 4,096-8,192 tokens, 1.4-1.6 % at 10,240-12,288; 70b's decode
+#: heads 3.1-4.4 % at 4,096-5,120, 1.8-2.5 % at 6,144-8,192. 0 (off) until the H100 reads
+#: the same map (item 44's rule).
+ROPE_TOKEN_FAR_TO_TOKENS_PER_SM = 0
 _ROPE_TOKEN_6_LANES_SPILL_FREE_HEADS = (2, 4, 5, 6)  # not a knob: what ptxas compiles without a spill
 #: Resident 256-thread blocks an SM a wave counts where the kernel's own count is not known
 #: (planning without a GPU), scaled to the plan's block (4 of 128 threads, the same 512
@@ -1396,6 +1407,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     window_end_8_lanes = _constant("ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM") * sm_count
     below_first_end = num_tokens < _constant("ROPE_TOKEN_MAX_TOKENS_PER_SM") * sm_count
     band_sized = not fused_norm and num_tokens < _constant("ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM") * sm_count
+    far_end = _constant("ROPE_TOKEN_FAR_TO_TOKENS_PER_SM", lowest=0) * sm_count
     head_slots = _rope_head_slots(num_heads, heads_per_thread, threads_per_head, block_cap)
     threads_per_token = threads_per_head * head_slots
     # Fill the block (the wide kernels' block_threads of it) with tokens, but keep at least
@@ -1456,6 +1468,16 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
         decode_heads, decode_slots, decode_fills = decode_fill()
         if decode_fills and num_tokens < window_end_for(True):
             token_kernel, heads_per_thread, head_slots = True, decode_heads, decode_slots
+    if (not token_kernel and not fused_norm and one_position_in_place and wide and grid_fits
+            and window_start <= num_tokens < far_end):
+        # Past every end above: the prefill heads where they fill it, else the decode heads
+        # (items 64-65; 12 to 17 tokens an SM stay the wide kernel's, item 50).
+        if layout_fills:
+            token_kernel = True
+        else:
+            decode_heads, decode_slots, decode_fills = decode_fill()
+            if decode_fills:
+                token_kernel, heads_per_thread, head_slots = True, decode_heads, decode_slots
     if token_kernel:  # a block per token
         tokens_per_block, waves = 1, 0
     plan = RopePlan(vec_width, threads_per_head, head_slots, tokens_per_block, (1, 1, 1),

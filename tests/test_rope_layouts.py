@@ -237,7 +237,8 @@ WIDE_CONSTANTS = [("ROPE_WIDE_HEADS_PER_THREAD", (False,)), ("ROPE_WIDE_NORM_HEA
                   ("ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM", (False,)),
                   ("ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM", (False, True)),
                   ("ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM", (False, True)),
-                  ("ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM", (False, True))]
+                  ("ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM", (False, True)),
+                  ("ROPE_TOKEN_FAR_TO_TOKENS_PER_SM", (False, True))]
 
 
 #: Bad values of every constant; 0 (a block per group of tokens) and more are legal waves, 2**40 blocks per SM
@@ -257,7 +258,8 @@ def test_bad_wide_constants_are_refused_by_name_at_every_batch_size(monkeypatch,
              "ROPE_MIN_TOKENS_PER_SM": (2**40,), "ROPE_TOKEN_MAX_TOKENS_PER_SM": (2**40,),
              "ROPE_TOKEN_BAND_HEADS": (0,), "ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM": (2**40,),
              "ROPE_TOKEN_WINDOW_FROM_TOKENS_PER_SM": (2**40,), "ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM": (2**40,),
-             "ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM": (2**40,)}.get(name, ())
+             "ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM": (2**40,),
+             "ROPE_TOKEN_FAR_TO_TOKENS_PER_SM": (0, 2**40)}.get(name, ())
     if type(value) is int and value in legal:
         value = -value - 1
     monkeypatch.setattr(plans, name, value)
@@ -603,6 +605,56 @@ def test_apply_rope_token_kernel_in_the_decode_heads_where_neither_prefill_nor_b
     # without the decode heads among ROPE_TOKEN_HEADS, the wide kernel
     monkeypatch.setattr(plans, "ROPE_TOKEN_HEADS", (3, 5))
     assert not plan(1024, 32).token_kernel and plan(1024, 32).heads_per_thread == 4
+
+
+def test_apply_rope_token_kernel_past_every_end_to_the_far_end(monkeypatch):
+    """Past every end of the token kernel's rules (the window's, its 8-lane end's, the
+    band's) and below ROPE_TOKEN_FAR_TO_TOKENS_PER_SM tokens an SM, apply_rope takes the
+    token kernel again (items 64-65): in the prefill heads where they fill it (8b's 5 in 64
+    threads, gemma-2-9b's 3 in 128), else in the decode heads (70b's 3 in 192, qwen2.5-7b's 2
+    in 112, phi-3-mini's 2 of 6 lanes in 192). Not from 12 to 17 tokens an SM (8b stays the
+    wide kernel's there, item 50), not at or past the far end, not out of place, M-RoPE,
+    fp32 or qk_rms_norm_rope; 0 turns the rule off."""
+    def plan(num_tokens, heads, head_dim=128, rotary_dim=None, dtype=BF16, fused_norm=False, **kw):
+        kw = {"in_place": True, **kw}
+        return plans.plan_rope(num_tokens, heads, head_dim, rotary_dim or head_dim, dtype,
+                               max_vec_width=16 // np.dtype(dtype).itemsize, fused_norm=fused_norm,
+                               limits=plans.H200_LIMITS, **kw)
+
+    def shape(p):
+        return p.token_kernel, p.heads_per_thread, p.block_size
+
+    far_end = plans.ROPE_TOKEN_FAR_TO_TOKENS_PER_SM * 132
+    monkeypatch.setattr(plans, "ROPE_TOKEN_FAR_TO_TOKENS_PER_SM", 0)  # off: the wide kernel past every end
+    off = {(n, heads, head_dim): plan(n, heads, head_dim) for n in (3036, 3564, 4092, 8184)
+           for heads, head_dim in ((40, 128), (72, 128), (32, 128), (24, 256), (64, 96))}
+    assert not any(p.token_kernel for (n, heads, _), p in off.items() 
+                   if n >= 4092 or heads in (24, 64) or (heads, n) == (72, 3564))
+    fused_off = plan(5000, 40, fused_norm=True)
+    monkeypatch.setattr(plans, "ROPE_TOKEN_FAR_TO_TOKENS_PER_SM", 62)  # 8184 tokens on 132 SMs
+    for dtype in (BF16, np.float16):
+        for n in (4092, 5000, 8183):  # past 8b's and qwen's 8-lane ends (31 tokens an SM)
+            assert shape(plan(n, 40, dtype=dtype)) == (True, 5, 64)
+            assert shape(plan(n, 32, dtype=dtype)) == (True, 2, 128)
+        for n in (3564, 4096, 8183):  # past 70b's band end (27)
+            assert shape(plan(n, 72, dtype=dtype)) == (True, 3, 192)
+        for n in (3036, 5000, 8183):  # past the window's end (23): gemma's 16-lane heads, phi's 6-lane ones
+            assert shape(plan(n, 24, 256, dtype=dtype)) == (True, 3, 128)
+            assert shape(plan(n, 64, 96, dtype=dtype)) == (True, 2, 192)
+    for heads, head_dim in ((40, 128), (72, 128), (32, 128), (24, 256), (64, 96)):
+        assert not plan(8184, heads, head_dim).token_kernel  # the far end
+        assert plan(8184, heads, head_dim) == off[(8184, heads, head_dim)]
+        for kw in ({"in_place": False}, {"mrope": True}, {"dtype": np.float32}):
+            assert not plan(5000, heads, head_dim, **kw).token_kernel
+    assert plan(5000, 40, fused_norm=True) == fused_off  # qk_rms_norm_rope keeps its own rule
+    for n in (1584, 2243):  # 12-17 tokens an SM: 8b's wide kernel (item 50), as before
+        assert not plan(n, 40).token_kernel
+    for n in (2244, 3035, 3563, 4091):  # the earlier rules keep their heads
+        assert plan(n, 40).heads_per_thread == 2 and plan(n, 72).heads_per_thread == (6 if n < 3564 else 3)
+    monkeypatch.setattr(plans, "ROPE_TOKEN_HEADS", (3, 5))  # the decode heads (2) not compiled: the wide kernel
+    assert not plan(5000, 32).token_kernel and not plan(5000, 64, 96).token_kernel
+    assert shape(plan(5000, 40)) == (True, 5, 64)
+    monkeypatch.setattr(plans, "ROPE_TOKEN_FAR_TO_TOKENS_PER_SM", far_end // 132)
 
 
 def test_resident_grid_refuses_token_plans_it_cannot_cover():
@@ -1059,6 +1111,40 @@ def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, nu
         if not low * sms <= num_tokens < end * sms:
             pytest.skip(f"{num_tokens} tokens are outside {low}-{end} tokens an SM on {sms} SMs")
         heads = 2 if in_window or decode_heads_past else 5 if num_q_heads == 32 else plans.ROPE_TOKEN_BAND_HEADS
+    _assert_token_kernel_bytes(make, lambda i: _apply(i, is_neox=is_neox), rope_ops.APPLY_ROPE_TOKEN, num_tokens,
+                               {"ROPE_TOKEN_HEADS": (), "ROPE_TOKEN_BAND_HEADS": 0}, heads)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [BF16, np.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+@pytest.mark.parametrize("num_tokens, num_q_heads, num_kv_heads, head_dim, rotary_dim, heads, end", [
+    (5000, 32, 8, 128, 128, 5, "ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM"),  # llama-3.1-8b: the prefill heads
+    (5000, 64, 8, 128, 128, 3, "ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM"),  # llama-3.1-70b: the decode heads
+    (5000, 28, 4, 128, 128, 2, "ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM"),  # qwen2.5-7b: the decode heads
+    (3600, 16, 8, 256, 256, 3, "ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM"),  # gemma-2-9b: prefill heads of 16 lanes
+    (3600, 32, 32, 96, 96, 2, "ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM"),   # phi-3-mini: decode heads of 6 lanes
+], ids=["8b", "70b", "qwen", "gemma", "phi"])
+@pytest.mark.parametrize("variant", ["plain", "fused", "cache_in_dtype_int32", "bad_positions"])
+def test_apply_rope_token_kernel_past_every_end_gives_the_steps_kernel_bytes(
+        monkeypatch, dtype, is_neox, num_tokens, num_q_heads, num_kv_heads, head_dim, rotary_dim, heads, end,
+        variant):
+    """Past the shape's last other end (``end``), below ROPE_TOKEN_FAR_TO_TOKENS_PER_SM (set
+    to 64 here), apply_rope's token kernel in the prefill or decode heads (items 64-65)
+    gives q and k bit for bit the steps kernel's and the wide kernel's bytes."""
+    import cupy
+
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    if not getattr(plans, end) * sms <= num_tokens < 64 * sms:
+        pytest.skip(f"{num_tokens} tokens are not past {end} and below 64 tokens an SM on {sms} SMs")
+    monkeypatch.setattr(plans, "ROPE_TOKEN_FAR_TO_TOKENS_PER_SM", 64)
+    cache_dtype = dtype if variant == "cache_in_dtype_int32" else np.float32
+    pos_dtype = np.int32 if variant == "cache_in_dtype_int32" else np.int64
+
+    def make():
+        return _inputs(num_tokens + head_dim, num_tokens, num_q_heads, num_kv_heads, head_dim, rotary_dim, dtype,
+                       cache_dtype, pos_dtype, fused=variant == "fused", bad=variant == "bad_positions")
+
     _assert_token_kernel_bytes(make, lambda i: _apply(i, is_neox=is_neox), rope_ops.APPLY_ROPE_TOKEN, num_tokens,
                                {"ROPE_TOKEN_HEADS": (), "ROPE_TOKEN_BAND_HEADS": 0}, heads)
 
