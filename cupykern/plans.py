@@ -1353,7 +1353,9 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     heads of 8 lanes to :data:`ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM`; where the
     prefill layout's heads do not fill it, at :data:`ROPE_TOKEN_BAND_HEADS` below
     :data:`ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM`, and where the band's do not either, in the
-    decode layout's heads up to the window's end; heads of 6 lanes at
+    decode layout's heads up to the window's end; past every one of those ends, from the
+    window's start to :data:`ROPE_TOKEN_FAR_TO_TOKENS_PER_SM` (0: off), in the prefill
+    layout's heads where they fill it, else the decode layout's; heads of 6 lanes at
     :data:`ROPE_TOKEN_6_LANES_HEADS` alone) when the call is ``in_place`` without
     ``mrope`` (M-RoPE's positions; both flags are apply_rope's alone:
     qk_rms_norm_rope is always in place). The rule takes no launch overrides: any raise
