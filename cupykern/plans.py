@@ -1243,10 +1243,10 @@ ROPE_TOKEN_6_LANES_HEADS = (2,)
 #: qwen2.5-7b's 2, phi-3-mini's 2 at 6 lanes). A block per token drops the wide kernel's
 #: token loop; its tail of last blocks is a smaller share of the kernel the more waves
 #: there are, so the gain fades with size. Measured (bf16, cold L2, bit for bit the wide
-#: kernel's; bench/results/NOTES.md items 64-65): on the H200 8b's prefill heads 3.5-6.6 %
-#: less than the wide kernel at 4,096-8,192 tokens, 1.4-1.6 % at 10,240-12,288; 70b's decode
-#: heads 3.1-4.4 % at 4,096-5,120, 1.8-2.5 % at 6,144-8,192. 0 (off) until the H100 reads
-#: the same map (item 44's rule).
+#: kernel's; bench/results/NOTES.md item 64, calls 8-11): on the H200 8b's prefill heads
+#: 3.5-6.2 % less than the wide kernel at 4,096-8,192 tokens, 1.4-1.6 % at 10,240-12,288;
+#: 70b's decode heads 3.1-5.1 % at 3,584-5,120, 1.8-2.5 % at 6,144-8,192. 0 (off) until the
+#: H100 reads the same map (item 44's rule; item 65).
 ROPE_TOKEN_FAR_TO_TOKENS_PER_SM = 0
 _ROPE_TOKEN_6_LANES_SPILL_FREE_HEADS = (2, 4, 5, 6)  # not a knob: what ptxas compiles without a spill
 #: Resident 256-thread blocks an SM a wave counts where the kernel's own count is not known
@@ -1473,7 +1473,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     if (not token_kernel and not fused_norm and one_position_in_place and wide and grid_fits
             and window_start <= num_tokens < far_end):
         # Past every end above: the prefill heads where they fill it, else the decode heads
-        # (items 64-65; 12 to 17 tokens an SM stay the wide kernel's, item 50).
+        # (item 64's H200 map; 12 to 17 tokens an SM stay the wide kernel's, item 50).
         if layout_fills:
             token_kernel = True
         else:

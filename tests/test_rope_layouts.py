@@ -607,30 +607,40 @@ def test_apply_rope_token_kernel_in_the_decode_heads_where_neither_prefill_nor_b
     assert not plan(1024, 32).token_kernel and plan(1024, 32).heads_per_thread == 4
 
 
+def _under_layout_steps(monkeypatch, call):
+    with monkeypatch.context() as m:
+        m.setattr(plans, "ROPE_LAYOUT", "steps")
+        return call()
+
+
 def test_apply_rope_token_kernel_past_every_end_to_the_far_end(monkeypatch):
     """Past every end of the token kernel's rules (the window's, its 8-lane end's, the
     band's) and below ROPE_TOKEN_FAR_TO_TOKENS_PER_SM tokens an SM, apply_rope takes the
     token kernel again (items 64-65): in the prefill heads where they fill it (8b's 5 in 64
     threads, gemma-2-9b's 3 in 128), else in the decode heads (70b's 3 in 192, qwen2.5-7b's 2
-    in 112, phi-3-mini's 2 of 6 lanes in 192). Not from 12 to 17 tokens an SM (8b stays the
+    in 128, phi-3-mini's 2 of 6 lanes in 192). Not from 12 to 17 tokens an SM (8b stays the
     wide kernel's there, item 50), not at or past the far end, not out of place, M-RoPE,
     fp32 or qk_rms_norm_rope; 0 turns the rule off."""
-    def plan(num_tokens, heads, head_dim=128, rotary_dim=None, dtype=BF16, fused_norm=False, **kw):
+    def plan(num_tokens, heads, head_dim=128, rotary_dim=None, dtype=BF16, fused_norm=False,
+             limits=plans.H200_LIMITS, **kw):
         kw = {"in_place": True, **kw}
         return plans.plan_rope(num_tokens, heads, head_dim, rotary_dim or head_dim, dtype,
-                               max_vec_width=16 // np.dtype(dtype).itemsize, fused_norm=fused_norm,
-                               limits=plans.H200_LIMITS, **kw)
+                               max_vec_width=16 // np.dtype(dtype).itemsize, fused_norm=fused_norm, limits=limits,
+                               **kw)
 
     def shape(p):
         return p.token_kernel, p.heads_per_thread, p.block_size
 
-    far_end = plans.ROPE_TOKEN_FAR_TO_TOKENS_PER_SM * 132
     monkeypatch.setattr(plans, "ROPE_TOKEN_FAR_TO_TOKENS_PER_SM", 0)  # off: the wide kernel past every end
     off = {(n, heads, head_dim): plan(n, heads, head_dim) for n in (3036, 3564, 4092, 8184)
            for heads, head_dim in ((40, 128), (72, 128), (32, 128), (24, 256), (64, 96))}
-    assert not any(p.token_kernel for (n, heads, _), p in off.items() 
+    assert not any(p.token_kernel for (n, heads, _), p in off.items()
                    if n >= 4092 or heads in (24, 64) or (heads, n) == (72, 3564))
-    fused_off = plan(5000, 40, fused_norm=True)
+    # qk_rms_norm_rope at 5000 tokens: 40 heads its token kernel, 32 bf16 and 40 fp16 its wide kernel
+    fused_off = [plan(5000, h, dtype=d, fused_norm=True) for h, d in ((40, BF16), (32, BF16), (40, np.float16))]
+    assert [p.token_kernel for p in fused_off] == [True, False, False]
+    steps_off = _under_layout_steps(monkeypatch, lambda: plan(5000, 40))
+    capped_off = plan(5000, 40, limits=replace(plans.H200_LIMITS, max_grid_x=4500))
     monkeypatch.setattr(plans, "ROPE_TOKEN_FAR_TO_TOKENS_PER_SM", 62)  # 8184 tokens on 132 SMs
     for dtype in (BF16, np.float16):
         for n in (4092, 5000, 8183):  # past 8b's and qwen's 8-lane ends (31 tokens an SM)
@@ -646,7 +656,11 @@ def test_apply_rope_token_kernel_past_every_end_to_the_far_end(monkeypatch):
         assert plan(8184, heads, head_dim) == off[(8184, heads, head_dim)]
         for kw in ({"in_place": False}, {"mrope": True}, {"dtype": np.float32}):
             assert not plan(5000, heads, head_dim, **kw).token_kernel
-    assert plan(5000, 40, fused_norm=True) == fused_off  # qk_rms_norm_rope keeps its own rule
+    assert [plan(5000, h, dtype=d, fused_norm=True) for h, d in ((40, BF16), (32, BF16), (40, np.float16))] == \
+        fused_off  # qk_rms_norm_rope keeps its own rule
+    assert _under_layout_steps(monkeypatch, lambda: plan(5000, 40)) == steps_off  # no wide layout: no heads to take
+    p = plan(5000, 40, limits=replace(plans.H200_LIMITS, max_grid_x=4500))  # a block per token would not fit
+    assert p == capped_off and not p.token_kernel
     for n in (1584, 2243):  # 12-17 tokens an SM: 8b's wide kernel (item 50), as before
         assert not plan(n, 40).token_kernel
     for n in (2244, 3035, 3563, 4091):  # the earlier rules keep their heads
@@ -654,7 +668,6 @@ def test_apply_rope_token_kernel_past_every_end_to_the_far_end(monkeypatch):
     monkeypatch.setattr(plans, "ROPE_TOKEN_HEADS", (3, 5))  # the decode heads (2) not compiled: the wide kernel
     assert not plan(5000, 32).token_kernel and not plan(5000, 64, 96).token_kernel
     assert shape(plan(5000, 40)) == (True, 5, 64)
-    monkeypatch.setattr(plans, "ROPE_TOKEN_FAR_TO_TOKENS_PER_SM", far_end // 132)
 
 
 def test_resident_grid_refuses_token_plans_it_cannot_cover():
