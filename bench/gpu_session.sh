@@ -9,7 +9,8 @@
 #   TESTS= BENCHES= PEERS="--models llama-3.1-8b --num-tokens 1,64,4096,16384" bash bench/gpu_session.sh
 #
 # TESTS: pytest arguments (empty: no tests). BENCHES: ';'-separated bench scripts with
-# their arguments. SWEEPS: ';'-separated argument lists of `cupykern sweep`; a relative
+# their arguments (newlines count as spaces, as in bench/ab.sh's AB_JOBS). SWEEPS:
+# ';'-separated argument lists of `cupykern sweep` (newlines the same); a relative
 # --json/--csv path lands in the results folder. PEERS: arguments of bench/peers.py
 # (unset: not run; empty: its defaults, llama-3.1-8b and -70b x 8 ops x 1 to 16384 tokens,
 # every formulation, static torch.compile compiled ahead in parallel: about 6 minutes). SANITIZE=1 runs bench/sanitize.py under compute-sanitizer memcheck and
@@ -96,16 +97,17 @@ if [ -n "${TESTS// }" ]; then
   step pytest_gpu python3 -m pytest -m gpu -q -p no:cacheprovider --maxfail=50 --durations=10 $PYTEST_ARGS $TESTS
 fi
 
-IFS=';' read -ra bench_list <<< "$BENCHES"
+IFS=';' read -ra bench_list <<< "$(tr '\n' ' ' <<< "$BENCHES")"  # a command wrapped over lines: one list
 j=0
 for bench in "${bench_list[@]}"; do
   [ -n "${bench// }" ] || continue
+  bench=${bench#"${bench%%[! ]*}"}  # leading spaces off, for the step's name
   j=$((j + 1))
   # shellcheck disable=SC2086
   step "bench_${j}_$(basename "${bench%% *}" .py)" python3 $bench --out "$RES"
 done
 
-IFS=';' read -ra sweep_list <<< "$SWEEPS"
+IFS=';' read -ra sweep_list <<< "$(tr '\n' ' ' <<< "$SWEEPS")"  # a command wrapped over lines: one list
 i=0
 for args in "${sweep_list[@]}"; do
   i=$((i + 1))
