@@ -1425,6 +1425,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
                     and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, head_slots,
                                          heads_per_thread, num_heads, fused_norm))
     token_kernel = token_call and layout_fills and grid_fits
+
+    @lru_cache(maxsize=None)  # the rules below may ask twice (the decode heads', then the far end's)
     def decode_fill() -> tuple[int, int, bool]:
         """The decode layout's heads a thread and slots, and whether they fill the token kernel."""
         heads = _rope_wide_heads(num_heads, threads_per_head, _rope_wide_constants(True, False)[0], True, False,

@@ -1096,12 +1096,6 @@ def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, nu
     the decode heads again (8b's 2, gemma-2-9b's 2 of 16 lanes; items 49-52):
     q and k, bit for bit, are the steps kernel's and the wide kernel's, with views of a fused QKV buffer,
     int32 positions with a cache in q's dtype, and positions out of range (left unchanged)."""
-    cache_dtype = dtype if variant == "cache_in_dtype_int32" else np.float32
-    pos_dtype = np.int32 if variant == "cache_in_dtype_int32" else np.int64
-
-    def make():
-        return _inputs(num_tokens + head_dim + rotary_dim, num_tokens, num_q_heads, num_kv_heads, head_dim, rotary_dim,
-                       dtype, cache_dtype, pos_dtype, fused=variant == "fused", bad=variant == "bad_positions")
 
     heads = None
     if num_tokens >= 600:  # from 4 tokens an SM: 8b's prefill heads to 12, 70b's band heads to 27, the window
@@ -1124,6 +1118,22 @@ def test_apply_rope_token_kernel_gives_the_steps_kernel_bytes(dtype, is_neox, nu
         if not low * sms <= num_tokens < end * sms:
             pytest.skip(f"{num_tokens} tokens are outside {low}-{end} tokens an SM on {sms} SMs")
         heads = 2 if in_window or decode_heads_past else 5 if num_q_heads == 32 else plans.ROPE_TOKEN_BAND_HEADS
+    _assert_apply_rope_token_bytes(variant, dtype, is_neox, num_tokens, num_q_heads, num_kv_heads, head_dim, rotary_dim,
+                                   heads)
+
+
+def _assert_apply_rope_token_bytes(variant, dtype, is_neox, num_tokens, num_q_heads, num_kv_heads, head_dim,
+                                   rotary_dim, heads):
+    """:func:`_assert_token_kernel_bytes` for apply_rope on fresh inputs of ``variant``
+    (plain, fused QKV views, a cache in q's dtype with int32 positions, positions out of
+    range), the wide kernel with the token heads emptied."""
+    cache_dtype = dtype if variant == "cache_in_dtype_int32" else np.float32
+    pos_dtype = np.int32 if variant == "cache_in_dtype_int32" else np.int64
+
+    def make():
+        return _inputs(num_tokens + head_dim + rotary_dim, num_tokens, num_q_heads, num_kv_heads, head_dim, rotary_dim,
+                       dtype, cache_dtype, pos_dtype, fused=variant == "fused", bad=variant == "bad_positions")
+
     _assert_token_kernel_bytes(make, lambda i: _apply(i, is_neox=is_neox), rope_ops.APPLY_ROPE_TOKEN, num_tokens,
                                {"ROPE_TOKEN_HEADS": (), "ROPE_TOKEN_BAND_HEADS": 0}, heads)
 
@@ -1151,15 +1161,8 @@ def test_apply_rope_token_kernel_past_every_end_gives_the_steps_kernel_bytes(
     if not getattr(plans, end) * sms <= num_tokens < 64 * sms:
         pytest.skip(f"{num_tokens} tokens are not past {end} and below 64 tokens an SM on {sms} SMs")
     monkeypatch.setattr(plans, "ROPE_TOKEN_FAR_TO_TOKENS_PER_SM", 64)
-    cache_dtype = dtype if variant == "cache_in_dtype_int32" else np.float32
-    pos_dtype = np.int32 if variant == "cache_in_dtype_int32" else np.int64
-
-    def make():
-        return _inputs(num_tokens + head_dim, num_tokens, num_q_heads, num_kv_heads, head_dim, rotary_dim, dtype,
-                       cache_dtype, pos_dtype, fused=variant == "fused", bad=variant == "bad_positions")
-
-    _assert_token_kernel_bytes(make, lambda i: _apply(i, is_neox=is_neox), rope_ops.APPLY_ROPE_TOKEN, num_tokens,
-                               {"ROPE_TOKEN_HEADS": (), "ROPE_TOKEN_BAND_HEADS": 0}, heads)
+    _assert_apply_rope_token_bytes(variant, dtype, is_neox, num_tokens, num_q_heads, num_kv_heads, head_dim, rotary_dim,
+                                   heads)
 
 
 @pytest.mark.gpu
