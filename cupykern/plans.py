@@ -1390,7 +1390,8 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
         threads_per_head = rope_norm_threads_per_head(vec_width, head_dim, rotary_dim)
     else:
         threads_per_head = min(units, block_cap)
-    few_tokens = num_tokens < _constant("ROPE_MIN_TOKENS_PER_SM") * sm_count
+    decode_sizes_end = _constant("ROPE_MIN_TOKENS_PER_SM") * sm_count
+    few_tokens = num_tokens < decode_sizes_end
     steps_heads = _constant("ROPE_HEADS_PER_THREAD")  # read at every shape, so a bad value never waits for one
     wide = rope_wide(fused_norm, units, (head_dim - rotary_dim) // vec_width, threads_per_head)
     sixteen_bit = np.dtype(dtype).itemsize == 2
@@ -1408,7 +1409,7 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
     window_end = _constant("ROPE_TOKEN_WINDOW_TO_TOKENS_PER_SM") * sm_count
     window_end_8_lanes = _constant("ROPE_TOKEN_WINDOW_8_LANES_TO_TOKENS_PER_SM") * sm_count
     below_first_end = num_tokens < _constant("ROPE_TOKEN_MAX_TOKENS_PER_SM") * sm_count
-    band_sized = not fused_norm and num_tokens < _constant("ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM") * sm_count
+    band_end = 0 if fused_norm else _constant("ROPE_TOKEN_BAND_MAX_TOKENS_PER_SM") * sm_count
     far_end = _constant("ROPE_TOKEN_FAR_TO_TOKENS_PER_SM", lowest=0) * sm_count
     head_slots = _rope_head_slots(num_heads, heads_per_thread, threads_per_head, block_cap)
     threads_per_token = threads_per_head * head_slots
@@ -1426,62 +1427,48 @@ def plan_rope(num_tokens: int, num_heads: int, head_dim: int, rotary_dim: int, d
                                          heads_per_thread, num_heads, fused_norm))
     token_kernel = token_call and layout_fills and grid_fits
 
-    @lru_cache(maxsize=None)  # the rules below may ask twice (the decode heads', then the far end's)
-    def decode_fill() -> tuple[int, int, bool]:
-        """The decode layout's heads a thread and slots, and whether they fill the token kernel."""
-        heads = _rope_wide_heads(num_heads, threads_per_head, _rope_wide_constants(True, False)[0], True, False,
-                                 sixteen_bit, block_cap)
-        slots = _rope_head_slots(num_heads, heads, threads_per_head, block_cap) if heads else 0
-        return heads, slots, heads in token_heads and _rope_token_full(
-            dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, slots, heads, num_heads, False)
-
-    # The window's end, and the decode heads' past the decode sizes below: decode heads of 8
-    # lanes run to their own end (8b; item 52, calls 5-6).
-    def window_end_for(decode_fills: bool) -> int:
-        return window_end_8_lanes if decode_fills and threads_per_head == 8 else window_end
-
-    if (not token_kernel and not fused_norm and one_position_in_place and layout_fills and grid_fits
-            and num_tokens >= window_start):
-        # The window: the token kernel again, in the decode layout's heads where they fill it
-        # too (more threads a token: 8b's 2 heads in 160 threads, gemma-2-9b's 2 in 192; item
-        # 52).
-        decode_heads, decode_slots, decode_fills = decode_fill()
-        if num_tokens < window_end_for(decode_fills):
-            token_kernel = True
-            if decode_fills:
-                heads_per_thread, head_slots = decode_heads, decode_slots
-    # Past the decode sizes, where the prefill layout's heads do not fill the token kernel, its
-    # band heads may, to their own end (items 47-48, 51; a layout that fills it keeps the wide
-    # kernel from 12 tokens an SM, but in its window); _rope_token_full refuses slots that
-    # leave heads over.
-    band_slots = num_heads // band_heads if band_heads else 0
-    past_decode = not few_tokens and one_position_in_place and wide and not layout_fills and grid_fits
-    band_fills = (past_decode and bool(band_slots) and band_slots * threads_per_head <= block_cap
-                  and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, band_slots,
-                                       band_heads, num_heads, fused_norm))
-    if band_fills and band_sized:
-        token_kernel, heads_per_thread, head_slots = True, band_heads, band_slots
-    elif past_decode and not band_fills and not fused_norm and num_tokens < max(window_end, window_end_8_lanes):
-        # Where neither the prefill heads nor the band's fill it, the decode heads may, from
-        # the decode sizes to the window's end (16, 32, 56, 64 heads of 128: 4 heads a thread
-        # in the wide kernel, 2 in the token kernel; H100 items 54-56 and 63, 0.4-13.9 % less
-        # than the wide kernel at 528-4091 tokens; H200 item 64, qwen2.5-7b 3.4-9.6 %; and
-        # phi-3-mini's 6 lanes to 3035, H200 4.4-8.4 %). Band heads that fill come first (70b
-        # keeps its 6). A mechanism, not a 4-heads case: on blocks of 96-192 threads the
-        # decode heads are 3 and take the same path (untimed; helper 96).
-        decode_heads, decode_slots, decode_fills = decode_fill()
-        if decode_fills and num_tokens < window_end_for(True):
-            token_kernel, heads_per_thread, head_slots = True, decode_heads, decode_slots
-    if (not token_kernel and not fused_norm and one_position_in_place and wide and grid_fits
-            and window_start <= num_tokens < far_end):
-        # Past every end above: the prefill heads where they fill it, else the decode heads
-        # (item 64's H200 map; 12 to 17 tokens an SM stay the wide kernel's, item 50).
+    if not token_kernel and not fused_norm and one_position_in_place and wide and grid_fits:
+        # Past the decode sizes the token kernel runs again in the first of the ranges below
+        # that holds num_tokens, in its heads a thread and slots (None: they do not fill it).
+        decode_heads = _rope_wide_heads(num_heads, threads_per_head, _rope_wide_constants(True, False)[0], True,
+                                        False, sixteen_bit, block_cap)
+        decode_slots = _rope_head_slots(num_heads, decode_heads, threads_per_head, block_cap) if decode_heads else 0
+        decode = ((decode_heads, decode_slots) if decode_heads in token_heads and _rope_token_full(
+            dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, decode_slots, decode_heads, num_heads,
+            False) else None)
+        # Decode heads of 8 lanes run to their own end (8b; item 52, calls 5-6).
+        decode_end = window_end_8_lanes if decode and threads_per_head == 8 else window_end
+        band_slots = num_heads // band_heads if band_heads else 0  # _rope_token_full refuses heads left over
+        band = ((band_heads, band_slots) if band_slots and band_slots * threads_per_head <= block_cap
+                and _rope_token_full(dtype, vec_width, head_dim, rotary_dim, units, threads_per_head, band_slots,
+                                     band_heads, num_heads, False) else None)
         if layout_fills:
-            token_kernel = True
+            ranges = (
+                # The window (items 50, 52): in the decode layout's heads where they fill it
+                # too (more threads a token: 8b's 2 heads in 160 threads, gemma-2-9b's 2 in 192).
+                (window_start, decode_end, decode or (heads_per_thread, head_slots)),
+                # Past it, the prefill heads (item 64's H200 map; 12 to 17 tokens an SM stay
+                # the wide kernel's, item 50).
+                (window_start, far_end, (heads_per_thread, head_slots)))
         else:
-            decode_heads, decode_slots, decode_fills = decode_fill()
-            if decode_fills:
-                token_kernel, heads_per_thread, head_slots = True, decode_heads, decode_slots
+            ranges = (
+                # Where the prefill heads do not fill it, the band heads may, to their own
+                # end (70b's 6; items 47-48, 51).
+                (decode_sizes_end, band_end, band),
+                # Where neither do, the decode heads to the window's end (16, 32, 56, 64
+                # heads of 128: 4 heads a thread in the wide kernel, 2 in the token kernel;
+                # H100 items 54-56 and 63, 0.4-13.9 % less than the wide kernel at 528-4091
+                # tokens; H200 item 64, qwen2.5-7b 3.4-9.6 %; and phi-3-mini's 6 lanes to
+                # 3035, H200 4.4-8.4 %). A mechanism, not a 4-heads case: on blocks of
+                # 96-192 threads the decode heads are 3 and take the same path (untimed;
+                # helper 96).
+                (decode_sizes_end, 0 if band else decode_end, decode),
+                # Past every end, the decode heads (70b's 3; item 64's H200 map).
+                (window_start, far_end, decode))
+        for first, last, heads in ranges:
+            if heads and first <= num_tokens < last:
+                token_kernel, (heads_per_thread, head_slots) = True, heads
+                break
     if token_kernel:  # a block per token
         tokens_per_block, waves = 1, 0
     plan = RopePlan(vec_width, threads_per_head, head_slots, tokens_per_block, (1, 1, 1),
